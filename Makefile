@@ -1,0 +1,29 @@
+# The two commands of the README: `make demo` runs the main job, `make test` runs the checks.
+# Both create or refresh the virtual environment themselves.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ringflow ring --nodes 6 --vnodes 16 --rf 3 --dcs dc1:3,dc2:3 --racks 3 --allocator balanced --plot ring.png
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy --strict src
+	$(PY) -m pytest tests
+
+bench: $(STAMP)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache
