@@ -1,0 +1,203 @@
+"""The mutation model: what a write is, independent of how it is stored.
+
+Mirrors Cassandra's partition update (cassandra-core.md §6): a mutation targets one partition of
+one table and carries any of a partition deletion, range tombstones, a static row and clustered
+rows. Rows carry primary-key liveness (the row marker written by INSERT), a row deletion and
+cells. A cell has a write timestamp (µs), an optional TTL and a local deletion time (s): for an
+expiring cell the expiry time, for a tombstone the deletion's wall-clock time. Non-frozen
+collections and UDTs are *complex* columns: one cell per element, keyed by a ``path`` (serialized
+map key / set element / list timeuuid / UDT field index as a 2-byte short), plus an optional
+collection tombstone.
+
+Values are the native-protocol serialization of the column's type, so this module needs no type
+knowledge; clustering values are serialized values too (one per clustering column, a prefix of
+the clustering key in bounds). Every class is a frozen value object; reconcile rules live in the
+reconcile module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+NO_DELETION_TIME = 2**63 - 1
+"""Local deletion time of a live, non-expiring cell (Cassandra's ``Cell.NO_DELETION_TIME``)."""
+
+NO_TIMESTAMP = -(2**63)
+"""Timestamp of 'no liveness' (Cassandra's ``LivenessInfo.NO_TIMESTAMP``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionTime:
+    """A tombstone's timestamp (µs) and the wall-clock second it was written."""
+
+    marked_for_delete_at_us: int
+    local_deletion_time_s: int
+
+    def deletes(self, timestamp_us: int) -> bool:
+        """Shadows data written at or before its timestamp (``DeletionTime.deletes``)."""
+        return timestamp_us <= self.marked_for_delete_at_us
+
+    def supersedes(self, other: DeletionTime) -> bool:
+        """Cassandra's ``supersedes``: later timestamp, then later local deletion time."""
+        if self.marked_for_delete_at_us != other.marked_for_delete_at_us:
+            return self.marked_for_delete_at_us > other.marked_for_delete_at_us
+        return self.local_deletion_time_s > other.local_deletion_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One value with its version: live, expiring (ttl_s > 0) or a tombstone."""
+
+    timestamp_us: int
+    value: bytes = b""
+    ttl_s: int = 0
+    local_deletion_time_s: int = NO_DELETION_TIME
+    path: bytes | None = None
+
+    @classmethod
+    def live(cls, timestamp_us: int, value: bytes, path: bytes | None = None) -> Cell:
+        return cls(timestamp_us, value, 0, NO_DELETION_TIME, path)
+
+    @classmethod
+    def expiring(
+        cls, timestamp_us: int, ttl_s: int, now_s: int, value: bytes, path: bytes | None = None
+    ) -> Cell:
+        """A cell that expires ``ttl_s`` seconds after ``now_s`` (its local expiration time)."""
+        return cls(timestamp_us, value, ttl_s, now_s + ttl_s, path)
+
+    @classmethod
+    def tombstone(cls, timestamp_us: int, now_s: int, path: bytes | None = None) -> Cell:
+        return cls(timestamp_us, b"", 0, now_s, path)
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.local_deletion_time_s != NO_DELETION_TIME and self.ttl_s == 0
+
+    @property
+    def is_expiring(self) -> bool:
+        return self.ttl_s > 0
+
+    def is_live(self, now_s: int) -> bool:
+        """Cassandra's ``isLive``: not a tombstone and, if expiring, not expired at ``now_s``."""
+        if self.local_deletion_time_s == NO_DELETION_TIME:
+            return True
+        return self.ttl_s != 0 and now_s < self.local_deletion_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class ComplexColumn:
+    """A non-frozen collection or UDT: element cells sorted by path, and its tombstone."""
+
+    cells: tuple[Cell, ...] = ()
+    deletion: DeletionTime | None = None
+
+
+ColumnData = Cell | ComplexColumn
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessInfo:
+    """Primary-key liveness: the row marker written by INSERT (not by UPDATE)."""
+
+    timestamp_us: int
+    ttl_s: int = 0
+    local_expiration_time_s: int = NO_DELETION_TIME
+
+    @property
+    def is_expiring(self) -> bool:
+        return self.ttl_s > 0
+
+    def is_live(self, now_s: int) -> bool:
+        return self.local_expiration_time_s == NO_DELETION_TIME or now_s < (
+            self.local_expiration_time_s
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A clustered row (or the static row, with an empty clustering)."""
+
+    clustering: tuple[bytes, ...] = ()
+    liveness: LivenessInfo | None = None
+    deletion: DeletionTime | None = None
+    cells: Mapping[str, ColumnData] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cells, MappingProxyType):
+            object.__setattr__(self, "cells", MappingProxyType(dict(self.cells)))
+
+    def __hash__(self) -> int:
+        return hash((self.clustering, self.liveness, self.deletion, tuple(self.cells.items())))
+
+    def timestamps_us(self) -> Iterator[int]:
+        """Every write timestamp of the row: liveness, deletion, cells, collection tombstones."""
+        if self.liveness is not None:
+            yield self.liveness.timestamp_us
+        if self.deletion is not None:
+            yield self.deletion.marked_for_delete_at_us
+        for data in self.cells.values():
+            if isinstance(data, Cell):
+                yield data.timestamp_us
+            else:
+                if data.deletion is not None:
+                    yield data.deletion.marked_for_delete_at_us
+                yield from (cell.timestamp_us for cell in data.cells)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringBound:
+    """One end of a clustering range: a prefix of clustering values; empty means unbounded."""
+
+    prefix: tuple[bytes, ...] = ()
+    inclusive: bool = True
+
+    @property
+    def is_unbounded(self) -> bool:
+        return not self.prefix
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTombstone:
+    """A deletion of every clustered row between ``start`` and ``end``."""
+
+    start: ClusteringBound
+    end: ClusteringBound
+    deletion: DeletionTime
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """A change to one partition of one table (Cassandra's PartitionUpdate).
+
+    ``partition_key`` holds the serialized value of each partition key column, in key order.
+    """
+
+    keyspace: str
+    table: str
+    partition_key: tuple[bytes, ...]
+    partition_deletion: DeletionTime | None = None
+    static_row: Row | None = None
+    rows: tuple[Row, ...] = ()
+    range_tombstones: tuple[RangeTombstone, ...] = ()
+
+    def timestamps_us(self) -> Iterator[int]:
+        """Every write timestamp the mutation carries."""
+        if self.partition_deletion is not None:
+            yield self.partition_deletion.marked_for_delete_at_us
+        for tombstone in self.range_tombstones:
+            yield tombstone.deletion.marked_for_delete_at_us
+        if self.static_row is not None:
+            yield from self.static_row.timestamps_us()
+        for row in self.rows:
+            yield from row.timestamps_us()
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            self.partition_deletion is None
+            and self.static_row is None
+            and not self.rows
+            and not self.range_tombstones
+        )
