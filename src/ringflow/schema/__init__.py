@@ -33,6 +33,12 @@ from ringflow.schema._table import (
     Table,
     TableOptions,
 )
+from ringflow.schema._timeuuid import (
+    max_timeuuid,
+    min_timeuuid,
+    timeuuid_from_micros,
+    timeuuid_to_micros,
+)
 from ringflow.schema._types import (
     ASCII,
     BIGINT,
@@ -118,5 +124,9 @@ __all__ = [
     "TableOptions",
     "TupleType",
     "UserType",
+    "max_timeuuid",
+    "min_timeuuid",
     "parse_type",
+    "timeuuid_from_micros",
+    "timeuuid_to_micros",
 ]
