@@ -4,9 +4,9 @@ Reference: ``shared/reference/scylla-cdc.md`` §3 (Scylla ``dht/token.cc``: ``ze
 ``init_zero_based_shard_start``, ``token_for_next_shard``; algorithm "biased-token-round-robin").
 
 Tokens are Python ints in the signed int64 range. Two kinds besides key tokens matter here:
-``MIN_TOKEN`` (INT64_MIN, Scylla's ``minimum_token()`` / Cassandra's MINIMUM, before every key) and
-``AFTER_ALL_KEYS`` (2**63, Scylla's ``maximum_token()``), a sentinel one past INT64_MAX that compares
-greater than every key token and never leaves this package as a real token.
+``MIN_TOKEN`` (INT64_MIN, Scylla's ``minimum_token()`` / Cassandra's MINIMUM, before every key)
+and ``AFTER_ALL_KEYS`` (2**63, Scylla's ``maximum_token()``), a sentinel one past INT64_MAX that
+compares greater than every key token and never leaves this package as a real token.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def _zero_based_shard_of(position: int, shard_count: int, ignore_msb: int) -> in
 
 @lru_cache(maxsize=1024)
 def _shard_starts(shard_count: int, ignore_msb: int) -> tuple[int, ...]:
-    """Unsigned position where each shard's first run starts (Scylla ``init_zero_based_shard_start``)."""
+    """Unsigned position where each shard's first run starts.
+
+    Scylla's ``init_zero_based_shard_start``.
+    """
     if shard_count == 1:
         return (0,)
     starts = []
@@ -137,9 +140,7 @@ def first_token_for_shard(
     if start < end:
         return _first_token_for_shard_nowrap(start, end, shard, shard_count, ignore_msb)
     if start != MAX_TOKEN:
-        found = _first_token_for_shard_nowrap(
-            start, AFTER_ALL_KEYS, shard, shard_count, ignore_msb
-        )
+        found = _first_token_for_shard_nowrap(start, AFTER_ALL_KEYS, shard, shard_count, ignore_msb)
         if found != AFTER_ALL_KEYS:
             return found
     return _first_token_for_shard_nowrap(MIN_TOKEN, end, shard, shard_count, ignore_msb)
