@@ -129,7 +129,9 @@ class Row:
             object.__setattr__(self, "cells", MappingProxyType(dict(self.cells)))
 
     def __hash__(self) -> int:
-        return hash((self.clustering, self.liveness, self.deletion, tuple(self.cells.items())))
+        return hash(
+            (self.clustering, self.liveness, self.deletion, tuple(sorted(self.cells.items())))
+        )
 
     def timestamps_us(self) -> Iterator[int]:
         """Every write timestamp of the row: liveness, deletion, cells, collection tombstones."""
