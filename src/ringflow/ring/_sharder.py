@@ -32,7 +32,7 @@ def check_token(token: int) -> int:
 
 
 def check_sharding(shard_count: int, ignore_msb: int) -> None:
-    """Validate sharding parameters: 1 <= shard_count <= 65536, 0 <= ignore_msb <= 63."""
+    """Validate sharding: 1 <= shard_count <= 65536, 0 <= ignore_msb <= 63, no shard empty."""
     if not isinstance(shard_count, int) or isinstance(shard_count, bool):
         raise RingError(f"shard_count must be an int, got {shard_count!r}")
     if not 1 <= shard_count <= _MAX_SHARDS:
@@ -41,6 +41,13 @@ def check_sharding(shard_count: int, ignore_msb: int) -> None:
         raise RingError(f"ignore_msb must be an int, got {ignore_msb!r}")
     if not 0 <= ignore_msb <= 63:
         raise RingError(f"ignore_msb must be in 0..63, got {ignore_msb}")
+    # Ignoring the top ignore_msb bits leaves 2**(64 - ignore_msb) distinct positions; with more
+    # shards than that, some shard would own no token at all.
+    if shard_count > 2 ** (64 - ignore_msb):
+        raise RingError(
+            f"shard_count {shard_count} exceeds 2**(64 - ignore_msb) = {2 ** (64 - ignore_msb)}"
+            f" for ignore_msb {ignore_msb}: some shard would own no token"
+        )
 
 
 def unbias(token: int) -> int:

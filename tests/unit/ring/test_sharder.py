@@ -192,6 +192,10 @@ def test_range_too_small_for_every_shard_gives_its_end() -> None:
         (lambda: shard_of(MIN_TOKEN - 1, 3, 0), "outside the int64 range"),
         (lambda: token_for_next_shard(0, 3, 3, 0), "shard must be in 0..2, got 3"),
         (lambda: token_for_next_shard(0, 1, 3, 0, spans=0), "spans must be >= 1"),
+        # 64 shards but only 2 distinct positions once 63 top bits are ignored: a shard would
+        # own no token (this used to loop forever building the shard start table).
+        (lambda: token_for_next_shard(0, 1, 64, 63), "some shard would own no token"),
+        (lambda: shard_of(0, 3, 63), "exceeds 2\\*\\*\\(64 - ignore_msb\\) = 2"),
     ],
 )
 def test_bad_sharding_input_is_refused(call: object, message: str) -> None:
