@@ -1,0 +1,401 @@
+"""Base mutation → CDC log mutations: delta, pre-image and post-image rows, exactly as Scylla.
+
+Implements ``shared/reference/scylla-cdc.md`` §5 "How one base mutation becomes log rows",
+following Scylla's ``cdc/log.cc`` (``log_mutation_builder``, ``process_change_visitor``,
+``transformer::generate_image``) and ``docs/features/cdc/cdc-basic-operations.rst``,
+``cdc-advanced-types.rst``, ``cdc-preimages.rst``. Pure: the stream id and the random low bits of
+``cdc$time`` come in a :class:`CdcCapture` chosen once per base mutation by the coordinator, the
+clock comes as ``now_s``, pre-images come from the caller's read, so every replica builds
+byte-identical log rows.
+
+Rules (splitting and images: ``_log_split``, ``_log_images``):
+
+- One log mutation per timestamp bucket, in increasing timestamp order, all in partition
+  ``(stream_id,)``. Rows of a bucket share ``cdc$time = timeuuid(ts, low bits)`` and are
+  numbered by ``cdc$batch_seq_no`` from 0: pre-images, then one delta row per change (two for a
+  range deletion), then post-images; ``cdc$end_of_batch = true`` on the last row only.
+- Every row carries the base partition key columns and ``cdc$operation``. Delta rows of a row
+  carry its clustering key (a range bound row: the bound's prefix; unbounded = null);
+  ``cdc$ttl`` is the TTL of the row's last live TTL'd element (row marker, then columns by name).
+- Delta values (``delta: full``): a live cell's value; a dead cell ``cdc$deleted_X = true``; a
+  collection's tombstone ``cdc$deleted_X = true``, its dead cells' keys in
+  ``cdc$deleted_elements_X``, its live cells frozen in ``X`` (a list's keyed by timeuuid, a UDT
+  always written with unset fields null). ``delta: keys`` writes none of these.
+- An unbounded range end is logged with the inclusive operation (5 or 7), as Scylla represents
+  "unbounded" as an inclusive bound of the empty prefix.
+- Every log cell has the bucket's timestamp and expires ``ttl`` (cdc option) seconds after
+  ``now_s`` (``ttl == 0``: never). Like Scylla, log rows carry no row marker: the operation
+  cell keeps them alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ringflow.cdc._log_images import (
+    ImageState,
+    RowImage,
+    checked_image,
+    complex_delta,
+    image_columns,
+)
+from ringflow.cdc._log_input import is_static_key, normalize_mutation
+from ringflow.cdc._log_schema import (
+    END_OF_BATCH_COLUMN,
+    OPERATION_COLUMN,
+    TTL_COLUMN,
+    CdcOperation,
+    deleted_column_name,
+    deleted_elements_column_name,
+)
+from ringflow.cdc._log_split import (
+    Bucket,
+    Change,
+    PartitionDeletion,
+    RangeDeletion,
+    RowChange,
+    RowDeletion,
+    cell_ttl_s,
+    marker_ttl_s,
+    ordered_cells,
+    split_changes,
+)
+from ringflow.cdc._log_values import (
+    TRUE,
+    Clustering,
+    ClusteringKey,
+    bigint,
+    clustering_key,
+    int32,
+    key_set,
+    path_type,
+    tinyint,
+)
+from ringflow.errors import InvalidRequest
+from ringflow.schema import (
+    Cell,
+    ClusteringBound,
+    Column,
+    DeltaMode,
+    Mutation,
+    PreimageMode,
+    Row,
+    Table,
+    timeuuid_from_micros,
+)
+
+_STREAM_ID_SIZE = 16
+_LOW_BITS_LIMIT = 2**64
+
+_START_OPERATION = {
+    True: CdcOperation.RANGE_DELETE_START_INCLUSIVE,
+    False: CdcOperation.RANGE_DELETE_START_EXCLUSIVE,
+}
+_END_OPERATION = {
+    True: CdcOperation.RANGE_DELETE_END_INCLUSIVE,
+    False: CdcOperation.RANGE_DELETE_END_EXCLUSIVE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CdcCapture:
+    """What the coordinator draws once per base mutation: the stream and ``cdc$time``'s low bits."""
+
+    stream_id: bytes
+    timeuuid_low_bits: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream_id, bytes) or len(self.stream_id) != _STREAM_ID_SIZE:
+            raise InvalidRequest(f"a CDC stream id is 16 bytes, got {self.stream_id!r}")
+        low_bits = self.timeuuid_low_bits
+        if not isinstance(low_bits, int) or not 0 <= low_bits < _LOW_BITS_LIMIT:
+            raise InvalidRequest(
+                f"timeuuid low bits must be an unsigned 64-bit int, got {self.timeuuid_low_bits}"
+            )
+
+
+def _check_enabled(base: Table) -> None:
+    if not base.options.cdc.enabled:
+        raise InvalidRequest(f"CDC is not enabled on {base.keyspace}.{base.name}")
+
+
+def _images_enabled(base: Table) -> bool:
+    options = base.options.cdc
+    return options.preimage is not PreimageMode.OFF or options.postimage
+
+
+def _image_keys(base: Table, mutation: Mutation) -> list[Clustering]:
+    keys: list[Clustering] = [] if mutation.static_row is None else [()]
+    keys += [row.clustering for row in mutation.rows]
+    if mutation.partition_deletion is not None and not base.clustering_columns and () not in keys:
+        keys.append(())  # Scylla #26382: like a row deletion for images
+    return keys
+
+
+def image_rows_needed(base: Table, mutation: Mutation) -> list[Clustering]:
+    """The rows whose state before the write :func:`build_log_mutations` needs as ``preimage``.
+
+    Empty unless pre- or post-images are enabled. ``()`` first for the static row (in a table with
+    clustering columns; in one without, ``()`` is its only clustered row), then every clustered
+    row the mutation writes or deletes, in clustering order; range and partition deletions need
+    none, except a partition deletion in a table without clustering key (Scylla #26382).
+    """
+    _check_enabled(base)
+    if not _images_enabled(base):
+        return []
+    return _image_keys(base, normalize_mutation(base, mutation, clustering_key(base)))
+
+
+@dataclass(slots=True)
+class _BucketWriter:
+    """Scylla's ``log_mutation_builder`` for one bucket: allocates rows, fills columns."""
+
+    base: Table
+    log: Table
+    partition_key: tuple[bytes, ...]
+    rows: list[dict[str, bytes]]
+
+    def new_row(
+        self, operation: CdcOperation, clustering: Clustering | None = None
+    ) -> dict[str, bytes]:
+        values = {OPERATION_COLUMN: tinyint(operation)}
+        self._set_keys(values, self.base.partition_key_columns, self.partition_key)
+        if clustering is not None:
+            self._set_keys(values, self.base.clustering_columns, clustering)
+        self.rows.append(values)
+        return values
+
+    @staticmethod
+    def _set_keys(values: dict[str, bytes], columns: Iterable[Column], key: Clustering) -> None:
+        """Key columns of a (possibly partial) key prefix; the rest stay null."""
+        for column, value in zip(columns, key, strict=False):
+            values[column.name] = value
+
+    def finish(self, time: bytes, timestamp_us: int, ttl_s: int, now_s: int) -> tuple[Row, ...]:
+        if self.rows:
+            self.rows[-1][END_OF_BATCH_COLUMN] = TRUE
+        return tuple(
+            Row((time, int32(number)), None, None, self._cells(values, timestamp_us, ttl_s, now_s))
+            for number, values in enumerate(self.rows)
+        )
+
+    def _cells(
+        self, values: Mapping[str, bytes], timestamp_us: int, ttl_s: int, now_s: int
+    ) -> dict[str, Cell]:
+        cells: dict[str, Cell] = {}
+        for name, value in values.items():
+            if not self.log.has_column(name):
+                raise InvalidRequest(
+                    f"CDC log schema {self.log.keyspace}.{self.log.name} has no column {name!r}"
+                )
+            if ttl_s > 0:
+                cells[name] = Cell.expiring(timestamp_us, ttl_s, now_s, value)
+            else:
+                cells[name] = Cell.live(timestamp_us, value)
+        return cells
+
+
+# --- delta rows ---------------------------------------------------------------------------
+
+
+def _row_ttl_s(change: RowChange) -> int | None:
+    """Scylla's ``_ttl_column``: set by the marker, then by every live cell, in visit order."""
+    ttl_s: int | None = None
+    if change.marker is not None:
+        ttl_s = marker_ttl_s(change.marker) or None
+    for _, data in ordered_cells(change.cells):
+        cells = (data,) if isinstance(data, Cell) else data.cells
+        for cell in cells:
+            if not cell.is_tombstone:
+                ttl_s = cell_ttl_s(cell) or None
+    return ttl_s
+
+
+def _delta_values(base: Table, change: RowChange, values: dict[str, bytes]) -> None:
+    for name, data in change.cells.items():
+        if isinstance(data, Cell):
+            if data.is_tombstone:
+                values[deleted_column_name(name)] = TRUE
+            else:
+                values[name] = data.value
+            continue
+        column_type = base.column(name).type
+        delta = complex_delta(data)
+        if delta.column_deleted:
+            values[deleted_column_name(name)] = TRUE
+        if delta.deleted_keys:
+            keys = key_set(path_type(column_type), delta.deleted_keys)
+            values[deleted_elements_column_name(name)] = keys
+        added = delta.added_value(column_type)
+        if added is not None:
+            values[name] = added
+
+
+def _write_row_change(writer: _BucketWriter, change: RowChange) -> None:
+    operation = CdcOperation.INSERT if change.marker is not None else CdcOperation.UPDATE
+    values = writer.new_row(operation, change.clustering)
+    if writer.base.options.cdc.delta is DeltaMode.FULL:
+        _delta_values(writer.base, change, values)
+    ttl_s = _row_ttl_s(change)
+    if ttl_s is not None:
+        values[TTL_COLUMN] = bigint(ttl_s)
+
+
+def _write_range_bound(
+    writer: _BucketWriter, bound: ClusteringBound, operations: Mapping[bool, CdcOperation]
+) -> None:
+    writer.new_row(operations[bound.inclusive or bound.is_unbounded], bound.prefix)
+
+
+def _write_change(writer: _BucketWriter, change: Change) -> None:
+    if isinstance(change, RowChange):
+        _write_row_change(writer, change)
+    elif isinstance(change, RowDeletion):
+        writer.new_row(CdcOperation.ROW_DELETE, change.clustering)
+    elif isinstance(change, RangeDeletion):
+        _write_range_bound(writer, change.tombstone.start, _START_OPERATION)
+        _write_range_bound(writer, change.tombstone.end, _END_OPERATION)
+    elif isinstance(change, PartitionDeletion):
+        writer.new_row(CdcOperation.PARTITION_DELETE)
+
+
+# --- images -------------------------------------------------------------------------------
+
+
+def _write_image(
+    writer: _BucketWriter,
+    operation: CdcOperation,
+    clustering: Clustering | None,
+    state: Mapping[str, bytes | None] | None,
+    columns: Iterable[str],
+) -> None:
+    """Scylla's ``generate_image``: nothing for an absent row; null pre-image columns flagged."""
+    if state is None:
+        return
+    values = writer.new_row(operation, clustering)
+    for name in columns:
+        value = state.get(name)
+        if value is not None:
+            values[name] = value
+        elif operation is CdcOperation.PRE_IMAGE:
+            values[deleted_column_name(name)] = TRUE
+
+
+def _write_preimages(writer: _BucketWriter, bucket: Bucket, state: ImageState) -> None:
+    full = writer.base.options.cdc.preimage is PreimageMode.FULL
+    if bucket.affected_static:
+        columns = image_columns(writer.base, None) if full else sorted(bucket.affected_static)
+        _write_image(writer, CdcOperation.PRE_IMAGE, None, state.image(None), columns)
+    for clustering, affected in bucket.affected_rows:
+        columns = image_columns(writer.base, clustering) if full else sorted(affected)
+        image = state.image(clustering)
+        _write_image(writer, CdcOperation.PRE_IMAGE, clustering, image, columns)
+
+
+def _write_postimages(
+    writer: _BucketWriter,
+    bucket: Bucket,
+    state: ImageState,
+    override: Mapping[Clustering, RowImage] | None,
+) -> None:
+    keys: list[Clustering | None] = [None] if bucket.affected_static else []
+    keys += [clustering for clustering, _ in bucket.affected_rows]
+    for clustering in keys:
+        image: Mapping[str, bytes | None] | None = state.image(clustering)
+        if override is not None:
+            image = override.get(() if clustering is None else clustering)
+        columns = image_columns(writer.base, clustering)
+        _write_image(writer, CdcOperation.POST_IMAGE, clustering, image, columns)
+
+
+# --- the whole mutation -------------------------------------------------------------------
+
+
+def _selected_static(base: Table, mutation: Mutation) -> set[str]:
+    """The static columns Scylla's pre-image read selects (``pre_image_select``)."""
+    if mutation.static_row is None:
+        return set()
+    options = base.options.cdc
+    if options.postimage or options.preimage is PreimageMode.FULL:
+        return set(image_columns(base, None))
+    return set(mutation.static_row.cells)
+
+
+def _initial_state(
+    base: Table,
+    mutation: Mutation,
+    preimage: Mapping[Clustering, RowImage],
+    key: ClusteringKey,
+) -> ImageState:
+    state = ImageState(base, key)
+    for clustering in _image_keys(base, mutation):
+        image = preimage.get(clustering)
+        if image is None:
+            continue
+        values = checked_image(base, clustering, image)
+        if is_static_key(base, clustering):
+            selected = _selected_static(base, mutation)
+            state.static = {name: value for name, value in values.items() if name in selected}
+        else:
+            state.rows[clustering] = values
+    return state
+
+
+def _check_log(base: Table, log: Table) -> None:
+    if (log.keyspace, log.name) != (base.keyspace, base.cdc_log_name):
+        raise InvalidRequest(
+            f"{log.keyspace}.{log.name} is not the CDC log of {base.keyspace}.{base.name}"
+        )
+
+
+def _bucket_rows(
+    writer: _BucketWriter,
+    bucket: Bucket,
+    state: ImageState,
+    postimage: Mapping[Clustering, RowImage] | None,
+) -> None:
+    options = writer.base.options.cdc
+    if options.preimage is not PreimageMode.OFF:
+        _write_preimages(writer, bucket, state)
+    for change in bucket.changes:
+        _write_change(writer, change)
+        state.apply(change)
+    if options.postimage:
+        _write_postimages(writer, bucket, state, postimage)
+
+
+def build_log_mutations(
+    base: Table,
+    log: Table,
+    mutation: Mutation,
+    capture: CdcCapture,
+    now_s: int,
+    preimage: Mapping[Clustering, RowImage] | None = None,
+    postimage: Mapping[Clustering, RowImage] | None = None,
+) -> list[Mutation]:
+    """The log mutations for one base mutation: one per timestamp bucket, increasing.
+
+    ``preimage`` holds the state before the write of the rows :func:`image_rows_needed` lists
+    (absent key = the row did not exist; absent column = null; values in the log column's type,
+    see :data:`RowImage`). Post-images are computed from it the way Scylla does (pre-image ⊕
+    deltas, bucket by bucket); ``postimage``, if given, replaces the post-image rows of the last
+    bucket (a key absent there = no post-image row), for callers that read the row back instead.
+    An empty or change-less mutation gives ``[]``. Malformed input raises InvalidRequest.
+    """
+    _check_enabled(base)
+    _check_log(base, log)
+    key = clustering_key(base)
+    normal = normalize_mutation(base, mutation, key)
+    buckets = split_changes(base, normal, key)
+    state = _initial_state(base, normal, preimage or {}, key)
+    ttl_s = base.options.cdc.ttl_s
+    result: list[Mutation] = []
+    for index, bucket in enumerate(buckets):
+        writer = _BucketWriter(base, log, normal.partition_key, [])
+        last_override = postimage if index == len(buckets) - 1 else None
+        _bucket_rows(writer, bucket, state, last_override)
+        time = timeuuid_from_micros(bucket.timestamp_us, capture.timeuuid_low_bits).bytes
+        rows = writer.finish(time, bucket.timestamp_us, ttl_s, now_s)
+        result.append(Mutation(log.keyspace, log.name, (capture.stream_id,), rows=rows))
+    return result
