@@ -1,0 +1,479 @@
+"""Rows of the system tables, as mutations: ``system.local``/``peers``/``cdc_local`` and the
+``system_schema`` rows that describe a schema to drivers, cqlsh and CDC clients.
+
+Pure: every timestamp is an argument; values are serialized with the codec. Definitions live in
+``_system_tables``. Sources: Scylla ``db/schema_tables.cc`` (``add_table_params_to_mutations``,
+``make_table_mutations``, ``add_dropped_column_to_schema_mutation``), Cassandra 3.0
+``SchemaKeyspace`` (column ``kind``/``position``/``clustering_order`` conventions), the Scylla
+driver's ``SchemaParserV3`` and control connection (what is read), scylla-cdc.md §5 "Options"
+(``cdc`` extension bytes) and §6 (``system.cdc_local``). Rules:
+
+- ``release_version`` is Scylla's ``3.0.8``: the driver then picks ``SchemaParserV3``
+  (``get_schema_parser``: ``>= 3.0.0`` and ``< 4-a``), which reads exactly the Scylla layout
+  defined here and never asks for ``system_virtual_schema``; ``4.x`` would select
+  ``SchemaParserV4``, whose options (``additional_write_policy``, ``read_repair``) Scylla has not.
+- A row is written like a CQL ``INSERT``: a row marker plus one cell per non-null value, all at
+  the given timestamp. A non-frozen collection replaces its old elements (a collection tombstone
+  at ``timestamp - 1``). A ``None`` value leaves the column as it is.
+- ``system_schema`` partitions (one per keyspace and schema table) are rewritten whole: a
+  partition deletion at ``timestamp - 1`` and the current rows at ``timestamp``, so a dropped
+  table, column or type disappears and replaying older schema rows changes nothing. Timestamps
+  must therefore increase from one schema version to the next.
+- Local deletion times are the timestamp's second.
+- Table option values are Scylla's defaults for what ringflow does not model (bloom filter,
+  compression, ...); ``flags`` is ``{'compound'}``, without which the driver treats a table as
+  COMPACT STORAGE and drops its clustering key. CDC log tables get caching disabled, as Scylla
+  gives them; their TimeWindowCompactionStrategy map comes from the caller (``compaction``),
+  which owns the TTL rule (``ringflow.cdc.cdc_log_compaction_options``).
+- The ``cdc`` extension is written when a table's cdc options differ from the defaults, as the
+  bytes of Scylla's ``cdc_extension``: little-endian int32 count, then per entry (sorted by key)
+  LE-int32-length-prefixed key and value.
+- Dropped columns record UDTs expanded to tuples, as Cassandra and Scylla do, and the drop time
+  in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ringflow.schema._codec import cells_from_collection_value, encode_clustering, serialize
+from ringflow.schema._errors import SchemaError
+from ringflow.schema._migrations import SchemaState
+from ringflow.schema._mutation import Cell, ComplexColumn, DeletionTime, LivenessInfo, Mutation, Row
+from ringflow.schema._system_tables import (
+    SYSTEM_KEYSPACE_NAME,
+    SYSTEM_KEYSPACES,
+    SYSTEM_SCHEMA_KEYSPACE_NAME,
+    SYSTEM_SCHEMA_TABLE_NAMES,
+    SYSTEM_TABLES,
+    system_table,
+)
+from ringflow.schema._table import CDC_LOG_SUFFIX, CdcOptions, Column, ColumnKind, Keyspace, Table
+from ringflow.schema._types import CqlType, ListType, MapType, SetType, TupleType, UserType
+
+RELEASE_VERSION = "3.0.8"
+"""What ringflow reports as its Cassandra release: Scylla's value (see the module docstring)."""
+
+CQL_VERSION = "3.4.5"
+"""Must equal what the CQL layer advertises in SUPPORTED (``ringflow.cql.CQL_VERSION``)."""
+
+NATIVE_PROTOCOL_VERSION = "4"
+MURMUR3_PARTITIONER = "org.apache.cassandra.dht.Murmur3Partitioner"
+BOOTSTRAP_COMPLETED = "COMPLETED"
+LOCAL_KEY = "local"
+CDC_LOCAL_GENERATION_KEY = "cdc_local"
+CDC_LOCAL_REWRITTEN_KEY = "rewritten"
+REPLICATION_CLASS_PREFIX = "org.apache.cassandra.locator."
+
+DEFAULT_COMPACTION: Mapping[str, str] = {"class": "SizeTieredCompactionStrategy"}
+DEFAULT_CACHING: Mapping[str, str] = {"keys": "ALL", "rows_per_partition": "ALL"}
+DISABLED_CACHING: Mapping[str, str] = {
+    "enabled": "false",
+    "keys": "NONE",
+    "rows_per_partition": "NONE",
+}
+DEFAULT_COMPRESSION: Mapping[str, str] = {
+    "sstable_compression": "org.apache.cassandra.io.compress.LZ4Compressor"
+}
+_FIXED_TABLE_OPTIONS: Mapping[str, object] = {
+    "bloom_filter_fp_chance": 0.01,
+    "compression": DEFAULT_COMPRESSION,
+    "crc_check_chance": 1.0,
+    "dclocal_read_repair_chance": 0.0,
+    "max_index_interval": 2048,
+    "memtable_flush_period_in_ms": 0,
+    "min_index_interval": 128,
+    "read_repair_chance": 0.0,
+    "speculative_retry": "99.0PERCENTILE",
+}
+_COMPOUND_FLAGS = frozenset({"compound"})
+_INT32_LE = struct.Struct("<i")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address | str
+CompactionFor = Callable[[Table], Mapping[str, str]]
+"""The ``compaction`` map of a table's ``system_schema.tables`` row."""
+
+
+def default_compaction(table: Table) -> Mapping[str, str]:
+    return DEFAULT_COMPACTION
+
+
+# --- generic ---------------------------------------------------------------------------------
+
+
+def table_mutation(
+    table: Table,
+    rows: Sequence[Mapping[str, object]],
+    timestamp_us: int,
+    *,
+    partition: Mapping[str, object] | None = None,
+    replace_partition: bool = False,
+) -> Mutation:
+    """One partition of ``table`` holding ``rows`` (column name → Python value), written at
+    ``timestamp_us`` as an INSERT would. The partition key values come from ``partition`` or
+    else from the rows, which must all agree on them; ``replace_partition`` also deletes what
+    the partition held before (at ``timestamp_us - 1``). SchemaError on unknown columns,
+    missing key values, disagreeing partition keys or duplicate clustering keys."""
+    where = f"{table.keyspace}.{table.name}"
+    source = partition if partition is not None else (rows[0] if rows else None)
+    if source is None:
+        raise SchemaError(f"{where}: a mutation needs partition key values or rows")
+    key_columns = table.partition_key_columns
+    partition_key = tuple(_key_value(where, column, source) for column in key_columns)
+    for values in rows:
+        if tuple(_key_value(where, column, values) for column in key_columns) != partition_key:
+            raise SchemaError(f"{where}: rows of one mutation must share the partition key")
+    built = [_row(where, table, values, timestamp_us) for values in rows]
+    order = [(column.type, column.order) for column in table.clustering_columns]
+    keyed = sorted(((encode_clustering(order, row.clustering), row) for row in built), key=_first)
+    if len({key for key, _ in keyed}) != len(keyed):
+        raise SchemaError(f"{where}: two rows with the same clustering key")
+    deletion = _deletion(timestamp_us - 1, timestamp_us) if replace_partition else None
+    return Mutation(
+        table.keyspace,
+        table.name,
+        partition_key,
+        partition_deletion=deletion,
+        rows=tuple(row for _, row in keyed),
+    )
+
+
+def _first(pair: tuple[bytes, Row]) -> bytes:
+    return pair[0]
+
+
+def _deletion(marked_at_us: int, timestamp_us: int) -> DeletionTime:
+    return DeletionTime(marked_at_us, timestamp_us // 1_000_000)
+
+
+def _key_value(where: str, column: Column, values: Mapping[str, object]) -> bytes:
+    value = values.get(column.name)
+    if value is None:
+        raise SchemaError(f"{where}: missing value for key column {column.name!r}")
+    return serialize(column.type, value, column.name)
+
+
+def _row(where: str, table: Table, values: Mapping[str, object], timestamp_us: int) -> Row:
+    cells: dict[str, Cell | ComplexColumn] = {}
+    for name, value in values.items():
+        column = table.column(name)
+        if column.is_primary_key or value is None:
+            continue
+        if column.kind is ColumnKind.STATIC:
+            raise SchemaError(f"{where}: static column {name!r} is not supported here")
+        cells[name] = _cell(column, value, timestamp_us)
+    clustering = tuple(_key_value(where, column, values) for column in table.clustering_columns)
+    return Row(clustering, LivenessInfo(timestamp_us), None, cells)
+
+
+def _cell(column: Column, value: object, timestamp_us: int) -> Cell | ComplexColumn:
+    serialized = serialize(column.type, value, column.name)
+    if not column.type.is_multicell:
+        return Cell.live(timestamp_us, serialized)
+    if isinstance(column.type, ListType):
+        raise SchemaError(f"non-frozen list column {column.name!r} is not supported here")
+    elements = cells_from_collection_value(column.type, serialized, column.name)
+    return ComplexColumn(
+        tuple(Cell.live(timestamp_us, element, path) for path, element in elements),
+        _deletion(timestamp_us - 1, timestamp_us),
+    )
+
+
+# --- system.local, system.peers, system.cdc_local -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """What ``system.local`` and ``system.peers`` say about one node.
+
+    ``broadcast_address`` is the internode address (``peer`` in ``system.peers``),
+    ``rpc_address`` the CQL address clients connect to; ``tokens`` are Murmur3 tokens.
+    """
+
+    host_id: uuid.UUID
+    broadcast_address: Address
+    rpc_address: Address
+    data_center: str
+    rack: str
+    tokens: tuple[int, ...]
+    schema_version: uuid.UUID
+    release_version: str = RELEASE_VERSION
+
+    def _common_columns(self) -> dict[str, object]:
+        return {
+            "data_center": self.data_center,
+            "host_id": self.host_id,
+            "rack": self.rack,
+            "release_version": self.release_version,
+            "rpc_address": self.rpc_address,
+            "schema_version": self.schema_version,
+            "tokens": frozenset(str(token) for token in self.tokens),
+        }
+
+
+def local_row(
+    node: NodeRow,
+    *,
+    cluster_name: str,
+    timestamp_us: int,
+    listen_address: Address | None = None,
+    gossip_generation: int | None = None,
+    cql_version: str = CQL_VERSION,
+    partitioner: str = MURMUR3_PARTITIONER,
+) -> Mutation:
+    """The ``system.local`` row (key ``'local'``) the control connection and cqlsh read.
+
+    ``listen_address`` defaults to the broadcast address; a ``None`` gossip generation leaves
+    the stored one untouched.
+    """
+    values = {
+        "key": LOCAL_KEY,
+        "bootstrapped": BOOTSTRAP_COMPLETED,
+        "broadcast_address": node.broadcast_address,
+        "cluster_name": cluster_name,
+        "cql_version": cql_version,
+        "gossip_generation": gossip_generation,
+        "listen_address": node.broadcast_address if listen_address is None else listen_address,
+        "native_protocol_version": NATIVE_PROTOCOL_VERSION,
+        "partitioner": partitioner,
+        **node._common_columns(),
+    }
+    return table_mutation(_system("local"), [values], timestamp_us)
+
+
+def peer_row(node: NodeRow, *, timestamp_us: int, preferred_ip: Address | None = None) -> Mutation:
+    """The ``system.peers`` row of another node (partition ``peer = broadcast_address``)."""
+    values = {"peer": node.broadcast_address, "preferred_ip": preferred_ip}
+    return table_mutation(_system("peers"), [{**values, **node._common_columns()}], timestamp_us)
+
+
+def peer_removal(peer: Address, *, timestamp_us: int) -> Mutation:
+    """Delete a node's ``system.peers`` row (it left the ring)."""
+    return Mutation(
+        SYSTEM_KEYSPACE_NAME,
+        "peers",
+        (serialize(_system("peers").column("peer").type, peer, "peer"),),
+        partition_deletion=_deletion(timestamp_us, timestamp_us),
+    )
+
+
+def cdc_local_row(
+    streams_timestamp_ms: int,
+    generation_uuid: uuid.UUID | None,
+    *,
+    timestamp_us: int,
+    key: str = CDC_LOCAL_GENERATION_KEY,
+) -> Mutation:
+    """The ``system.cdc_local`` row persisting the generation this node gossips (scylla-cdc.md
+    §6): its timestamp in ms and, for a v2 generation, its UUID."""
+    values = {"key": key, "streams_timestamp": streams_timestamp_ms, "uuid": generation_uuid}
+    return table_mutation(_system("cdc_local"), [values], timestamp_us)
+
+
+def cdc_rewritten_row(*, timestamp_us: int) -> Mutation:
+    """The ``system.cdc_local`` row keyed ``'rewritten'``: the v1 -> v2 streams rewrite is done.
+    A row marker only; consumers test for the row's existence."""
+    return table_mutation(_system("cdc_local"), [{"key": CDC_LOCAL_REWRITTEN_KEY}], timestamp_us)
+
+
+def _system(name: str) -> Table:
+    return system_table(SYSTEM_KEYSPACE_NAME, name)
+
+
+# --- system_schema ---------------------------------------------------------------------------
+
+
+def system_schema_mutations(
+    state: SchemaState,
+    timestamp_us: int,
+    *,
+    include_system_keyspaces: bool = True,
+    compaction: CompactionFor = default_compaction,
+) -> list[Mutation]:
+    """Every ``system_schema`` partition describing ``state`` (and, by default, the system
+    keyspaces themselves, as Scylla lists them): for each keyspace and each schema table, one
+    mutation replacing the partition. CDC log tables are ordinary tables here."""
+    keyspaces = dict(state.keyspaces)
+    tables = dict(state.tables)
+    if include_system_keyspaces:
+        keyspaces.update(SYSTEM_KEYSPACES)
+        tables.update(SYSTEM_TABLES)
+    mutations: list[Mutation] = []
+    for name in sorted(keyspaces):
+        in_keyspace = [tables[key] for key in sorted(tables) if key[0] == name]
+        rows = _keyspace_schema_rows(state, keyspaces[name], in_keyspace, compaction)
+        for table_name in SYSTEM_SCHEMA_TABLE_NAMES:
+            mutations.append(
+                table_mutation(
+                    system_table(SYSTEM_SCHEMA_KEYSPACE_NAME, table_name),
+                    rows.get(table_name, ()),
+                    timestamp_us,
+                    partition={"keyspace_name": name},
+                    replace_partition=True,
+                )
+            )
+    return mutations
+
+
+def dropped_keyspace_mutations(keyspace: str, timestamp_us: int) -> list[Mutation]:
+    """Delete a dropped keyspace's partition from every ``system_schema`` table."""
+    key_type = system_table(SYSTEM_SCHEMA_KEYSPACE_NAME, "keyspaces").column("keyspace_name").type
+    partition_key = (serialize(key_type, keyspace, "keyspace_name"),)
+    deletion = _deletion(timestamp_us, timestamp_us)
+    return [
+        Mutation(SYSTEM_SCHEMA_KEYSPACE_NAME, name, partition_key, partition_deletion=deletion)
+        for name in SYSTEM_SCHEMA_TABLE_NAMES
+    ]
+
+
+def _keyspace_schema_rows(
+    state: SchemaState,
+    keyspace: Keyspace,
+    tables: Sequence[Table],
+    compaction: CompactionFor,
+) -> dict[str, list[dict[str, object]]]:
+    name = keyspace.name
+    return {
+        "keyspaces": [
+            {
+                "keyspace_name": name,
+                "durable_writes": keyspace.durable_writes,
+                "replication": replication_map(keyspace.replication),
+            }
+        ],
+        "types": [_type_row(name, user_type) for user_type in keyspace.user_types.values()],
+        "tables": [_table_row(table, compaction) for table in tables],
+        "columns": [_column_row(table, column) for table in tables for column in table.columns],
+        "dropped_columns": [
+            _dropped_column_row(table, dropped.name, dropped.type, dropped.dropped_at_us)
+            for table in tables
+            for dropped in state.dropped_columns_of(name, table.name)
+        ],
+    }
+
+
+def replication_map(replication: Mapping[str, str]) -> dict[str, str]:
+    """The stored replication map: the strategy class spelled in full, as Cassandra stores it."""
+    stored = {str(key): str(value) for key, value in replication.items()}
+    if "." not in stored["class"]:
+        stored["class"] = REPLICATION_CLASS_PREFIX + stored["class"]
+    return stored
+
+
+def _type_row(keyspace: str, user_type: UserType) -> dict[str, object]:
+    return {
+        "keyspace_name": keyspace,
+        "type_name": user_type.name,
+        "field_names": list(user_type.field_names),
+        "field_types": [field_type.cql_name() for field_type in user_type.field_types],
+    }
+
+
+def _table_row(table: Table, compaction: CompactionFor) -> dict[str, object]:
+    is_log = table.name.endswith(CDC_LOG_SUFFIX)
+    extensions: dict[str, bytes] = {}
+    if table.options.cdc != CdcOptions():
+        extensions["cdc"] = cdc_extension_bytes(table.options.cdc)
+    return {
+        **_FIXED_TABLE_OPTIONS,
+        "keyspace_name": table.keyspace,
+        "table_name": table.name,
+        "caching": DISABLED_CACHING if is_log else DEFAULT_CACHING,
+        "comment": table.options.comment,
+        "compaction": dict(compaction(table)),
+        "default_time_to_live": table.options.default_time_to_live_s,
+        "extensions": extensions,
+        "flags": _COMPOUND_FLAGS,
+        "gc_grace_seconds": table.options.gc_grace_seconds,
+        "id": table.id,
+    }
+
+
+def _column_row(table: Table, column: Column) -> dict[str, object]:
+    keyed = column.is_primary_key
+    return {
+        "keyspace_name": table.keyspace,
+        "table_name": table.name,
+        "column_name": column.name,
+        "clustering_order": (
+            column.order.value if column.kind is ColumnKind.CLUSTERING else "none"
+        ),
+        "column_name_bytes": column.name.encode("utf-8"),
+        "kind": column.kind.value,
+        "position": column.position if keyed else -1,
+        "type": column.type.cql_name(),
+    }
+
+
+def _dropped_column_row(
+    table: Table, name: str, cql_type: CqlType, dropped_at_us: int
+) -> dict[str, object]:
+    return {
+        "keyspace_name": table.keyspace,
+        "table_name": table.name,
+        "column_name": name,
+        "dropped_time": dropped_at_us // 1000,
+        "type": expand_user_types(cql_type).cql_name(),
+    }
+
+
+def expand_user_types(cql_type: CqlType) -> CqlType:
+    """``cql_type`` with every UDT replaced by the tuple of its fields (Cassandra's
+    ``expandUserTypes``), so a dropped column's type outlives its UDT."""
+    if isinstance(cql_type, UserType):
+        return TupleType(tuple(expand_user_types(field) for field in cql_type.field_types))
+    if isinstance(cql_type, TupleType):
+        return TupleType(tuple(expand_user_types(element) for element in cql_type.elements))
+    if isinstance(cql_type, ListType):
+        return ListType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, SetType):
+        return SetType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, MapType):
+        key, value = expand_user_types(cql_type.key), expand_user_types(cql_type.value)
+        return MapType(key, value, cql_type.frozen)
+    return cql_type
+
+
+# --- the cdc extension -----------------------------------------------------------------------
+
+
+def cdc_extension_bytes(options: CdcOptions) -> bytes:
+    """Scylla's serialized ``cdc`` schema extension: LE int32 count, then LE-int32-length-
+    prefixed UTF-8 key and value per entry, in key order (``std::map``)."""
+    entries = sorted(options.to_map().items())
+    parts = [_INT32_LE.pack(len(entries))]
+    for key, value in entries:
+        for text in (key, value):
+            encoded = text.encode("utf-8")
+            parts += [_INT32_LE.pack(len(encoded)), encoded]
+    return b"".join(parts)
+
+
+def parse_cdc_extension(data: bytes) -> dict[str, str]:
+    """The option map in a ``cdc`` extension blob (the reading side, as scylla-cdc-go's
+    ``parseStringMap``). SchemaError on malformed bytes."""
+    position = 0
+
+    def take(size: int) -> bytes:
+        nonlocal position
+        if size < 0 or position + size > len(data):
+            raise SchemaError(f"malformed cdc extension: {data!r}")
+        chunk = data[position : position + size]
+        position += size
+        return chunk
+
+    def take_int() -> int:
+        value: int = _INT32_LE.unpack(take(4))[0]
+        return value
+
+    entries = {}
+    for _ in range(take_int()):
+        key = take(take_int()).decode("utf-8")
+        entries[key] = take(take_int()).decode("utf-8")
+    if position != len(data):
+        raise SchemaError(f"malformed cdc extension: trailing bytes in {data!r}")
+    return entries
