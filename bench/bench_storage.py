@@ -1,0 +1,276 @@
+"""Storage benchmarks: write throughput with and without CDC, and token-range scans.
+
+Run with the project venv: ``.venv/bin/python bench/bench_storage.py [--quick] [--profile]``.
+Figures (targets from the brief):
+
+* single-row inserts/s into one store (one COMMIT, one fsync per row);
+* rows/s with batched commits of 100 single-row mutations, for CDC off, CDC delta, and CDC with
+  pre- and post-images; printed with the ratio of time per row to CDC off (target: CDC delta
+  <= 1.5x CDC off; >= 20,000 rows/s CDC off). "CDC delta, log prebuilt" hands the store the
+  log mutations built beforehand, which separates the store's cost of CDC (writing the log rows
+  in the same transaction) from the log builder's;
+* token-range scan rows/s over 1,000,000 rows (100,000 partitions x 10 rows), bulk-loaded
+  straight into the store's layout so that the load does not dominate the run.
+
+Write contenders run in alternating rounds on fresh stores (``synchronous=FULL``, the default)
+and each keeps its best round, so a busy shared machine slows them alike. ``--profile`` prints
+the top of a cProfile of the CDC-images path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import platform
+import pstats
+import sqlite3
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import msgpack
+
+from ringflow.cdc._log_rows import CdcCapture, build_log_mutations
+from ringflow.cdc._log_schema import cdc_log_table
+from ringflow.ring import MIN_TOKEN, murmur3_tokens
+from ringflow.schema import (
+    BIGINT,
+    INT,
+    NO_DELETION_TIME,
+    NO_TIMESTAMP,
+    TEXT,
+    CdcOptions,
+    Cell,
+    ClusteringOrder,
+    LivenessInfo,
+    Mutation,
+    PreimageMode,
+    Row,
+    Table,
+    TableOptions,
+)
+from ringflow.schema._codec import clustering_encoder, serialize
+from ringflow.storage import Store, StoreLimits
+from ringflow.storage._keys import row_key
+from ringflow.storage._sqlite_layout import KIND_CELL, KIND_CLUSTERING, KIND_LIVENESS, UPSERT_ATOM
+
+NOW_S = 1_700_000_000
+BATCH_ROWS = 100
+
+
+def table(name: str, cdc: CdcOptions) -> Table:
+    return Table.create(
+        "bench",
+        name,
+        partition_key=[("pk", BIGINT)],
+        clustering=[("ck", INT, ClusteringOrder.ASC)],
+        regular=[("v", TEXT), ("n", BIGINT)],
+        options=TableOptions(cdc=cdc),
+        table_id=uuid.uuid5(uuid.NAMESPACE_DNS, name),
+    )
+
+
+MODES = {
+    "CDC off": table("cdc_off", CdcOptions()),
+    "CDC delta": table("cdc_delta", CdcOptions(enabled=True)),
+    "CDC pre+post images": table(
+        "cdc_images", CdcOptions(enabled=True, preimage=PreimageMode.CHANGED, postimage=True)
+    ),
+}
+
+
+def row_mutation(base: Table, index: int) -> Mutation:
+    """An INSERT of one row: marker, a text and a bigint cell (a new partition each)."""
+    timestamp_us = NOW_S * 1_000_000 + index
+    cells = {
+        "v": Cell.live(timestamp_us, serialize(TEXT, f"value number {index}")),
+        "n": Cell.live(timestamp_us, serialize(BIGINT, index)),
+    }
+    row = Row((serialize(INT, index % 16),), LivenessInfo(timestamp_us), None, cells)
+    return Mutation(base.keyspace, base.name, (serialize(BIGINT, index),), rows=(row,))
+
+
+def open_store(directory: Path, base: Table, synchronous: str = "FULL") -> Store:
+    store = Store(directory / f"{uuid.uuid4()}.sqlite", synchronous=synchronous)  # type: ignore[arg-type]
+    store.register_table(base)
+    if base.options.cdc.enabled:
+        store.register_table(cdc_log_table(base))
+    return store
+
+
+Batch = tuple[list[Mutation], dict[int, CdcCapture] | None]
+
+
+def batches(base: Table, row_count: int, batch_rows: int) -> list[Batch]:
+    result: list[Batch] = []
+    for start in range(0, row_count, batch_rows):
+        indexes = range(start, start + batch_rows)
+        mutations = [row_mutation(base, index) for index in indexes]
+        captures = None
+        if base.options.cdc.enabled:
+            captures = {
+                position: CdcCapture(index.to_bytes(16, "big"), index)
+                for position, index in enumerate(indexes)
+            }
+        result.append((mutations, captures))
+    return result
+
+
+def prebuilt_log_batches(base: Table, row_count: int, batch_rows: int) -> list[Batch]:
+    """The CDC-delta batches with their log rows built beforehand (the coordinator's job in
+    ARCHITECTURE.md step 3): the store only writes base and log mutations together."""
+    log = cdc_log_table(base)
+    result: list[Batch] = []
+    for mutations, captures in batches(base, row_count, batch_rows):
+        assert captures is not None
+        logs = [
+            log_mutation
+            for position, mutation in enumerate(mutations)
+            for log_mutation in build_log_mutations(base, log, mutation, captures[position], NOW_S)
+        ]
+        result.append((mutations + logs, None))
+    return result
+
+
+def run_batches(store: Store, work: list[Batch]) -> None:
+    for mutations, captures in work:
+        store.apply(mutations, now_s=NOW_S, cdc=captures)
+
+
+def timed(directory: Path, base: Table, work: list[Batch], synchronous: str = "FULL") -> float:
+    store = open_store(directory, base, synchronous)
+    start = time.perf_counter()
+    run_batches(store, work)
+    elapsed = time.perf_counter() - start
+    store.close()
+    return elapsed
+
+
+def bench_writes(directory: Path, row_count: int, rounds: int) -> dict[str, float]:
+    title = f"Batched commits of {BATCH_ROWS} rows ({row_count:,} rows per round"
+    print(f"\n## {title}, best of {rounds})")
+    work = {mode: batches(base, row_count, BATCH_ROWS) for mode, base in MODES.items()}
+    tables = dict(MODES)
+    prebuilt = "CDC delta, log prebuilt"
+    tables[prebuilt] = MODES["CDC delta"]
+    work[prebuilt] = prebuilt_log_batches(MODES["CDC delta"], row_count, BATCH_ROWS)
+    best = dict.fromkeys(tables, math.inf)
+    for _ in range(rounds):
+        for mode, base in tables.items():
+            best[mode] = min(best[mode], timed(directory, base, work[mode]))
+    rates = {mode: row_count / seconds for mode, seconds in best.items()}
+    for mode, rate in rates.items():
+        ratio = best[mode] / best["CDC off"]
+        print(f"  {mode:<26} {rate:10,.0f} rows/s   time per row {ratio:5.2f}x CDC off")
+    return rates
+
+
+def bench_single_rows(directory: Path, row_count: int) -> None:
+    print(f"\n## Single-row inserts ({row_count:,} commits of one row, CDC off)")
+    base = MODES["CDC off"]
+    for synchronous in ("FULL", "NORMAL"):
+        seconds = timed(directory, base, batches(base, row_count, 1), synchronous)
+        print(f"  synchronous={synchronous:<6} {row_count / seconds:10,.0f} rows/s")
+
+
+def bulk_load(store_path: Path, base: Table, partitions: int, rows_per_partition: int) -> None:
+    """Write rows straight into the layout (what ``apply`` would write, without validation)."""
+    with Store(store_path) as store:
+        store.register_table(base)
+    connection = sqlite3.connect(store_path, isolation_level=None)
+    connection.execute("PRAGMA synchronous=NORMAL")
+    (tid,) = connection.execute("SELECT tid FROM _tables").fetchone()
+    encoder = clustering_encoder(((INT, ClusteringOrder.ASC),))
+    keys = [serialize(BIGINT, n) for n in range(partitions)]
+    tokens = murmur3_tokens(keys).tolist()
+    clustering = [(serialize(INT, c),) for c in range(rows_per_partition)]
+    cks = [row_key(encoder, c) for c in clustering]
+    packed = [msgpack.packb(c, use_bin_type=True) for c in clustering]
+    order = sorted(range(partitions), key=lambda n: (tokens[n], keys[n]))
+    connection.execute("BEGIN")
+    chunk: list[tuple[object, ...]] = []
+    for n in order:
+        token, pk = tokens[n], keys[n]
+        for c in range(rows_per_partition):
+            ts = NOW_S * 1_000_000
+            head = (tid, token, pk, cks[c])
+            chunk.append(
+                (*head, KIND_CLUSTERING, "", b"", NO_TIMESTAMP, 0, NO_DELETION_TIME, packed[c])
+            )
+            chunk.append((*head, KIND_LIVENESS, "", b"", ts, 0, NO_DELETION_TIME, b""))
+            chunk.append((*head, KIND_CELL, "n", b"", ts, 0, NO_DELETION_TIME, pk))
+            chunk.append((*head, KIND_CELL, "v", b"", ts, 0, NO_DELETION_TIME, b"value %d" % c))
+        if len(chunk) >= 200_000:
+            connection.executemany(UPSERT_ATOM, chunk)
+            chunk = []
+    connection.executemany(UPSERT_ATOM, chunk)
+    connection.execute("COMMIT")
+    connection.close()
+
+
+def bench_scan(directory: Path, partitions: int, rows_per_partition: int, rounds: int) -> None:
+    total = partitions * rows_per_partition
+    print(
+        f"\n## Token-range scan ({total:,} rows: {partitions:,} partitions x {rows_per_partition})"
+    )
+    base = MODES["CDC off"]
+    path = directory / "scan.sqlite"
+    start = time.perf_counter()
+    bulk_load(path, base, partitions, rows_per_partition)
+    print(f"  bulk load: {time.perf_counter() - start:.1f} s")
+    store = Store(path, limits=StoreLimits(max_page_size_rows=10_000))
+    best = math.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        seen, state = 0, None
+        while True:
+            page = store.scan(
+                base, MIN_TOKEN, MIN_TOKEN, page_size=10_000, paging_state=state, now_s=NOW_S
+            )
+            seen += len(page.rows)
+            state = page.paging_state
+            if state is None:
+                break
+        best = min(best, time.perf_counter() - start)
+        assert seen == total, seen
+    print(f"  full-ring scan, pages of 10,000: {total / best:10,.0f} rows/s ({best:.1f} s)")
+    start = time.perf_counter()
+    rows = store.read_partition(base, (serialize(BIGINT, 7),), now_s=NOW_S)
+    assert len(rows) == rows_per_partition and rows[3].values["v"] == b"value 3"
+    print(f"  one partition read: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    store.close()
+
+
+def profile_cdc(directory: Path, row_count: int) -> None:
+    base = MODES["CDC pre+post images"]
+    work = batches(base, row_count, BATCH_ROWS)
+    store = open_store(directory, base)
+    profiler = cProfile.Profile()
+    profiler.runcall(run_batches, store, work)
+    store.close()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
+    parser.add_argument("--profile", action="store_true", help="cProfile the CDC-images path")
+    args = parser.parse_args()
+    print(f"# storage bench, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {platform.machine()}"
+    )
+    with tempfile.TemporaryDirectory(prefix="ringflow-bench-") as name:
+        directory = Path(name)
+        if args.profile:
+            profile_cdc(directory, 2_000)
+            return
+        bench_single_rows(directory, 300 if args.quick else 1_000)
+        bench_writes(directory, 2_000 if args.quick else 10_000, 2 if args.quick else 3)
+        bench_scan(directory, 10_000 if args.quick else 100_000, 10, 1 if args.quick else 2)
+
+
+if __name__ == "__main__":
+    main()

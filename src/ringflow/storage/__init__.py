@@ -1,0 +1,62 @@
+"""The storage layer: a node's durable store on SQLite (WAL mode, one database file per node).
+
+``Store`` applies batches of mutations (base, CDC log and system writes) in one transaction,
+building CDC log rows with pre/post-images read inside that transaction; reads partitions and
+rows with Cassandra's reconcile semantics, scans token ranges page by page, purges data past
+gc_grace, and keeps hints. The private modules hold the pure parts: key encoding (``_keys``),
+validation and flattening (``_write``), row assembly and reconcile on read (``_read``), the SQL
+layout (``_sqlite_layout``), limits (``_limits``), the mutation byte encoding shared with the
+cluster layer (``_mutation_codec``). Reference: ``shared/reference/cassandra-core.md`` §2, §6;
+seed 000 (base and log rows together).
+"""
+
+from ringflow.storage._compaction import CompactionResult
+from ringflow.storage._errors import (
+    BatchTooLarge,
+    HintBacklogFull,
+    InvalidMutation,
+    MutationDecodeError,
+    MutationTooLarge,
+    ResultTooLarge,
+    StorageFailure,
+    TableAlreadyRegistered,
+    TooManyTombstones,
+    UnknownTable,
+)
+from ringflow.storage._hints import Hint
+from ringflow.storage._limits import StoreLimits, mutation_size
+from ringflow.storage._mutation_codec import (
+    decode_mutation,
+    decode_mutations,
+    encode_mutation,
+    encode_mutations,
+)
+from ringflow.storage._read import ResultRow
+from ringflow.storage._scan import MutationPage, ScanPage
+from ringflow.storage._store import Store, Synchronous
+
+__all__ = [
+    "BatchTooLarge",
+    "CompactionResult",
+    "Hint",
+    "HintBacklogFull",
+    "InvalidMutation",
+    "MutationDecodeError",
+    "MutationPage",
+    "MutationTooLarge",
+    "ResultRow",
+    "ResultTooLarge",
+    "ScanPage",
+    "StorageFailure",
+    "Store",
+    "StoreLimits",
+    "Synchronous",
+    "TableAlreadyRegistered",
+    "TooManyTombstones",
+    "UnknownTable",
+    "decode_mutation",
+    "decode_mutations",
+    "encode_mutation",
+    "encode_mutations",
+    "mutation_size",
+]

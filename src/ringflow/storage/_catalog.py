@@ -1,0 +1,89 @@
+"""What the store knows about one registered table, precomputed once per table. Pure.
+
+``TableInfo`` carries the table definition plus the lookups the write and read paths need on
+every row: the local table id used in SQLite keys, the compiled clustering encoder, which
+columns are static, regular and multi-cell (non-frozen collections and UDTs), and for each
+multi-cell column the order of its element paths (the collection's CQL order: element or key
+type order for sets and maps, timeuuid order for lists, field index for UDTs), and whether its
+rows are stored packed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ringflow.schema import TIMEUUID, Column, CqlType, ListType, MapType, SetType, Table
+from ringflow.schema._codec import clustering_encoder, codec_for
+from ringflow.storage._keys import ClusteringEncoder
+
+PathOrder = Callable[[bytes], bytes]
+"""Sort key of an element path: its byte-comparable form in the collection's order."""
+
+
+def _path_order(cql_type: CqlType) -> PathOrder:
+    if isinstance(cql_type, ListType):
+        path_type: CqlType | None = TIMEUUID
+    elif isinstance(cql_type, SetType):
+        path_type = cql_type.element
+    elif isinstance(cql_type, MapType):
+        path_type = cql_type.key
+    else:
+        path_type = None  # UDT: 2-byte big-endian field index, already in order
+    if path_type is None:
+        return bytes
+    comparable = codec_for(path_type).comparable
+
+    def order(path: bytes) -> bytes:
+        try:
+            return b"\x01" + comparable(path)
+        except Exception:  # a path the type rejects sorts first, by its raw bytes
+            return b"\x00" + path
+
+    return order
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """A registered table as the store sees it. Build with :meth:`of`."""
+
+    tid: int
+    table: Table
+    encode_clustering: ClusteringEncoder
+    static_columns: Mapping[str, Column]
+    regular_columns: Mapping[str, Column]
+    multicell: frozenset[str]
+    multicell_types: Mapping[str, CqlType]
+    path_orders: Mapping[str, PathOrder]
+    partition_key_arity: int
+    clustering_arity: int
+    packed_rows: bool = False
+    """Rows are written as one packed atom each (see the layout module); CDC log tables."""
+
+    @classmethod
+    def of(cls, tid: int, table: Table, packed_rows: bool = False) -> TableInfo:
+        static = {column.name: column for column in table.static_columns}
+        regular = {column.name: column for column in table.regular_columns}
+        value_columns = (*table.static_columns, *table.regular_columns)
+        multicell = {column.name: column for column in value_columns if column.type.is_multicell}
+        types = tuple((column.type, column.order) for column in table.clustering_columns)
+        return cls(
+            tid=tid,
+            table=table,
+            encode_clustering=clustering_encoder(types),
+            static_columns=MappingProxyType(static),
+            regular_columns=MappingProxyType(regular),
+            multicell=frozenset(multicell),
+            multicell_types=MappingProxyType({n: c.type for n, c in multicell.items()}),
+            path_orders=MappingProxyType(
+                {name: _path_order(column.type) for name, column in multicell.items()}
+            ),
+            partition_key_arity=len(table.partition_key_columns),
+            clustering_arity=len(table.clustering_columns),
+            packed_rows=packed_rows,
+        )
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.table.keyspace}.{self.table.name}"

@@ -1,0 +1,76 @@
+"""A CDC-enabled base mutation and its log rows, written together inside one transaction.
+
+Order (scylla-cdc.md §5, seed 000 "each replica either receives both writes or none"): read the
+pre-image of every row ``image_rows_needed`` lists, write the base mutation, read the same rows
+back as the post-image (when the table asks for post-images), build the log mutations with
+``build_log_mutations`` and write them. The caller runs all of it inside the batch's single
+transaction, so the reads see the batch's earlier writes and no other writer can interleave.
+
+Post-images are the rows as read back after the base write, so they show the reconciled state
+(a base write that loses to newer data shows the newer data), which is what a reader of the
+base table would see at that moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringflow.cdc._log_images import RowImage
+from ringflow.cdc._log_rows import CdcCapture, build_log_mutations, image_rows_needed
+from ringflow.schema import Mutation
+from ringflow.storage._catalog import TableInfo
+from ringflow.storage._write import FlatMutation, flatten_mutation
+
+Clustering = tuple[bytes, ...]
+ImageReader = Callable[[int, bytes, Sequence[Clustering]], Mapping[Clustering, RowImage]]
+"""Reads the images of rows of one partition (token, key bytes): absent key = no such row."""
+
+
+class PendingWrites(Protocol):
+    """The batch's buffered writes: ``add`` queues, ``flush`` sends the queue to SQLite."""
+
+    def add(self, flat: FlatMutation) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CdcWriter:
+    """Writes one base table's mutations with their log rows."""
+
+    base: TableInfo
+    log: TableInfo
+    read_images: ImageReader
+
+    def apply(
+        self,
+        mutation: Mutation,
+        flat: FlatMutation,
+        capture: CdcCapture,
+        now_s: int,
+        writes: PendingWrites,
+    ) -> int:
+        """Queue ``flat`` (the flattened ``mutation``) and its log rows; returns the number of
+        log mutations. Queued writes are flushed before each image read, so a read sees every
+        earlier write of the batch; without images nothing is flushed here (one executemany for
+        the whole batch)."""
+        base = self.base.table
+        needed = image_rows_needed(base, mutation)
+        position = (flat.token, flat.partition_key)
+        preimage = None
+        if needed:
+            writes.flush()
+            preimage = self.read_images(*position, needed)
+        writes.add(flat)
+        postimage = None
+        if needed and base.options.cdc.postimage:
+            writes.flush()
+            postimage = self.read_images(*position, needed)
+        log_mutations = build_log_mutations(
+            base, self.log.table, mutation, capture, now_s, preimage=preimage, postimage=postimage
+        )
+        for log_mutation in log_mutations:
+            writes.add(flatten_mutation(self.log, log_mutation))
+        return len(log_mutations)

@@ -1,0 +1,440 @@
+"""From stored atoms to rows: raw merged rows, and CQL result rows with reconcile applied. Pure.
+
+The store streams ``atoms`` rows (ordered by token, partition key, ``ck``) and a partition's
+``partition_atoms`` into these functions; nothing here touches SQLite. Two views:
+
+* **raw** (:func:`assemble_rows`, :func:`raw_mutation`): the stored, already last-write-wins
+  merged state with every tombstone, as a :class:`Mutation`; for repair, streaming and hints.
+  A packed row (one atom holding the whole row) is decoded, and several stored versions of one
+  row, packed or per cell, are merged with ``merge_rows``.
+* **CQL** (:func:`result_rows`): each row shadowed by the partition deletion, the range
+  tombstones covering it (``low <= ck < high``, see ``_keys``), its own deletion and collection
+  tombstones (``shadow_row`` from the reconcile module); TTLs judged at ``now_s``; rows without
+  live primary-key liveness or a live cell are absent (CQL existence, ``is_row_live``).
+
+Static rows follow CQL: static column values are reported on every row of the partition; a
+partition whose static row is live but which has no live clustered row yields one *static-only*
+row (``ResultRow.static_only``, clustering ``()``) when the read does not restrict clustering
+(Cassandra ``SelectStatement``: static content is returned for a partition without rows only
+for queries without clustering restrictions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
+
+import msgpack
+
+from ringflow.errors import InternalError, invariant
+from ringflow.schema import (
+    NO_DELETION_TIME,
+    Cell,
+    ClusteringBound,
+    ColumnData,
+    ComplexColumn,
+    DeletionTime,
+    LivenessInfo,
+    Mutation,
+    RangeTombstone,
+    Row,
+    liveness_is_live,
+    merge_rows,
+    shadow_row,
+)
+from ringflow.schema._codec import serialized_collection_from_cells
+from ringflow.storage._catalog import TableInfo
+from ringflow.storage._errors import MutationDecodeError, TooManyTombstones
+from ringflow.storage._keys import STATIC_CK, split_partition_key
+from ringflow.storage._mutation_codec import decode_row
+from ringflow.storage._sqlite_layout import (
+    KIND_CELL,
+    KIND_CLUSTERING,
+    KIND_COLLECTION_DELETION,
+    KIND_LIVENESS,
+    KIND_PACKED_ROW,
+    KIND_PARTITION_DELETION,
+    KIND_ROW_DELETION,
+)
+
+AtomTuple = tuple[int, bytes, bytes, int, str, bytes, int, int, int, bytes]
+"""An ``atoms`` row as selected: (token, pk, ck, kind, col, path, ts, ttl, ldt, value)."""
+PartitionAtomTuple = tuple[int, bytes, int, bytes, bytes, int, int, bytes]
+"""A ``partition_atoms`` row as selected: (token, pk, kind, low, high, ts, ldt, bounds)."""
+
+_ROW_KEY = itemgetter(0, 1, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRow:
+    """One CQL row: its key, the live values of its static and regular columns, and, for each
+    live simple column, its write time and remaining TTL (CQL ``WRITETIME()``/``TTL()``).
+
+    Values are serialized bytes; a non-frozen collection is given in its frozen serialization.
+    A column absent from ``values`` is null.
+    """
+
+    token: int
+    partition_key: tuple[bytes, ...]
+    clustering: tuple[bytes, ...]
+    values: Mapping[str, bytes]
+    writetime_us: Mapping[str, int] = field(default_factory=dict)
+    ttl_s: Mapping[str, int] = field(default_factory=dict)
+    static_only: bool = False
+
+
+@dataclass(slots=True)
+class TombstoneBudget:
+    """Counts tombstones met by one read and fails it past the limit (Cassandra's
+    ``tombstone_failure_threshold``): row and collection deletions, cell tombstones, expired
+    cells and range tombstones."""
+
+    limit: int
+    seen: int = 0
+
+    def add(self, count: int) -> None:
+        self.seen += count
+        if self.seen > self.limit:
+            raise TooManyTombstones(
+                f"read met more than {self.limit} tombstones ({self.seen} so far); "
+                "purge them with compact() or narrow the read"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRangeTombstone:
+    low: bytes
+    high: bytes
+    deletion: DeletionTime
+    bounds: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTombstones:
+    """A partition's partition deletion and range tombstones, as stored."""
+
+    partition_deletion: DeletionTime | None = None
+    ranges: tuple[StoredRangeTombstone, ...] = ()
+
+    @classmethod
+    def of(cls, rows: Iterable[PartitionAtomTuple]) -> PartitionTombstones:
+        deletion: DeletionTime | None = None
+        ranges: list[StoredRangeTombstone] = []
+        for _token, _pk, kind, low, high, ts, ldt, bounds in rows:
+            if kind == KIND_PARTITION_DELETION:
+                deletion = DeletionTime(ts, ldt)
+            else:
+                ranges.append(StoredRangeTombstone(low, high, DeletionTime(ts, ldt), bounds))
+        return cls(deletion, tuple(ranges))
+
+    @property
+    def is_empty(self) -> bool:
+        return self.partition_deletion is None and not self.ranges
+
+    def covering(self, ck: bytes) -> list[DeletionTime]:
+        """The deletions shadowing the row stored at ``ck`` (the static row: partition only)."""
+        found = [] if self.partition_deletion is None else [self.partition_deletion]
+        if ck != STATIC_CK:
+            found.extend(rt.deletion for rt in self.ranges if rt.low <= ck < rt.high)
+        return found
+
+    def range_tombstones(self) -> tuple[RangeTombstone, ...]:
+        """The stored range tombstones with their original bounds."""
+        result = []
+        for stored in self.ranges:
+            start, start_inclusive, end, end_inclusive = msgpack.unpackb(stored.bounds)
+            result.append(
+                RangeTombstone(
+                    ClusteringBound(tuple(start), start_inclusive),
+                    ClusteringBound(tuple(end), end_inclusive),
+                    stored.deletion,
+                )
+            )
+        return tuple(result)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """A row as stored: where it sits (``ck``) and its merged content with tombstones."""
+
+    ck: bytes
+    row: Row
+    canonical: bool = True
+    """Stored in the table's own form: per-cell atoms, or exactly one packed atom for a
+    ``packed_rows`` table. Compaction rewrites rows that are not."""
+
+
+def _is_tombstone_atom(kind: int, ttl: int, ldt: int, now_s: int) -> bool:
+    if kind in (KIND_ROW_DELETION, KIND_COLLECTION_DELETION):
+        return True
+    return kind == KIND_CELL and ldt != NO_DELETION_TIME and (ttl == 0 or ldt <= now_s)
+
+
+def _build_row(
+    info: TableInfo, ck: bytes, atoms: Iterable[AtomTuple], budget: TombstoneBudget | None,
+    now_s: int,
+) -> StoredRow:  # fmt: skip
+    known = info.static_columns if ck == STATIC_CK else info.regular_columns
+    multicell = info.multicell
+    clustering: tuple[bytes, ...] = ()
+    liveness: LivenessInfo | None = None
+    deletion: DeletionTime | None = None
+    cells: dict[str, ColumnData] = {}
+    elements: dict[str, list[Cell]] = {}
+    collection_deletions: dict[str, DeletionTime] = {}
+    tombstones = 0
+    packed: list[bytes] = []
+    per_cell = False
+    for _t, _p, _c, kind, col, path, ts, ttl, ldt, value in atoms:
+        if (ldt != NO_DELETION_TIME or kind != KIND_CELL) and _is_tombstone_atom(
+            kind, ttl, ldt, now_s
+        ):
+            tombstones += 1
+        if kind == KIND_CELL:
+            per_cell = True
+            if col in multicell:
+                elements.setdefault(col, []).append(Cell(ts, value, ttl, ldt, path))
+            elif col in known:
+                cells[col] = Cell(ts, value, ttl, ldt)
+        elif kind == KIND_PACKED_ROW:
+            packed.append(value)
+        elif kind == KIND_LIVENESS:
+            per_cell, liveness = True, LivenessInfo(ts, ttl, ldt)
+        elif kind == KIND_CLUSTERING:
+            clustering = tuple(msgpack.unpackb(value))
+        elif kind == KIND_ROW_DELETION:
+            per_cell, deletion = True, DeletionTime(ts, ldt)
+        elif kind == KIND_COLLECTION_DELETION:
+            per_cell, collection_deletions[col] = True, DeletionTime(ts, ldt)
+    for name in sorted(elements.keys() | collection_deletions.keys()):
+        if name in known:
+            by_path = sorted(elements.get(name, ()), key=_path_of)  # canonical: raw path bytes
+            cells[name] = ComplexColumn(tuple(by_path), collection_deletions.get(name))
+    row = Row(clustering, liveness, deletion, cells)
+    if packed:
+        versions = [_unpacked(info, ck, value, known) for value in packed]
+        tombstones += sum(_row_tombstones(version, now_s) for version in versions)
+        row = _merged(versions, row if per_cell else None)
+    if budget is not None and tombstones:
+        budget.add(tombstones)
+    invariant(
+        len(row.clustering) == (0 if ck == STATIC_CK else info.clustering_arity),
+        f"table {info.qualified_name}: stored row {ck!r} has clustering {row.clustering!r}",
+    )
+    canonical = (len(packed) == 1 and not per_cell) if info.packed_rows else not packed
+    return StoredRow(ck, row, canonical)
+
+
+def _unpacked(info: TableInfo, ck: bytes, value: bytes, known: Mapping[str, object]) -> Row:
+    try:
+        row = decode_row(value)
+    except MutationDecodeError as error:
+        message = f"table {info.qualified_name}: corrupt packed row {ck!r}: {error}"
+        raise InternalError(message) from error
+    if all(name in known for name in row.cells):
+        return row
+    cells = {name: data for name, data in row.cells.items() if name in known}
+    return Row(row.clustering, row.liveness, row.deletion, cells)
+
+
+def _merged(versions: list[Row], per_cell: Row | None) -> Row:
+    """Every stored version of one row merged with the reconcile rules."""
+    merged = versions[0]
+    for version in versions[1:]:
+        merged = merge_rows(merged, version)
+    if per_cell is not None:
+        clustered = Row(merged.clustering, per_cell.liveness, per_cell.deletion, per_cell.cells)
+        merged = merge_rows(merged, clustered)
+    return merged
+
+
+def _row_tombstones(row: Row, now_s: int) -> int:
+    """Tombstones in a packed row, counted as the per-cell form would count them."""
+    count = 0 if row.deletion is None else 1
+    for data in row.cells.values():
+        cells = (data,) if isinstance(data, Cell) else data.cells
+        if isinstance(data, ComplexColumn) and data.deletion is not None:
+            count += 1
+        count += sum(
+            1
+            for cell in cells
+            if cell.local_deletion_time_s != NO_DELETION_TIME
+            and (cell.ttl_s == 0 or cell.local_deletion_time_s <= now_s)
+        )
+    return count
+
+
+def _path_of(cell: Cell) -> bytes:
+    return cell.path or b""
+
+
+def assemble_rows(
+    info: TableInfo,
+    atoms: Iterable[AtomTuple],
+    budget: TombstoneBudget | None = None,
+    now_s: int = 0,
+) -> Iterator[StoredRow]:
+    """Group consecutive atoms of one row (same token, pk, ck) into stored rows, in input
+    order. ``budget`` (if given) counts the tombstones met, judging expiry at ``now_s``."""
+    for (_token, _pk, ck), group in groupby(atoms, key=_ROW_KEY):
+        yield _build_row(info, ck, group, budget, now_s)
+
+
+def raw_mutation(
+    info: TableInfo,
+    partition_key: bytes,
+    rows: Iterable[StoredRow],
+    tombstones: PartitionTombstones,
+) -> Mutation | None:
+    """The stored state of one partition as a Mutation, or None if nothing is stored."""
+    static_row: Row | None = None
+    clustered: list[Row] = []
+    for stored in rows:
+        if stored.ck == STATIC_CK:
+            static_row = stored.row
+        else:
+            clustered.append(stored.row)
+    if static_row is None and not clustered and tombstones.is_empty:
+        return None
+    return Mutation(
+        info.table.keyspace,
+        info.table.name,
+        split_partition_key(partition_key, info.partition_key_arity),
+        tombstones.partition_deletion,
+        static_row,
+        tuple(clustered),
+        tombstones.range_tombstones(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LiveValues:
+    """The live content of one row after shadowing and expiry."""
+
+    values: dict[str, bytes]
+    writetime_us: dict[str, int]
+    ttl_s: dict[str, int]
+
+
+def _has_collection_deletion(row: Row) -> bool:
+    return any(
+        isinstance(data, ComplexColumn) and data.deletion is not None for data in row.cells.values()
+    )
+
+
+def live_values(
+    info: TableInfo,
+    stored: StoredRow,
+    tombstones: PartitionTombstones,
+    now_s: int,
+) -> LiveValues | None:
+    """The row's live values at ``now_s``, or None if the row does not exist (not live)."""
+    row = stored.row
+    deletions = tombstones.covering(stored.ck) if not tombstones.is_empty else []
+    has_collection_deletion = bool(info.multicell) and _has_collection_deletion(row)
+    if deletions or row.deletion is not None or has_collection_deletion:
+        row = shadow_row(row, deletions)
+    values: dict[str, bytes] = {}
+    writetime_us: dict[str, int] = {}
+    ttl_s: dict[str, int] = {}
+    for name, data in row.cells.items():
+        if isinstance(data, Cell):
+            if data.is_live(now_s):
+                values[name] = data.value
+                writetime_us[name] = data.timestamp_us
+                if data.ttl_s > 0:
+                    ttl_s[name] = data.local_deletion_time_s - now_s
+            continue
+        elements = [(cell.path or b"", cell.value) for cell in data.cells if cell.is_live(now_s)]
+        if elements:
+            order = info.path_orders[name]
+            elements.sort(key=lambda element: order(element[0]))
+            values[name] = serialized_collection_from_cells(info.multicell_types[name], elements)
+    live = bool(values) or (row.liveness is not None and liveness_is_live(row.liveness, now_s))
+    return LiveValues(values, writetime_us, ttl_s) if live else None
+
+
+@dataclass(frozen=True, slots=True)
+class RowRequest:
+    """What a CQL read wants from each partition."""
+
+    columns: frozenset[str] | None
+    now_s: int
+    allow_static_only: bool
+
+
+def _project(
+    columns: frozenset[str] | None, static: LiveValues | None, regular: LiveValues | None
+) -> tuple[dict[str, bytes], dict[str, int], dict[str, int]]:
+    values: dict[str, bytes] = {}
+    writetime_us: dict[str, int] = {}
+    ttl_s: dict[str, int] = {}
+    for part in (static, regular):
+        if part is not None:
+            values.update(part.values)
+            writetime_us.update(part.writetime_us)
+            ttl_s.update(part.ttl_s)
+    if columns is not None:
+        values = {k: v for k, v in values.items() if k in columns}
+        writetime_us = {k: v for k, v in writetime_us.items() if k in columns}
+        ttl_s = {k: v for k, v in ttl_s.items() if k in columns}
+    return values, writetime_us, ttl_s
+
+
+def result_rows(
+    info: TableInfo,
+    position: tuple[int, bytes],
+    static: StoredRow | None,
+    rows: Iterable[StoredRow],
+    tombstones: PartitionTombstones,
+    request: RowRequest,
+) -> Iterator[tuple[bytes, ResultRow]]:
+    """The live CQL rows of one partition as ``(ck, row)`` in the order of ``rows``; the
+    static-only row (``ck = b""``) last if allowed and the partition had no live row."""
+    token, pk = position
+    partition_key = split_partition_key(pk, info.partition_key_arity)
+    now_s = request.now_s
+    static_values = None if static is None else live_values(info, static, tombstones, now_s)
+    emitted = False
+    for stored in rows:
+        live = live_values(info, stored, tombstones, now_s)
+        if live is None:
+            continue
+        emitted = True
+        values, writetime_us, ttl_s = _project(request.columns, static_values, live)
+        yield (
+            stored.ck,
+            ResultRow(token, partition_key, stored.row.clustering, values, writetime_us, ttl_s),
+        )
+    if not emitted and static_values is not None and request.allow_static_only:
+        values, writetime_us, ttl_s = _project(request.columns, static_values, None)
+        yield (
+            STATIC_CK,
+            ResultRow(token, partition_key, (), values, writetime_us, ttl_s, static_only=True),
+        )
+
+
+def split_static(
+    rows: Iterator[StoredRow],
+) -> tuple[StoredRow | None, Iterator[StoredRow]]:
+    """Take the static row off the front of a partition's row stream, if it is there."""
+    first = next(rows, None)
+    if first is None:
+        return None, iter(())
+    if first.ck == STATIC_CK:
+        return first, rows
+    return None, _chain_one(first, rows)
+
+
+def _chain_one(first: StoredRow, rest: Iterator[StoredRow]) -> Iterator[StoredRow]:
+    yield first
+    yield from rest
+
+
+def partition_groups(
+    atoms: Iterable[AtomTuple],
+) -> Iterator[tuple[tuple[int, bytes], Iterator[AtomTuple]]]:
+    """Consecutive atoms grouped by partition ``(token, pk)``."""
+    return groupby(atoms, key=itemgetter(0, 1))

@@ -1,0 +1,223 @@
+"""The SQLite layout of a node's store: the schema, and every SQL statement the store runs.
+
+One database file per node, WAL mode. Theory of operation:
+
+* ``atoms`` holds everything below the partition level, one SQLite row per *atom*, keyed by
+  ``(tid, token, pk, ck, kind, col, path)`` (a ``WITHOUT ROWID`` table, so the key is the
+  B-tree order and a partition or a token range is one contiguous index range; see ``_keys``
+  for ``token``, ``pk`` and ``ck``). ``kind`` says what the atom is:
+
+  ====  ======================  ==================================================
+  kind  atom                    columns used
+  ====  ======================  ==================================================
+  0     clustering values       value = msgpack of the row's clustering tuple
+  1     row deletion            ts = marked_for_delete_at, ldt = local deletion time
+  2     row liveness (marker)   ts, ttl, ldt = local expiration time
+  3     collection tombstone    col, ts = marked_for_delete_at, ldt
+  4     cell                    col, path (``b""`` for a simple column), ts, ttl, ldt, value
+  5     packed row              path = 8-byte digest of value, value = the whole row
+                                (``_mutation_codec.encode_row``), ts = minimum
+  ====  ======================  ==================================================
+
+  The clustering atom exists because ``encode_clustering`` is order-preserving but has no
+  decoder: every clustered row written carries its clustering values once (written with the
+  minimum timestamp, so it is never replaced), and reads and scans take them from there. Tables
+  without clustering columns and the static row (``ck = b""``) have none.
+
+* Tables registered with ``packed_rows`` (by default the CDC log tables) store each written row
+  as ONE atom of kind 5 instead of one per cell: their rows are written once (a log row is
+  identified by its stream, ``cdc$time`` and ``cdc$batch_seq_no``), so per-cell LWW in SQL buys
+  nothing and costs an SQLite row per cell on the hottest CDC path. The atom is keyed by a
+  digest of its content, so re-writing the same row (hint replay, streaming) is a no-op and two
+  different versions of one row are both kept and merged with the reconcile rules on read
+  (``merge_rows``); compaction folds them back into one. Reads accept both forms in any table.
+
+* ``partition_atoms`` holds partition deletions (kind 0) and range tombstones (kind 1), keyed by
+  ``(tid, token, pk, kind, low, high)`` where ``[low, high)`` is the tombstone's ``ck`` interval;
+  ``bounds`` keeps the original prefixes (msgpack) so the raw mutation can be given back.
+
+* Last write wins **in SQL**: every write is ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` the
+  new atom wins, so the store holds exactly one version of each atom, the reconciled one. For
+  cells the WHERE clause is Cassandra's ``Cells.reconcile`` (cassandra-core.md §6.1) plus the
+  schema layer's final lower-TTL tie-break; SQLite compares BLOBs with memcmp, then length,
+  which is the unsigned, shorter-is-smaller value order of rule 5. For liveness it is
+  ``LivenessInfo.supersedes`` (expired marker, then expiring, then later expiration, then lower
+  TTL); for deletions ``DeletionTime.supersedes``. A property test proves the SQL equals
+  ``reconcile_cells``. Shadowed data stays on disk until ``compact`` drops it; reads shadow it.
+
+* ``_tables`` maps a table (its uuid, and ``keyspace.name``) to the small integer ``tid`` used in
+  every key, with the table's definition as a JSON record so a reopened store knows its tables.
+  ``hints`` is a durable queue of encoded mutations per target host.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ringflow.schema import NO_DELETION_TIME
+from ringflow.schema._reconcile import EXPIRED_LIVENESS_TTL_S
+
+LAYOUT_VERSION: Final = 1
+
+KIND_CLUSTERING: Final = 0
+KIND_ROW_DELETION: Final = 1
+KIND_LIVENESS: Final = 2
+KIND_COLLECTION_DELETION: Final = 3
+KIND_CELL: Final = 4
+KIND_PACKED_ROW: Final = 5
+
+KIND_PARTITION_DELETION: Final = 0
+KIND_RANGE_TOMBSTONE: Final = 1
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS _meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _tables (
+    tid INTEGER PRIMARY KEY,
+    table_uuid TEXT NOT NULL UNIQUE,
+    keyspace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    record TEXT NOT NULL,
+    UNIQUE (keyspace, name)
+);
+CREATE TABLE IF NOT EXISTS atoms (
+    tid INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    pk BLOB NOT NULL,
+    ck BLOB NOT NULL,
+    kind INTEGER NOT NULL,
+    col TEXT NOT NULL,
+    path BLOB NOT NULL,
+    ts INTEGER NOT NULL,
+    ttl INTEGER NOT NULL,
+    ldt INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (tid, token, pk, ck, kind, col, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partition_atoms (
+    tid INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    pk BLOB NOT NULL,
+    kind INTEGER NOT NULL,
+    low BLOB NOT NULL,
+    high BLOB NOT NULL,
+    ts INTEGER NOT NULL,
+    ldt INTEGER NOT NULL,
+    bounds BLOB NOT NULL,
+    PRIMARY KEY (tid, token, pk, kind, low, high)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS hints (
+    hint_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    target BLOB NOT NULL,
+    created_ms INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS hints_by_target ON hints (target, created_ms, hint_id);
+"""
+
+_NDT = NO_DELETION_TIME
+_EXPIRED = EXPIRED_LIVENESS_TTL_S
+
+# The WHERE clause of the upsert: does the new atom (``excluded``) win over the stored one?
+_CELL_WINS = f"""CASE
+    WHEN (excluded.ldt <> {_NDT}) <> (atoms.ldt <> {_NDT}) THEN excluded.ldt <> {_NDT}
+    WHEN excluded.ldt <> {_NDT} AND (excluded.ttl = 0) <> (atoms.ttl = 0) THEN excluded.ttl = 0
+    WHEN excluded.ldt <> atoms.ldt THEN excluded.ldt > atoms.ldt
+    WHEN excluded.value <> atoms.value THEN excluded.value > atoms.value
+    ELSE excluded.ttl < atoms.ttl END"""
+_LIVENESS_WINS = f"""CASE
+    WHEN (excluded.ttl = {_EXPIRED}) <> (atoms.ttl = {_EXPIRED}) THEN excluded.ttl = {_EXPIRED}
+    WHEN (excluded.ttl > 0) <> (atoms.ttl > 0) THEN excluded.ttl > 0
+    WHEN excluded.ldt <> atoms.ldt THEN excluded.ldt > atoms.ldt
+    ELSE excluded.ttl < atoms.ttl END"""
+
+UPSERT_ATOM: Final = f"""
+INSERT INTO atoms (tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (tid, token, pk, ck, kind, col, path) DO UPDATE SET
+    ts = excluded.ts, ttl = excluded.ttl, ldt = excluded.ldt, value = excluded.value
+WHERE excluded.ts > atoms.ts OR (excluded.ts = atoms.ts AND CASE excluded.kind
+    WHEN {KIND_CELL} THEN {_CELL_WINS}
+    WHEN {KIND_LIVENESS} THEN {_LIVENESS_WINS}
+    ELSE excluded.ldt > atoms.ldt END)
+"""
+
+UPSERT_PARTITION_ATOM: Final = """
+INSERT INTO partition_atoms (tid, token, pk, kind, low, high, ts, ldt, bounds)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (tid, token, pk, kind, low, high) DO UPDATE SET
+    ts = excluded.ts, ldt = excluded.ldt, bounds = excluded.bounds
+WHERE excluded.ts > partition_atoms.ts
+    OR (excluded.ts = partition_atoms.ts AND excluded.ldt > partition_atoms.ldt)
+"""
+
+# Reads. Atom rows come back as (token, pk, ck, kind, col, path, ts, ttl, ldt, value).
+_ATOM_COLUMNS = "token, pk, ck, kind, col, path, ts, ttl, ldt, value"
+
+SELECT_PARTITION_SLICE: Final = f"""
+SELECT {_ATOM_COLUMNS} FROM atoms
+WHERE tid = ? AND token = ? AND pk = ? AND ck >= ? AND ck < ?
+ORDER BY ck"""
+SELECT_PARTITION_SLICE_REVERSED: Final = SELECT_PARTITION_SLICE + " DESC"
+
+SELECT_STATIC_ROW: Final = f"""
+SELECT {_ATOM_COLUMNS} FROM atoms
+WHERE tid = ? AND token = ? AND pk = ? AND ck = x''"""
+
+SELECT_PARTITION_ATOMS: Final = """
+SELECT token, pk, kind, low, high, ts, ldt, bounds FROM partition_atoms
+WHERE tid = ? AND token = ? AND pk = ?"""
+
+# Token-range scans, resuming strictly after (token, pk, ck) of the last row returned.
+SELECT_ATOMS_AFTER: Final = f"""
+SELECT {_ATOM_COLUMNS} FROM atoms
+WHERE tid = ? AND token <= ? AND (token, pk, ck) > (?, ?, ?)
+ORDER BY token, pk, ck"""
+
+SELECT_PARTITION_ATOMS_AFTER: Final = """
+SELECT token, pk, kind, low, high, ts, ldt, bounds FROM partition_atoms
+WHERE tid = ? AND token <= ? AND (token, pk) >= (?, ?)
+ORDER BY token, pk"""
+
+# Partitions in a token range (for raw scans), resuming strictly after (token, pk).
+SELECT_PARTITIONS_AFTER: Final = """
+SELECT token, pk FROM (
+    SELECT DISTINCT token, pk FROM atoms WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+    UNION
+    SELECT DISTINCT token, pk FROM partition_atoms
+    WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+) ORDER BY token, pk LIMIT ?"""
+
+SELECT_PARTITION_ALL_ATOMS: Final = f"""
+SELECT {_ATOM_COLUMNS} FROM atoms WHERE tid = ? AND token = ? AND pk = ? ORDER BY ck"""
+
+DELETE_TABLE_ATOMS: Final = "DELETE FROM atoms WHERE tid = ?"
+DELETE_TABLE_PARTITION_ATOMS: Final = "DELETE FROM partition_atoms WHERE tid = ?"
+
+DELETE_ATOM: Final = """
+DELETE FROM atoms
+WHERE tid = ? AND token = ? AND pk = ? AND ck = ? AND kind = ? AND col = ? AND path = ?"""
+DELETE_PARTITION_ATOM: Final = """
+DELETE FROM partition_atoms
+WHERE tid = ? AND token = ? AND pk = ? AND kind = ? AND low = ? AND high = ?"""
+
+# Table registry.
+SELECT_TABLES: Final = "SELECT tid, table_uuid, keyspace, name, record FROM _tables ORDER BY tid"
+INSERT_TABLE: Final = (
+    "INSERT INTO _tables (table_uuid, keyspace, name, record) VALUES (?, ?, ?, ?) RETURNING tid"
+)
+UPDATE_TABLE: Final = "UPDATE _tables SET record = ? WHERE tid = ?"
+DELETE_TABLE: Final = "DELETE FROM _tables WHERE tid = ?"
+
+# Hints.
+INSERT_HINT: Final = (
+    "INSERT INTO hints (target, created_ms, payload) VALUES (?, ?, ?) RETURNING hint_id"
+)
+COUNT_HINTS: Final = "SELECT COUNT(*) FROM hints WHERE target = ?"
+SELECT_HINTS: Final = """
+SELECT hint_id, created_ms, payload FROM hints WHERE target = ?
+ORDER BY created_ms, hint_id LIMIT ?"""
+DELETE_HINT: Final = "DELETE FROM hints WHERE hint_id = ?"
+SELECT_HINT_TARGETS: Final = "SELECT DISTINCT target FROM hints ORDER BY target"

@@ -1,0 +1,159 @@
+"""Base mutations and their CDC log rows are written in one transaction, images read inside it.
+
+Checks: the log rows of an insert and an update (operations, pre-image before the write,
+post-image after it); a pre-image sees the earlier mutations of the same batch; a post-image is
+the reconciled row read back; a failure after the base write leaves neither base nor log rows
+(seed 000: both writes or none); and bad capture arguments are refused before any write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ringflow.cdc._log_rows import CdcCapture
+from ringflow.cdc._log_schema import cdc_log_table
+from ringflow.errors import InvalidRequest
+from ringflow.schema import INT, Cell, Mutation, Row, Table
+from ringflow.schema._codec import deserialize
+from ringflow.storage import Store, UnknownTable, _cdc_apply
+from tests.unit.storage._tables import CDC_BASE, KV, i32, insert, open_store, txt
+
+NOW = 1_000
+STREAM = bytes(range(16))
+LOG = cdc_log_table(CDC_BASE)
+PK = (i32(1),)
+
+
+def _capture(low_bits: int) -> CdcCapture:
+    return CdcCapture(STREAM, low_bits)
+
+
+def _update(clustering: int, timestamp_us: int, **values: bytes) -> Mutation:
+    cells = {name: Cell.live(timestamp_us, value) for name, value in values.items()}
+    return Mutation("ks", "orders", PK, rows=(Row((i32(clustering),), None, None, cells),))
+
+
+def _log(store: Store) -> list[tuple[int, dict[str, object]]]:
+    """(cdc$operation, decoded values without cdc$ metadata) of every log row, in log order."""
+    found = []
+    for row in store.read_partition(LOG, (STREAM,), now_s=NOW):
+        values = {k: deserialize(LOG.column(k).type, v) for k, v in row.values.items()}
+        operation = values.pop("cdc$operation")
+        values = {k: v for k, v in values.items() if not k.startswith("cdc$")}
+        found.append((int(operation), values))  # type: ignore[call-overload]
+    return found
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return open_store(tmp_path, CDC_BASE, LOG, KV)
+
+
+def test_insert_then_update_log_delta_and_images(store: Store) -> None:
+    store.apply(
+        [insert(CDC_BASE, PK, (i32(1),), {"v": txt("a"), "w": i32(1)}, 10)],
+        now_s=NOW,
+        cdc={0: _capture(1)},
+    )
+    store.apply([_update(1, 20, w=i32(2))], now_s=NOW, cdc={0: _capture(2)})
+    keys = {"pk": 1, "ck": 1}
+    assert _log(store) == [
+        (2, {**keys, "v": "a", "w": 1}),  # insert delta (no pre-image: the row did not exist)
+        (9, {**keys, "v": "a", "w": 1}),  # post-image
+        (0, {**keys, "v": "a", "w": 1}),  # pre-image (full)
+        (1, {**keys, "w": 2}),  # update delta
+        (9, {**keys, "v": "a", "w": 2}),  # post-image
+    ]
+
+
+def test_preimage_sees_earlier_mutations_of_the_batch(store: Store) -> None:
+    first = insert(CDC_BASE, PK, (i32(1),), {"v": txt("a")}, 10)
+    store.apply([first, _update(1, 20, v=txt("b"))], now_s=NOW, cdc={1: _capture(1)})
+    operations = _log(store)
+    assert operations[0] == (0, {"pk": 1, "ck": 1, "v": "a"})
+    assert operations[-1] == (9, {"pk": 1, "ck": 1, "v": "b"})
+
+
+def test_postimage_is_the_reconciled_row(store: Store) -> None:
+    """An update that loses last-write-wins: the post-image shows the stored, newer value."""
+    store.apply([_update(1, 50, v=txt("new"))], now_s=NOW)
+    store.apply([_update(1, 10, v=txt("old"))], now_s=NOW, cdc={0: _capture(1)})
+    assert _log(store)[-1] == (9, {"pk": 1, "ck": 1, "v": "new"})
+    row = store.read_row(CDC_BASE, PK, (i32(1),), now_s=NOW)
+    assert row is not None and row.values["v"] == txt("new")
+
+
+def test_failure_after_base_write_rolls_back_base_and_log(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list[Mutation]:
+        raise RuntimeError("log builder failed")
+
+    monkeypatch.setattr(_cdc_apply, "build_log_mutations", broken)
+    other = insert(KV, (txt("k"),), (), {"v": b"v"})
+    with pytest.raises(RuntimeError, match="log builder failed"):
+        store.apply([other, _update(1, 20, v=txt("b"))], now_s=NOW, cdc={1: _capture(1)})
+    assert store.read_mutation(CDC_BASE, PK) is None
+    assert store.read_mutation(KV, (txt("k"),)) is None
+    assert _log(store) == []
+
+
+def test_bad_captures_are_refused_before_writing(tmp_path: Path) -> None:
+    store = open_store(tmp_path, CDC_BASE, KV)  # log table not registered
+    update = _update(1, 20, v=txt("b"))
+    with pytest.raises(UnknownTable, match="orders_scylla_cdc_log"):
+        store.apply([update], now_s=NOW, cdc={0: _capture(1)})
+    store.register_table(LOG)
+    with pytest.raises(InvalidRequest, match="has no CDC"):
+        store.apply(
+            [insert(KV, (txt("k"),), (), {"v": b""}), update], now_s=NOW, cdc={0: _capture(1)}
+        )
+    with pytest.raises(InvalidRequest):
+        store.apply([update], now_s=NOW, cdc={1: _capture(1)})
+    assert store.read_mutation(CDC_BASE, PK) is None
+    assert store.read_mutation(KV, (txt("k"),)) is None
+
+
+def test_log_table_schema_types(store: Store) -> None:
+    """The log table is an ordinary registered table; its clustering (timeuuid, int) sorts."""
+    for index in range(3):
+        store.apply(
+            [_update(index, 100 - index, w=i32(index))], now_s=NOW, cdc={0: _capture(index)}
+        )
+    rows = store.read_partition(LOG, (STREAM,), now_s=NOW)
+    times = [deserialize(LOG.column("cdc$time").type, r.clustering[0]) for r in rows]
+    assert times == sorted(times, key=lambda t: t.time)  # type: ignore[attr-defined]
+    assert isinstance(LOG, Table) and LOG.column("w").type == INT
+
+
+def test_log_rows_are_packed_and_read_like_per_cell_rows(tmp_path: Path) -> None:
+    """The log table is packed by default (one atom per log row, kept across reopen) and reads
+    exactly like the same log stored per cell."""
+    import sqlite3
+
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "cells").mkdir()
+    packed = open_store(tmp_path / "packed", CDC_BASE, LOG)
+    per_cell = Store(tmp_path / "cells" / "node.sqlite", synchronous="NORMAL")
+    per_cell.register_table(CDC_BASE)
+    per_cell.register_table(LOG, packed_rows=False)
+    for store in (packed, per_cell):
+        store.apply(
+            [insert(CDC_BASE, PK, (i32(1),), {"v": txt("a")}, 10)], now_s=NOW, cdc={0: _capture(1)}
+        )
+        store.apply([_update(1, 20, w=i32(2))], now_s=NOW, cdc={0: _capture(2)})
+    assert _log(packed) == _log(per_cell) and len(_log(packed)) == 5
+    assert packed.read_mutation(LOG, (STREAM,)) == per_cell.read_mutation(LOG, (STREAM,))
+    packed.close()
+    per_cell.close()
+    with (
+        Store(tmp_path / "packed" / "node.sqlite") as reopened,
+        Store(tmp_path / "cells" / "node.sqlite") as other,
+    ):
+        assert _log(reopened) == _log(other)
+    database = sqlite3.connect(tmp_path / "packed" / "node.sqlite")
+    kinds = database.execute("SELECT DISTINCT kind FROM atoms WHERE tid = 2").fetchall()
+    database.close()
+    assert kinds == [(5,)]
