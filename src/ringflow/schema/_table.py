@@ -160,9 +160,16 @@ class Table:
     options: TableOptions = field(default_factory=TableOptions)
     id: uuid.UUID = field(default_factory=uuid.uuid4)
     _by_name: Mapping[str, Column] = field(init=False, compare=False, repr=False)
+    _by_kind: Mapping[ColumnKind, tuple[Column, ...]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # Derived lookups, computed once: the read and CDC paths ask for them per row.
         object.__setattr__(self, "_by_name", MappingProxyType({c.name: c for c in self.columns}))
+        by_kind = {
+            kind: tuple(sorted((c for c in self.columns if c.kind is kind), key=_position))
+            for kind in ColumnKind
+        }
+        object.__setattr__(self, "_by_kind", MappingProxyType(by_kind))
 
     @classmethod
     def create(
@@ -229,8 +236,7 @@ class Table:
         return self.partition_key_columns + self.clustering_columns
 
     def _of_kind(self, kind: ColumnKind) -> tuple[Column, ...]:
-        found = [c for c in self.columns if c.kind is kind]
-        return tuple(sorted(found, key=lambda c: c.position))
+        return self._by_kind[kind]
 
     def column(self, name: str) -> Column:
         """The column called ``name``; SchemaError naming the table if there is none."""
@@ -247,6 +253,10 @@ class Table:
     @property
     def cdc_log_name(self) -> str:
         return self.name + CDC_LOG_SUFFIX
+
+
+def _position(column: Column) -> int:
+    return column.position
 
 
 def _check_key_column(where: str, column: Column) -> None:
