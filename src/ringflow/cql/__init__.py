@@ -91,6 +91,10 @@ from ringflow.cql._ast import (
     quote_name,
     resolve_type,
 )
+from ringflow.cql._bind import (
+    PreparedStatement,
+    prepared_id,
+)
 from ringflow.cql._connection import (
     DEFAULT_MAX_IN_FLIGHT,
     NEED_DATA,
@@ -114,6 +118,24 @@ from ringflow.cql._error_responses import (
     WriteFailureResponse,
     WriteTimeoutResponse,
     WriteType,
+)
+from ringflow.cql._exec_common import (
+    DEFAULT_EXECUTOR_LIMITS,
+    ExecutorLimits,
+    Unauthorized,
+    UnpreparedStatement,
+)
+from ringflow.cql._exec_system import (
+    DISTRIBUTED_TABLES,
+    ensure_system_tables,
+    load_schema,
+)
+from ringflow.cql._executor import (
+    NodeIdentity,
+    QueryProcessor,
+    SchemaListener,
+    SessionState,
+    response_for_error,
 )
 from ringflow.cql._frame import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -194,6 +216,13 @@ from ringflow.cql._results import (
     SetKeyspaceResult,
     VoidResult,
 )
+from ringflow.cql._server import (
+    Backend,
+    CqlServer,
+    Handled,
+    ServerLimits,
+    ServerStats,
+)
 from ringflow.cql._wire import (
     UNSET,
     Consistency,
@@ -207,9 +236,11 @@ from ringflow.cql._wire import (
 
 __all__ = [
     "CQL_VERSION",
+    "DEFAULT_EXECUTOR_LIMITS",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_PARSE_LIMITS",
+    "DISTRIBUTED_TABLES",
     "HEADER_SIZE",
     "MAX_TYPE_NESTING",
     "NEED_DATA",
@@ -228,6 +259,7 @@ __all__ = [
     "AuthResponse",
     "AuthSuccess",
     "Authenticate",
+    "Backend",
     "Batch",
     "BatchStatement",
     "BatchType",
@@ -248,6 +280,7 @@ __all__ = [
     "Consistency",
     "Constant",
     "CountRows",
+    "CqlServer",
     "CqlSyntaxProblem",
     "CqlValue",
     "CreateKeyspaceStatement",
@@ -269,6 +302,7 @@ __all__ = [
     "ErrorResponse",
     "EventType",
     "Execute",
+    "ExecutorLimits",
     "FieldDefinition",
     "FieldSelector",
     "FloatLiteral",
@@ -281,6 +315,7 @@ __all__ = [
     "FunctionCall",
     "FunctionFailureResponse",
     "FunctionSelector",
+    "Handled",
     "InValues",
     "Inet",
     "InsertStatement",
@@ -292,6 +327,7 @@ __all__ = [
     "ModificationStatement",
     "MultiColumnRelation",
     "NeedData",
+    "NodeIdentity",
     "NullLiteral",
     "Opcode",
     "Operator",
@@ -304,6 +340,7 @@ __all__ = [
     "Prepare",
     "PreparedMetadata",
     "PreparedResult",
+    "PreparedStatement",
     "Prepend",
     "Properties",
     "Property",
@@ -313,6 +350,7 @@ __all__ = [
     "Query",
     "QueryFlag",
     "QueryParameters",
+    "QueryProcessor",
     "ReadFailureResponse",
     "ReadTimeoutResponse",
     "Reader",
@@ -334,11 +372,15 @@ __all__ = [
     "SchemaChangeResult",
     "SchemaChangeTarget",
     "SchemaChangeType",
+    "SchemaListener",
     "ScyllaSharding",
     "SelectItem",
     "SelectStatement",
     "Selector",
     "ServerConnection",
+    "ServerLimits",
+    "ServerStats",
+    "SessionState",
     "SetElement",
     "SetField",
     "SetKeyspaceResult",
@@ -361,8 +403,10 @@ __all__ = [
     "TypeCast",
     "TypeSpec",
     "UdtLiteral",
+    "Unauthorized",
     "UnavailableResponse",
     "UnpreparedResponse",
+    "UnpreparedStatement",
     "Unset",
     "UnsupportedProtocolVersion",
     "UpdateStatement",
@@ -380,11 +424,15 @@ __all__ = [
     "decompress_lz4",
     "encode_body",
     "encode_message",
+    "ensure_system_tables",
+    "load_schema",
     "parse_statement",
     "parse_statements",
+    "prepared_id",
     "quote_name",
     "read_option_type",
     "resolve_type",
+    "response_for_error",
     "unsupported_version_message",
     "write_option_type",
 ]

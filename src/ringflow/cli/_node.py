@@ -1,0 +1,73 @@
+"""``ringflow node start``: run one node in the foreground until SIGTERM or SIGINT.
+
+A thin shell over ``ringflow.node``: the options become a ``NodeConfig`` (omitted identity
+settings come from the data directory's saved record, so a restart needs only ``--address``
+and ``--data``), then ``run_node`` opens the store, publishes the first CDC generation if the
+node is new, and serves CQL on ``address:port``. When the server listens it prints one line,
+``ringflow node <host id> listening on <address>:<port>``, which scripts and tests wait for.
+Exit code 0 after a clean shutdown; configuration mistakes are usage errors (2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ringflow.cli import EXIT_OK
+from ringflow.node import node_config, run_node
+
+if TYPE_CHECKING:
+    from ringflow.cli import Subcommands
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser("node", help="run a ringflow node")
+    actions = parser.add_subparsers(dest="node_command", metavar="<action>", required=True)
+    start = actions.add_parser(
+        "start",
+        help="start a node in the foreground (stop it with SIGTERM or Ctrl-C)",
+        description="Start a single ringflow node serving CQL (native protocol v4).",
+    )
+    start.add_argument("--address", required=True, help="loopback address to bind (127.0.0.x)")
+    start.add_argument("--data", required=True, type=Path, help="data directory")
+    start.add_argument("--port", type=int, help="native (CQL) port (default 9042)")
+    start.add_argument("--cluster-name", help="cluster name (default: saved, else 'ringflow')")
+    start.add_argument("--num-tokens", type=int, help="vnodes (default: saved, else 16)")
+    start.add_argument("--dc", help="data center (default: saved, else 'datacenter1')")
+    start.add_argument("--rack", help="rack (default: saved, else 'rack1')")
+    start.add_argument("--shards", type=int, help="shards advertised (default: saved, else 1)")
+    start.add_argument(
+        "--ignore-msb", type=int, help="sharding ignore_msb (default: saved, else 12)"
+    )
+    start.add_argument(
+        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    start.set_defaults(handler=run_start)
+
+
+def run_start(arguments: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = node_config(
+        address=arguments.address,
+        data_dir=arguments.data,
+        native_port=arguments.port,
+        cluster_name=arguments.cluster_name,
+        num_tokens=arguments.num_tokens,
+        dc=arguments.dc,
+        rack=arguments.rack,
+        shard_count=arguments.shards,
+        ignore_msb=arguments.ignore_msb,
+    )
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    asyncio.run(run_node(config, on_ready=announce))
+    print("ringflow node stopped", file=sys.stderr, flush=True)
+    return EXIT_OK

@@ -1,0 +1,488 @@
+"""SELECT execution: the read plan, row sources over the store, limits, ordering and paging.
+
+Rules:
+
+* Partition keys restricted by ``=``/``IN`` are read partition by partition, in ring order (token,
+  then key bytes), each over its clustering slices in clustering order (reversed for an ``ORDER
+  BY`` against the table's order); anything else is a token-range scan in ring order.
+* A page holds at most ``page_size`` rows (capped by ``ExecutorLimits.max_page_size_rows``);
+  no page size means one unpaged answer, refused past ``max_unpaged_rows``. Each page examines at
+  most ``max_rows_examined_per_page`` stored rows (filtering, per-partition limits), so a page
+  may come back short, with a paging state, as Cassandra's may.
+* The paging state is opaque to clients: ``0x01`` + msgpack ``[fingerprint, rows returned so
+  far, partition index, slice index, last clustering, store scan state, last partition key, rows
+  of it returned]``. The fingerprint (8 bytes of the statement's id) must match, so a state
+  cannot be replayed against another query. Row sources never stop inside a batch, so the state
+  always names a position the store can resume from.
+* ``LIMIT`` counts rows over all pages; ``PER PARTITION LIMIT`` and ``DISTINCT`` (a per-partition
+  limit of 1) skip the rest of a partition when reading by key; aggregates read every row (up to
+  ``max_aggregate_rows``) and answer one unpaged row.
+* ``ORDER BY`` needs the partition key restricted by ``=``/``IN`` and follows the clustering
+  columns in key order; across several partitions the rows are sorted by clustering, which cannot
+  be paged (Cassandra's message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from ringflow.cql._ast import SelectStatement, Term
+from ringflow.cql._exec_common import ExecutorLimits, StatementContext
+from ringflow.cql._exec_selectors import Selection, compile_selection, value_getter
+from ringflow.cql._exec_terms import partition_token, term_value
+from ringflow.cql._exec_where import (
+    Key,
+    Restrictions,
+    RowFilter,
+    Slice,
+    TokenBounds,
+    analyze_where,
+    filter_matches,
+    require_no_filtering,
+)
+from ringflow.cql._results import RowsMetadata, RowsResult
+from ringflow.cql._wire import UNSET
+from ringflow.errors import InvalidRequest
+from ringflow.ring import MIN_TOKEN
+from ringflow.schema import (
+    INT,
+    ClusteringBound,
+    ClusteringOrder,
+    ColumnKind,
+    Table,
+    encode_clustering,
+)
+from ringflow.storage import ResultRow, Store
+
+PAGING_STATE_VERSION = 1
+ORDER_BY_PAGING_MESSAGE = (
+    "Cannot page queries with both ORDER BY and a IN restriction on the partition key; you must "
+    "either remove the ORDER BY or the IN and sort client side, or disable paging for this query"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    page_size: int | None
+    paging_state: bytes | None
+    skip_metadata: bool
+    fingerprint: bytes
+
+
+@dataclass(slots=True)
+class _Position:
+    returned: int = 0
+    partition_index: int = 0
+    slice_index: int = 0
+    last_clustering: Key | None = None
+    scan_state: bytes | None = None
+    last_partition: Key | None = None
+    partition_rows: int = 0
+
+
+def _encode_state(fingerprint: bytes, position: _Position) -> bytes:
+    body = [
+        fingerprint,
+        position.returned,
+        position.partition_index,
+        position.slice_index,
+        None if position.last_clustering is None else list(position.last_clustering),
+        position.scan_state,
+        None if position.last_partition is None else list(position.last_partition),
+        position.partition_rows,
+    ]
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return bytes([PAGING_STATE_VERSION]) + packed
+
+
+def _decode_state(fingerprint: bytes, data: bytes) -> _Position:
+    problem = InvalidRequest("Invalid value for the paging state")
+    if not data or data[0] != PAGING_STATE_VERSION:
+        raise problem
+    try:
+        fields = msgpack.unpackb(data[1:], raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        raise problem from None
+    if type(fields) is not list or len(fields) != 8 or fields[0] != fingerprint:
+        raise problem
+    _, returned, partition_index, slice_index, last_ck, scan_state, last_pk, rows = fields
+    ints = (returned, partition_index, slice_index, rows)
+    if any(type(value) is not int or value < 0 for value in ints):
+        raise problem
+    if scan_state is not None and type(scan_state) is not bytes:
+        raise problem
+    for key in (last_ck, last_pk):
+        if key is not None and (type(key) is not list or any(type(p) is not bytes for p in key)):
+            raise problem
+    return _Position(
+        returned,
+        partition_index,
+        slice_index,
+        None if last_ck is None else tuple(last_ck),
+        scan_state,
+        None if last_pk is None else tuple(last_pk),
+        rows,
+    )
+
+
+# --- row sources ---------------------------------------------------------------------------------
+
+
+class _PartitionSource:
+    """Rows of listed partitions, slice by slice; stops only between store reads."""
+
+    def __init__(
+        self,
+        store: Store,
+        table: Table,
+        keys: Sequence[Key],
+        slices: Sequence[Slice],
+        reverse: bool,
+        columns: Sequence[str] | None,
+        now_s: int,
+        position: _Position,
+    ) -> None:
+        self.store, self.table, self.keys = store, table, keys
+        self.slices = list(reversed(slices)) if reverse else list(slices)
+        self.reverse, self.columns, self.now_s = reverse, columns, now_s
+        self.position = position
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position.partition_index >= len(self.keys) or not self.slices
+
+    def _advance_slice(self) -> None:
+        position = self.position
+        position.last_clustering = None
+        position.slice_index += 1
+        if position.slice_index >= len(self.slices):
+            position.slice_index = 0
+            position.partition_index += 1
+
+    def skip_partition(self, key: Key) -> None:
+        position = self.position
+        if not self.exhausted and self.keys[position.partition_index] == key:
+            position.last_clustering = None
+            position.slice_index = 0
+            position.partition_index += 1
+
+    def next_batch(self, count: int) -> list[ResultRow]:
+        rows: list[ResultRow] = []
+        position = self.position
+        while len(rows) < count and not self.exhausted:
+            piece = self.slices[position.slice_index]
+            start, end = piece.start, piece.end
+            if position.last_clustering is not None:
+                resume = ClusteringBound(position.last_clustering, False)
+                start, end = (start, resume) if self.reverse else (resume, end)
+            wanted = count - len(rows)
+            found = self.store.read_partition(
+                self.table,
+                self.keys[position.partition_index],
+                start=start,
+                end=end,
+                columns=self.columns,
+                reverse=self.reverse,
+                limit=wanted,
+                now_s=self.now_s,
+            )
+            rows.extend(found)
+            last = found[-1] if found else None
+            if (
+                last is not None
+                and len(found) == wanted
+                and last.clustering
+                and not last.static_only
+            ):
+                position.last_clustering = last.clustering
+                break
+            self._advance_slice()
+        return rows
+
+
+class _ScanSource:
+    """Rows of a token range, through the store's own paging."""
+
+    def __init__(
+        self,
+        store: Store,
+        table: Table,
+        tokens: TokenBounds,
+        columns: Sequence[str] | None,
+        now_s: int,
+        position: _Position,
+    ) -> None:
+        self.store, self.table, self.tokens = store, table, tokens
+        self.columns, self.now_s, self.position = columns, now_s, position
+        self._exhausted = tokens.is_empty
+
+    @property
+    def exhausted(self) -> bool:
+        return self._exhausted
+
+    def skip_partition(self, key: Key) -> None:
+        return None
+
+    def next_batch(self, count: int) -> list[ResultRow]:
+        size = min(count, self.store.limits.max_page_size_rows)
+        high = MIN_TOKEN if self.tokens.high is None else self.tokens.high
+        page = self.store.scan(
+            self.table,
+            self.tokens.low,
+            high,
+            page_size=size,
+            paging_state=self.position.scan_state,
+            columns=self.columns,
+            now_s=self.now_s,
+        )
+        self.position.scan_state = page.paging_state
+        self._exhausted = page.paging_state is None
+        return page.rows
+
+
+_Source = _PartitionSource | _ScanSource
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    table: Table
+    selection: Selection
+    restrictions: Restrictions
+    filters: tuple[RowFilter, ...]
+    reverse: bool
+    limit: int | None
+    per_partition_limit: int | None
+    keys: tuple[Key, ...] | None
+
+    def accepts(self, row: ResultRow) -> bool:
+        return all(
+            filter_matches(f, lambda column: value_getter(column)(row)) for f in self.filters
+        )
+
+
+def _positive(term: Term | None, name: str, context: StatementContext) -> int | None:
+    if term is None:
+        return None
+    value = term_value(term, INT, name, context)
+    if value is None or value is UNSET:
+        return None
+    assert isinstance(value, int)
+    if value <= 0:
+        label = "LIMIT" if name == "[limit]" else "PER PARTITION LIMIT"
+        raise InvalidRequest(f"{label} must be strictly positive")
+    return value
+
+
+def _reverse(statement: SelectStatement, table: Table, restrictions: Restrictions) -> bool:
+    if not statement.order_by:
+        return False
+    if restrictions.partition_keys is None:
+        raise InvalidRequest(
+            "ORDER BY is only supported when the partition key is restricted by an EQ or an IN."
+        )
+    flags = []
+    for position, item in enumerate(statement.order_by):
+        column = table.column(item.column)
+        if column.kind is not ColumnKind.CLUSTERING:
+            raise InvalidRequest(
+                "Order by is currently only supported on the clustered columns of the PRIMARY "
+                f"KEY, got {column.name}"
+            )
+        if column.position != position:
+            raise InvalidRequest(
+                "Order by currently only supports the ordering of columns following their "
+                "declared order in the PRIMARY KEY"
+            )
+        flags.append(item.descending != (column.order is ClusteringOrder.DESC))
+    if len(set(flags)) > 1:
+        raise InvalidRequest("Unsupported order by relation")
+    return flags[0]
+
+
+def _sorted_keys(table: Table, restrictions: Restrictions) -> tuple[Key, ...]:
+    keys = restrictions.partition_keys or ()
+    tokens = restrictions.token_range
+    positioned = []
+    for key in dict.fromkeys(keys):
+        token = partition_token(table, key)
+        if tokens is None or tokens.contains(token):
+            positioned.append((token, b"".join(key), key))
+    positioned.sort(key=lambda item: (item[0], item[1]))
+    return tuple(key for _, _, key in positioned)
+
+
+def _plan(
+    statement: SelectStatement, table: Table, context: StatementContext, limits: ExecutorLimits
+) -> _Plan:
+    if statement.json:
+        raise InvalidRequest("SELECT JSON is not supported by ringflow")
+    if statement.group_by:
+        raise InvalidRequest("GROUP BY is not supported by ringflow")
+    selection = compile_selection(statement, table, context)
+    restrictions = analyze_where(table, statement.where, context, limits)
+    require_no_filtering(restrictions, statement.allow_filtering)
+    per_partition = _positive(statement.per_partition_limit, "[per_partition_limit]", context)
+    if statement.distinct:
+        per_partition = 1
+    keys = None if restrictions.partition_keys is None else _sorted_keys(table, restrictions)
+    return _Plan(
+        table=table,
+        selection=selection,
+        restrictions=restrictions,
+        filters=restrictions.filters,
+        reverse=_reverse(statement, table, restrictions),
+        limit=_positive(statement.limit, "[limit]", context),
+        per_partition_limit=per_partition,
+        keys=keys,
+    )
+
+
+def _read_columns(plan: _Plan) -> list[str] | None:
+    wanted = plan.selection.read_columns
+    if wanted is None:
+        return None
+    names = set(wanted)
+    for row_filter in plan.filters:
+        names.update(c.name for c in row_filter.columns if not c.is_primary_key)
+    return sorted(names)
+
+
+def _source(plan: _Plan, store: Store, now_s: int, position: _Position) -> _Source:
+    columns = _read_columns(plan)
+    if plan.keys is not None:
+        slices = plan.restrictions.slices(plan.table)
+        return _PartitionSource(
+            store, plan.table, plan.keys, slices, plan.reverse, columns, now_s, position
+        )
+    tokens = plan.restrictions.token_range or TokenBounds()
+    return _ScanSource(store, plan.table, tokens, columns, now_s, position)
+
+
+def _collect(
+    source: _Source, plan: _Plan, wanted: int, examined_cap: int, *, apply_limit: bool = True
+) -> list[ResultRow]:
+    """Up to ``wanted`` accepted rows from ``source``, advancing its position."""
+    position = source.position
+    limit = plan.limit if apply_limit else None
+    per_partition = plan.per_partition_limit
+    out: list[ResultRow] = []
+    examined = 0
+    while len(out) < wanted and not source.exhausted:
+        need = wanted - len(out)
+        if limit is not None:
+            need = min(need, limit - position.returned)
+            if need <= 0:
+                break
+        for row in source.next_batch(need):
+            examined += 1
+            if row.partition_key != position.last_partition:
+                position.last_partition = row.partition_key
+                position.partition_rows = 0
+            if per_partition is not None and position.partition_rows >= per_partition:
+                continue
+            if not plan.accepts(row):
+                continue
+            position.partition_rows += 1
+            position.returned += 1
+            out.append(row)
+        last = position.last_partition
+        if (
+            per_partition is not None
+            and last is not None
+            and position.partition_rows >= per_partition
+        ):
+            source.skip_partition(last)
+        if examined >= examined_cap:
+            break
+    return out
+
+
+def _done(source: _Source, plan: _Plan) -> bool:
+    limit_reached = plan.limit is not None and source.position.returned >= plan.limit
+    return source.exhausted or limit_reached
+
+
+def _all_rows(
+    source: _Source, plan: _Plan, limits: ExecutorLimits, *, apply_limit: bool
+) -> Iterator[ResultRow]:
+    seen = 0
+    while not source.exhausted:
+        batch = _collect(
+            source, plan, limits.max_page_size_rows, limits.max_rows_examined_per_page,
+            apply_limit=apply_limit,
+        )  # fmt: skip
+        seen += len(batch)
+        if seen > limits.max_aggregate_rows:
+            raise InvalidRequest(
+                f"the query reads more than {limits.max_aggregate_rows} rows; restrict it"
+            )
+        yield from batch
+        if apply_limit and _done(source, plan):
+            return
+
+
+def _result(
+    plan: _Plan,
+    rows: Sequence[tuple[bytes | None, ...]],
+    paging_state: bytes | None,
+    request: PageRequest,
+) -> RowsResult:
+    specs = plan.selection.specs(plan.table)
+    if request.skip_metadata:
+        metadata = RowsMetadata.skipped(len(specs), paging_state)
+    else:
+        metadata = RowsMetadata.describing(specs, paging_state)
+    return RowsResult(metadata, tuple(rows))
+
+
+def execute_select(
+    statement: SelectStatement,
+    table: Table,
+    context: StatementContext,
+    store: Store,
+    limits: ExecutorLimits,
+    request: PageRequest,
+) -> RowsResult:
+    """Run ``statement`` against ``store``; one page of rows."""
+    plan = _plan(statement, table, context, limits)
+    position = _Position()
+    if request.paging_state is not None:
+        position = _decode_state(request.fingerprint, request.paging_state)
+    source = _source(plan, store, context.now_s, position)
+    if plan.selection.is_aggregate:
+        folded = plan.selection.fold(_all_rows(source, plan, limits, apply_limit=False))
+        return _result(plan, [folded], None, request)
+    page_size = request.page_size if request.page_size and request.page_size > 0 else None
+    many_keys = plan.keys is not None and len(plan.keys) > 1
+    if statement.order_by and many_keys:
+        if page_size is not None:
+            raise InvalidRequest(ORDER_BY_PAGING_MESSAGE)
+        return _result(plan, _ordered_rows(plan, source, limits), None, request)
+    if page_size is None:
+        rows = _collect(source, plan, limits.max_unpaged_rows + 1, 2**62)
+        if len(rows) > limits.max_unpaged_rows:
+            raise InvalidRequest(
+                f"the result has more than {limits.max_unpaged_rows} rows: page the query"
+            )
+        return _result(plan, [plan.selection.row(r) for r in rows], None, request)
+    page_size = min(page_size, limits.max_page_size_rows)
+    rows = _collect(source, plan, page_size, limits.max_rows_examined_per_page)
+    state = None if _done(source, plan) else _encode_state(request.fingerprint, source.position)
+    return _result(plan, [plan.selection.row(r) for r in rows], state, request)
+
+
+def _ordered_rows(
+    plan: _Plan, source: _Source, limits: ExecutorLimits
+) -> list[tuple[bytes | None, ...]]:
+    types = tuple((c.type, c.order) for c in plan.table.clustering_columns)
+    rows = list(_all_rows(source, plan, limits, apply_limit=False))
+    rows.sort(key=lambda row: encode_clustering(types, row.clustering), reverse=plan.reverse)
+    if plan.limit is not None:
+        rows = rows[: plan.limit]
+    return [plan.selection.row(row) for row in rows]

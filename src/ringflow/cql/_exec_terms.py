@@ -1,0 +1,532 @@
+"""Terms to values: literals, bind markers, collections and function calls, typed by a receiver.
+
+A term only has a type once it meets its *receiver* (the column it is assigned to or compared
+with, a function parameter, ``LIMIT`` ...). :func:`term_bytes` gives the serialized value the
+receiver stores; :func:`term_value` the Python value (for collection elements and function
+arguments). Both return ``None`` for null and ``UNSET`` for an unset bound value (-2), which the
+caller decides about (an assignment is skipped, a WHERE value is refused).
+
+Rules (Cassandra ``cql3/Constants.java``, ``Lists``/``Sets``/``Maps``/``Tuples``/``UserTypes``,
+re-expressed):
+
+* a constant must suit the receiver: strings for text, ascii, timestamp, date, time, inet, uuid
+  and duration; integers for the integer types, ``varint``, ``decimal``, floating types and
+  ``timestamp``; floats for ``float``, ``double`` and ``decimal``; else Invalid naming the
+  column (``Invalid INTEGER constant (1) for "v" of type text``);
+* timestamps as strings: ``yyyy-mm-dd[( |T)HH:MM[:SS[.fff]]][Z|+HHMM|+HH:MM]``, naive = UTC, or
+  milliseconds since epoch; durations: ``1h30m``-style units (``y mo w d h m s ms us µs ns``) or
+  ISO 8601 ``P..`` forms;
+* bound bytes are validated and normalized by the codec (sets and maps sorted), so a value
+  reaching the store is canonical; collection literals may not hold null or unset elements;
+* ``token(a, b)`` as a term takes the partition key columns' types and gives a ``bigint``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import re
+from collections.abc import Callable, Mapping
+
+from ringflow.cql._ast import (
+    BindMarker,
+    BlobLiteral,
+    BooleanLiteral,
+    DurationLiteral,
+    EmptyBraces,
+    FloatLiteral,
+    FunctionCall,
+    IntegerLiteral,
+    ListLiteral,
+    MapLiteral,
+    NullLiteral,
+    SetLiteral,
+    StringLiteral,
+    Term,
+    TupleLiteral,
+    TypeCast,
+    UdtLiteral,
+    UuidLiteral,
+    resolve_type,
+)
+from ringflow.cql._exec_common import StatementContext
+from ringflow.cql._exec_functions import resolve_function
+from ringflow.cql._wire import UNSET, CqlValue, Unset
+from ringflow.errors import InternalError, InvalidRequest
+from ringflow.ring import RingError, murmur3_token, partition_key_bytes
+from ringflow.schema import (
+    BIGINT,
+    CqlType,
+    Duration,
+    ListType,
+    MapType,
+    NativeType,
+    SetType,
+    Table,
+    TupleType,
+    UserType,
+    deserialize,
+    normalize,
+    serialize,
+)
+
+Value = object
+_STRING_TYPES = frozenset(
+    {"ascii", "text", "timestamp", "date", "time", "inet", "uuid", "timeuuid", "duration"}
+)
+_INTEGER_TYPES = frozenset(
+    {"tinyint", "smallint", "int", "bigint", "varint", "decimal", "float", "double", "timestamp"}
+)
+_FLOAT_TYPES = frozenset({"float", "double", "decimal"})
+_CONSTANT_KINDS: Mapping[type, tuple[str, frozenset[str]]] = {
+    StringLiteral: ("STRING", _STRING_TYPES),
+    IntegerLiteral: ("INTEGER", _INTEGER_TYPES),
+    FloatLiteral: ("FLOAT", _FLOAT_TYPES),
+    BooleanLiteral: ("BOOLEAN", frozenset({"boolean"})),
+    UuidLiteral: ("UUID", frozenset({"uuid", "timeuuid"})),
+    BlobLiteral: ("HEX", frozenset({"blob"})),
+    DurationLiteral: ("DURATION", frozenset({"duration"})),
+}
+
+
+# --- public entry points -------------------------------------------------------------------------
+
+
+def term_bytes(
+    term: Term,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None = None,
+) -> bytes | Unset | None:
+    """The serialized value of ``term`` for a receiver of ``cql_type`` named ``column``."""
+    if isinstance(term, BindMarker):
+        return _bound_bytes(term, cql_type, column, context)
+    value = term_value(term, cql_type, column, context, table)
+    if value is None or value is UNSET:
+        return value
+    return serialize(cql_type, value, column)
+
+
+def term_value(
+    term: Term,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None = None,
+) -> Value | Unset | None:
+    """The Python value of ``term`` for a receiver of ``cql_type`` (codec forms)."""
+    if isinstance(term, BindMarker):
+        data = _bound_bytes(term, cql_type, column, context)
+        if data is None or data is UNSET:
+            return data
+        return deserialize(cql_type, data, column)
+    if isinstance(term, NullLiteral):
+        return None
+    if isinstance(term, FunctionCall):
+        return _call(term, cql_type, column, context, table)
+    if isinstance(term, TypeCast):
+        return _cast(term, cql_type, column, context, table)
+    converter = _COMPOSITES.get(type(term))
+    if converter is not None:
+        return converter(term, cql_type, column, context, table)
+    return constant_value(term, cql_type, column)
+
+
+def required_bytes(
+    term: Term,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None = None,
+) -> bytes:
+    """A value that must be present: null and unset are Invalid (keys, WHERE values)."""
+    value = term_bytes(term, cql_type, column, context, table)
+    if value is None:
+        raise InvalidRequest(f"Invalid null value in condition for column {column}")
+    if value is UNSET:
+        raise InvalidRequest(f"Invalid unset value for column {column}")
+    assert isinstance(value, bytes)
+    return value
+
+
+def bound_value(term: BindMarker, context: StatementContext) -> CqlValue:
+    try:
+        return context.values[term.index]
+    except KeyError:
+        raise InternalError(f"bind marker {term.index} has no value") from None
+
+
+def _bound_bytes(
+    term: BindMarker, cql_type: CqlType, column: str, context: StatementContext
+) -> bytes | Unset | None:
+    value = bound_value(term, context)
+    if value is None or value is UNSET:
+        return value
+    assert isinstance(value, bytes)
+    return normalize(cql_type, value, column)
+
+
+def partition_token(table: Table, key: tuple[bytes, ...]) -> int:
+    """The Murmur3 token of a partition key of ``table``; Invalid for a key it cannot hash."""
+    try:
+        return murmur3_token(partition_key_bytes(key))
+    except RingError as error:
+        raise InvalidRequest(f"table {table.keyspace}.{table.name}: {error}") from None
+
+
+# --- constants -----------------------------------------------------------------------------------
+
+
+def _constant_text(term: Term) -> str:
+    if isinstance(term, StringLiteral):
+        return term.value
+    if isinstance(term, FloatLiteral | DurationLiteral):
+        return term.text
+    if isinstance(term, BlobLiteral):
+        return "0x" + term.value.hex()
+    if isinstance(term, BooleanLiteral):
+        return "true" if term.value else "false"
+    return str(getattr(term, "value", term))
+
+
+def constant_value(term: Term, cql_type: CqlType, column: str) -> Value:
+    """A literal constant converted for ``cql_type``; Invalid if the kinds do not match."""
+    kind_and_types = _CONSTANT_KINDS.get(type(term))
+    if kind_and_types is None:
+        raise InvalidRequest(f"Invalid value {term!r} for column {column!r}")
+    kind, accepted = kind_and_types
+    name = cql_type.name if isinstance(cql_type, NativeType) else None
+    if name not in accepted:
+        raise InvalidRequest(
+            f'Invalid {kind} constant ({_constant_text(term)}) for "{column}" of type '
+            f"{cql_type.cql_name()}"
+        )
+    assert name is not None
+    try:
+        return _convert_constant(term, name)
+    except (ValueError, ArithmeticError) as error:
+        raise InvalidRequest(
+            f'Invalid {kind} constant ({_constant_text(term)}) for "{column}" of type {name}: '
+            f"{error}"
+        ) from None
+
+
+def _convert_constant(term: Term, type_name: str) -> Value:
+    if isinstance(term, StringLiteral):
+        return _STRING_CONVERTERS.get(type_name, _identity)(term.value)
+    if isinstance(term, IntegerLiteral):
+        if type_name in ("float", "double"):
+            return float(term.value)
+        return term.value
+    if isinstance(term, FloatLiteral):
+        return decimal.Decimal(term.text) if type_name == "decimal" else term.value
+    if isinstance(term, DurationLiteral):
+        return parse_duration(term.text)
+    if isinstance(term, BooleanLiteral | UuidLiteral | BlobLiteral):
+        return term.value
+    raise InternalError(f"unhandled constant {term!r}")
+
+
+def _identity(text: str) -> Value:
+    return text
+
+
+_TIMEZONE = re.compile(r"([+-])(\d{2}):?(\d{2})$")
+_INTEGER_TEXT = re.compile(r"-?\d+")
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since epoch of a CQL timestamp string (naive means UTC)."""
+    stripped = text.strip()
+    if _INTEGER_TEXT.fullmatch(stripped):
+        return int(stripped)
+    if stripped.endswith(("Z", "z")):
+        stripped = stripped[:-1] + "+00:00"
+    stripped = _TIMEZONE.sub(lambda m: f"{m.group(1)}{m.group(2)}:{m.group(3)}", stripped)
+    if len(stripped) > 10 and stripped[10] == " ":
+        stripped = stripped[:10] + "T" + stripped[11:].replace(" ", "")
+    moment = datetime.datetime.fromisoformat(stripped)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (moment - epoch) // datetime.timedelta(milliseconds=1)
+
+
+def _parse_date(text: str) -> Value:
+    stripped = text.strip()
+    if _INTEGER_TEXT.fullmatch(stripped):
+        return int(stripped) - 2**31  # Cassandra's unsigned day number, epoch at 2^31
+    return datetime.date.fromisoformat(stripped)
+
+
+_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?")
+
+
+def _parse_time(text: str) -> Value:
+    stripped = text.strip()
+    if _INTEGER_TEXT.fullmatch(stripped):
+        return int(stripped)
+    match = _TIME.fullmatch(stripped)
+    if match is None:
+        raise ValueError(f"{text!r} is not a time (HH:MM[:SS[.fffffffff]])")
+    hours, minutes, seconds, fraction = match.groups()
+    nanos = int((fraction or "").ljust(9, "0")) if fraction else 0
+    return ((int(hours) * 60 + int(minutes)) * 60 + int(seconds or 0)) * 1_000_000_000 + nanos
+
+
+def _parse_uuid(text: str) -> Value:
+    import uuid
+
+    return uuid.UUID(text.strip())
+
+
+_STRING_CONVERTERS: dict[str, Callable[[str], Value]] = {
+    "timestamp": parse_timestamp,
+    "date": _parse_date,
+    "time": _parse_time,
+    "uuid": _parse_uuid,
+    "timeuuid": _parse_uuid,
+    "duration": lambda text: parse_duration(text),  # defined below
+}
+
+_UNIT_NANOS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_UNIT_PART = re.compile(r"(\d+)(mo|ms|us|µs|ns|y|w|d|h|m|s)", re.IGNORECASE)
+_ISO_DURATION = re.compile(
+    r"P(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?"
+)
+
+
+def parse_duration(text: str) -> Duration:
+    """A CQL duration literal: ``1y2mo3w4d5h6m7s8ms9us10ns`` or ISO 8601 ``P1Y2M3DT4H5M6S``."""
+    stripped = text.strip()
+    negative = stripped.startswith("-")
+    body = stripped[1:] if negative else stripped
+    if body.upper().startswith("P"):
+        months, days, nanos = _iso_duration(body.upper())
+    else:
+        months, days, nanos = _unit_duration(body)
+    sign = -1 if negative else 1
+    return Duration(sign * months, sign * days, sign * nanos)
+
+
+def _iso_duration(body: str) -> tuple[int, int, int]:
+    match = _ISO_DURATION.fullmatch(body)
+    if match is None or body in ("P", "PT"):
+        raise ValueError(f"{body!r} is not an ISO 8601 duration")
+    years, months, weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    nanos = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000_000
+    return years * 12 + months, weeks * 7 + days, nanos
+
+
+def _unit_duration(body: str) -> tuple[int, int, int]:
+    position, months, days, nanos = 0, 0, 0, 0
+    if not body:
+        raise ValueError("empty duration")
+    for match in _UNIT_PART.finditer(body):
+        if match.start() != position:
+            break
+        position = match.end()
+        amount, unit = int(match.group(1)), match.group(2).lower()
+        if unit == "y":
+            months += 12 * amount
+        elif unit == "mo":
+            months += amount
+        elif unit == "w":
+            days += 7 * amount
+        elif unit == "d":
+            days += amount
+        else:
+            nanos += amount * _UNIT_NANOS[unit]
+    if position != len(body):
+        raise ValueError(f"{body!r} is not a duration (such as 1h30m)")
+    return months, days, nanos
+
+
+# --- collections, tuples, user types -------------------------------------------------------------
+
+
+def _element(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    value = term_value(term, cql_type, column, context, table)
+    if value is None:
+        raise InvalidRequest(f"null is not supported inside collections (column {column})")
+    if value is UNSET:
+        raise InvalidRequest(f"unset value is not supported inside collections (column {column})")
+    return value
+
+
+def _wrong_literal(what: str, cql_type: CqlType, column: str) -> InvalidRequest:
+    return InvalidRequest(f"Invalid {what} literal for {column} of type {cql_type.cql_name()}")
+
+
+def _list(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    assert isinstance(term, ListLiteral)
+    if not isinstance(cql_type, ListType):
+        raise _wrong_literal("list", cql_type, column)
+    return [_element(e, cql_type.element, column, context, table) for e in term.elements]
+
+
+def _set(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    assert isinstance(term, SetLiteral)
+    if not isinstance(cql_type, SetType):
+        raise _wrong_literal("set", cql_type, column)
+    return [_element(e, cql_type.element, column, context, table) for e in term.elements]
+
+
+def _map(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    assert isinstance(term, MapLiteral)
+    if not isinstance(cql_type, MapType):
+        raise _wrong_literal("map", cql_type, column)
+    return [
+        (
+            _element(key, cql_type.key, column, context, table),
+            _element(value, cql_type.value, column, context, table),
+        )
+        for key, value in term.entries
+    ]
+
+
+def _empty_braces(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    if isinstance(cql_type, SetType | MapType):
+        return []
+    raise _wrong_literal("set or map", cql_type, column)
+
+
+def _tuple(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    assert isinstance(term, TupleLiteral)
+    if not isinstance(cql_type, TupleType) or len(term.elements) > len(cql_type.elements):
+        raise _wrong_literal("tuple", cql_type, column)
+    values = []
+    for element, element_type in zip(term.elements, cql_type.elements, strict=False):
+        value = term_value(element, element_type, column, context, table)
+        if value is UNSET:
+            raise InvalidRequest(f"Invalid unset value in a tuple for column {column}")
+        values.append(value)
+    return tuple(values)
+
+
+def _udt(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value:
+    assert isinstance(term, UdtLiteral)
+    if not isinstance(cql_type, UserType):
+        raise _wrong_literal("user type", cql_type, column)
+    fields: dict[str, Value] = {}
+    for name, value_term in term.fields:
+        if name not in cql_type.field_names:
+            raise InvalidRequest(
+                f"Unknown field '{name}' in value of user defined type {cql_type.name}"
+            )
+        field_type = cql_type.field_types[cql_type.field_names.index(name)]
+        value = term_value(value_term, field_type, f"{column}.{name}", context, table)
+        if value is UNSET:
+            raise InvalidRequest(f"Invalid unset value for field {name} of {column}")
+        fields[name] = value
+    return fields
+
+
+_COMPOSITES = {
+    ListLiteral: _list,
+    SetLiteral: _set,
+    MapLiteral: _map,
+    EmptyBraces: _empty_braces,
+    TupleLiteral: _tuple,
+    UdtLiteral: _udt,
+}
+
+
+# --- functions and casts -------------------------------------------------------------------------
+
+
+def compatible_result(result: CqlType, receiver: CqlType) -> bool:
+    if result == receiver:
+        return True
+    text_like = {NativeType("text"), NativeType("ascii")}
+    if result in text_like and receiver in text_like:
+        return True
+    return result == NativeType("timeuuid") and receiver == NativeType("uuid")
+
+
+def _call(
+    term: FunctionCall,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None,
+) -> Value | Unset | None:
+    if term.name == "token" and term.keyspace in (None, "system"):
+        return _token_term(term, cql_type, column, context, table)
+    function = resolve_function(term.name, term.keyspace, [None] * len(term.args))
+    if not compatible_result(function.return_type, cql_type):
+        raise InvalidRequest(
+            f"Type error: cannot assign result of function {term.name} (type "
+            f"{function.return_type.cql_name()}) to {column} (type {cql_type.cql_name()})"
+        )
+    arguments: list[object | None] = []
+    for position, (argument, argument_type) in enumerate(
+        zip(term.args, function.argument_types, strict=True)
+    ):
+        value = term_value(argument, argument_type, f"{term.name}(arg{position})", context, table)
+        if value is UNSET:
+            raise InvalidRequest(f"Invalid unset value for argument {position} of {term.name}")
+        arguments.append(value)
+    result = function.call(context, arguments)
+    if result is None or function.return_type == cql_type:
+        return result
+    return deserialize(cql_type, serialize(function.return_type, result, column), column)
+
+
+def _token_term(
+    term: FunctionCall,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None,
+) -> Value:
+    if table is None:
+        raise InvalidRequest("token() can only be used in the WHERE clause of a table's query")
+    key_columns = table.partition_key_columns
+    if len(term.args) != len(key_columns):
+        raise InvalidRequest(
+            f"Invalid number of arguments in call to function token: {len(key_columns)} "
+            f"required but {len(term.args)} provided"
+        )
+    if cql_type != BIGINT:
+        raise InvalidRequest(f"Type error: token() is a bigint, not {cql_type.cql_name()}")
+    parts = tuple(
+        required_bytes(argument, key.type, key.name, context, table)
+        for argument, key in zip(term.args, key_columns, strict=True)
+    )
+    return partition_token(table, parts)
+
+
+def _cast(
+    term: TypeCast, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> Value | Unset | None:
+    hinted = resolve_type(term.type, {})
+    if not compatible_result(hinted, cql_type):
+        raise InvalidRequest(
+            f"Type error: ({hinted.cql_name()}) value cannot be used for {column} of type "
+            f"{cql_type.cql_name()}"
+        )
+    return term_value(term.term, cql_type, column, context, table)

@@ -1,0 +1,566 @@
+"""The CQL statement executor of one node: QUERY, PREPARE, EXECUTE and BATCH to responses.
+
+``QueryProcessor`` is a pure core in the STYLE.md sense: the store, the clock (µs), the CDC
+generation metadata and the random generator are passed in; it opens no socket and keeps no
+thread. The node shell turns frames into requests, calls one of the four methods with the
+connection's :class:`SessionState`, and sends back the returned response object; schema changes
+are also reported to ``schema_listeners`` so the shell can push EVENT frames.
+
+Rules:
+
+* Statements are dispatched by type (``_STATEMENT_HANDLERS``); DDL goes through ``_exec_ddl``,
+  DML through ``_exec_dml``, SELECT through ``_exec_select``.
+* Consistency levels are accepted and ignored (one node), except ANY for reads and SERIAL /
+  LOCAL_SERIAL for writes, refused as Cassandra does.
+* Every write of a request (a statement, a text batch, a BATCH message) is one ``Store.apply``:
+  mutations of one partition are merged first, and each mutation of a CDC-enabled table gets its
+  :class:`ringflow.cdc._log_rows.CdcCapture` (stream from ``CdcMetadata.get_stream`` for the
+  mutation's latest timestamp and the partition's token, ``cdc$time`` low bits from the random
+  generator), so base rows and log rows commit together. Direct writes to CDC log tables and to
+  ``system``/``system_schema`` are refused; ``system_distributed*`` tables are writable.
+* Errors: every exception becomes its protocol error (``response_for_error``): SyntaxProblem 0x2000,
+  Invalid 0x2200 (schema, value and CDC rejections included), ConfigurationError 0x2300,
+  AlreadyExists 0x2400 with keyspace/table, Unprepared 0x2500, Unauthorized 0x2100; anything
+  else, our own InternalError included, is ServerError 0x0000, logged with its traceback and
+  counted in ``internal_errors`` (each one is a bug).
+* One lock serializes requests, so the processor may be shared by the shell's worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ringflow.cdc import CdcMetadata
+from ringflow.cdc._log_rows import CdcCapture
+from ringflow.cql._ast import (
+    BeginBatchStatement,
+    DeleteStatement,
+    InsertStatement,
+    ModificationStatement,
+    QualifiedName,
+    SelectStatement,
+    Statement,
+    UpdateStatement,
+    UseStatement,
+)
+from ringflow.cql._bind import (
+    PreparedCache,
+    PreparedStatement,
+    bind_values,
+    marker_specs,
+    partition_key_indexes,
+    prepared_id,
+)
+from ringflow.cql._error_responses import (
+    AlreadyExistsResponse,
+    ErrorResponse,
+    ReadFailureResponse,
+    UnpreparedResponse,
+)
+from ringflow.cql._exec_common import (
+    DEFAULT_EXECUTOR_LIMITS,
+    ExecutorLimits,
+    StatementContext,
+    TimestampSource,
+    UnpreparedStatement,
+    refuse_local_writes,
+    require_keyspace,
+)
+from ringflow.cql._exec_ddl import DDL_HANDLERS, DdlContext, DdlOutcome, execute_ddl
+from ringflow.cql._exec_dml import (
+    ListPaths,
+    WriteContext,
+    delete_mutations,
+    insert_mutations,
+    live_list_cells,
+    update_mutations,
+)
+from ringflow.cql._exec_select import PageRequest, execute_select
+from ringflow.cql._exec_selectors import compile_selection
+from ringflow.cql._exec_system import (
+    dropped_keyspace_rows,
+    ensure_system_tables,
+    keyspace_exists,
+    load_schema,
+    lookup_table,
+    schema_high_water_us,
+    schema_rows,
+)
+from ringflow.cql._exec_terms import partition_token, term_value
+from ringflow.cql._parser import parse_statement
+from ringflow.cql._requests import Batch, Execute, Prepare, Query, QueryParameters
+from ringflow.cql._responses import Response
+from ringflow.cql._results import (
+    PreparedMetadata,
+    PreparedResult,
+    RowsMetadata,
+    SchemaChange,
+    SchemaChangeTarget,
+    SetKeyspaceResult,
+    VoidResult,
+)
+from ringflow.cql._wire import UNSET, Consistency, CqlValue
+from ringflow.errors import AlreadyExists, ErrorCode, InvalidRequest, RingflowError, invariant
+from ringflow.schema import (
+    BIGINT,
+    CDC_LOG_SUFFIX,
+    Cell,
+    Mutation,
+    SchemaAlreadyExists,
+    SchemaState,
+    Table,
+    merge_mutations,
+    schema_digest,
+)
+from ringflow.storage import Store, UnknownTable
+
+_log = logging.getLogger(__name__)
+
+SchemaListener = Callable[[SchemaChange], None]
+_SERIAL = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
+_SIMPLE_ERROR_CODES = frozenset(
+    {
+        ErrorCode.PROTOCOL_ERROR,
+        ErrorCode.SYNTAX_ERROR,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.INVALID,
+        ErrorCode.CONFIG_ERROR,
+        ErrorCode.OVERLOADED,
+        ErrorCode.IS_BOOTSTRAPPING,
+        ErrorCode.TRUNCATE_ERROR,
+        ErrorCode.AUTHENTICATION_ERROR,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """Who this node is: what ``system.local`` says about it and the datacenter that
+    ``NetworkTopologyStrategy``'s ``replication_factor`` shorthand expands to."""
+
+    host_id: uuid.UUID
+    cluster_name: str = "ringflow"
+    data_center: str = "datacenter1"
+    rack: str = "rack1"
+    rpc_address: str = "127.0.0.1"
+    broadcast_address: str = "127.0.0.1"
+    tokens: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Per-connection state: the keyspace chosen by ``USE``."""
+
+    keyspace: str | None = None
+
+
+def response_for_error(
+    error: BaseException, consistency: Consistency = Consistency.ONE
+) -> tuple[Response, bool]:
+    """The protocol error for ``error``, and whether it is an internal error (a bug)."""
+    if isinstance(error, UnpreparedStatement):
+        return UnpreparedResponse(str(error), error.statement_id), False
+    if isinstance(error, SchemaAlreadyExists):
+        return AlreadyExistsResponse(str(error), error.keyspace, error.table), False
+    if isinstance(error, AlreadyExists):
+        return AlreadyExistsResponse(str(error), "", ""), False
+    if isinstance(error, RingflowError):
+        if error.code in _SIMPLE_ERROR_CODES:
+            return ErrorResponse(error.code, str(error)), False
+        if error.code == ErrorCode.READ_FAILURE:
+            return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
+    return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
+
+
+class QueryProcessor:
+    """Executes CQL requests against one node's store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        node: NodeIdentity,
+        clock: Callable[[], int],
+        cdc: CdcMetadata | None,
+        rng: random.Random,
+        limits: ExecutorLimits = DEFAULT_EXECUTOR_LIMITS,
+    ) -> None:
+        self._store = store
+        self._node = node
+        self._clock = clock
+        self._cdc = cdc
+        self._rng = rng
+        self.limits = limits
+        self.internal_errors = 0
+        self.schema_listeners: list[SchemaListener] = []
+        self._lock = threading.RLock()
+        self._timestamps = TimestampSource(clock)
+        self._list_paths = ListPaths(rng)
+        self._prepared = PreparedCache(limits)
+        ensure_system_tables(store)
+        self._state = load_schema(store, clock() // 1_000_000)
+        self._timestamps.last_us = schema_high_water_us(store)
+        self._write_schema_rows(None, frozenset())
+
+    # --- introspection -------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> SchemaState:
+        return self._state
+
+    @property
+    def schema_version(self) -> uuid.UUID:
+        """The content digest of the user schema (what ``system.local.schema_version`` says)."""
+        return schema_digest(self._state)
+
+    @property
+    def prepared_statements(self) -> Mapping[bytes, PreparedStatement]:
+        return self._prepared.statements()
+
+    def validate(self) -> None:
+        """Raise InternalError if the processor contradicts itself or its store."""
+        with self._lock:
+            self._state.validate()
+            registered = {(t.keyspace, t.name): t for t in self._store.tables()}
+            for key, table in self._state.tables.items():
+                invariant(
+                    registered.get(key) == table,
+                    f"table {key[0]}.{key[1]} of the schema is not registered as such in the store",
+                )
+            invariant(
+                len(self._prepared) <= self.limits.max_prepared_statements,
+                f"{len(self._prepared)} prepared statements exceed the limit",
+            )
+
+    def on_schema_change(self, listener: SchemaListener) -> None:
+        """Call ``listener`` with each schema change from now on."""
+        self.schema_listeners.append(listener)
+
+    # --- the four requests ---------------------------------------------------------------------
+
+    def query(self, query: Query, session: SessionState) -> Response:
+        def run() -> Response:
+            statement = parse_statement(query.query)
+            params = query.parameters
+            specs = None
+            if params.names is not None:
+                specs = marker_specs(statement, self._lookup_for(session.keyspace))
+            values = bind_values(statement, specs, params.values, params.names)
+            fingerprint = prepared_id(query.query, session.keyspace)[:8]
+            return self._run(statement, values, params, session, session.keyspace, fingerprint)
+
+        return self._guard(run, query.parameters.consistency)
+
+    def prepare(self, prepare: Prepare, session: SessionState) -> Response:
+        return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
+
+    def execute(self, execute: Execute, session: SessionState) -> Response:
+        def run() -> Response:
+            prepared = self._prepared.get(execute.statement_id)
+            if prepared is None:
+                raise UnpreparedStatement(execute.statement_id)
+            params = execute.parameters
+            values = bind_values(
+                prepared.statement, prepared.variables, params.values, params.names
+            )
+            fingerprint = prepared.statement_id[:8]
+            return self._run(
+                prepared.statement, values, params, session, prepared.keyspace, fingerprint
+            )
+
+        return self._guard(run, execute.parameters.consistency)
+
+    def batch(self, batch: Batch, session: SessionState) -> Response:
+        return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _guard(
+        self, run: Callable[[], Response], consistency: Consistency = Consistency.ONE
+    ) -> Response:
+        with self._lock:
+            try:
+                return run()
+            except Exception as error:  # every exception becomes a response; bugs are counted
+                response, internal = response_for_error(error, consistency)
+                if internal:
+                    self.internal_errors += 1
+                    _log.error("internal error executing a CQL request", exc_info=error)
+                return response
+
+    def _context(self, values: Mapping[int, CqlValue], keyspace: str | None) -> StatementContext:
+        return StatementContext(values, self._clock, self._rng, keyspace)
+
+    def _table(self, name: QualifiedName, keyspace: str | None) -> Table:
+        return lookup_table(self._state, require_keyspace(name.keyspace, keyspace), name.name)
+
+    def _lookup_for(self, keyspace: str | None) -> Callable[[QualifiedName], Table]:
+        return lambda name: self._table(name, keyspace)
+
+    def _run(
+        self,
+        statement: Statement,
+        values: Mapping[int, CqlValue],
+        params: QueryParameters,
+        session: SessionState,
+        keyspace: str | None,
+        fingerprint: bytes,
+    ) -> Response:
+        context = self._context(values, keyspace)
+        if isinstance(statement, SelectStatement):
+            if params.consistency is Consistency.ANY:
+                raise InvalidRequest("ANY ConsistencyLevel is only supported for writes")
+            table = self._table(statement.table, keyspace)
+            request = PageRequest(
+                params.page_size, params.paging_state, params.skip_metadata, fingerprint
+            )
+            return execute_select(statement, table, context, self._store, self.limits, request)
+        if isinstance(statement, UseStatement):
+            return self._use(statement, session)
+        if type(statement) in DDL_HANDLERS:
+            return self._ddl(statement, keyspace)
+        if params.consistency in _SERIAL:
+            raise InvalidRequest("You must use conditional updates for serializable writes")
+        if isinstance(statement, BeginBatchStatement):
+            return self._text_batch(statement, context, params.default_timestamp)
+        assert isinstance(statement, InsertStatement | UpdateStatement | DeleteStatement)
+        timestamp = self._default_timestamp(params.default_timestamp)
+        self._apply(self._mutations(statement, context, timestamp))
+        return VoidResult()
+
+    def _default_timestamp(self, client_timestamp: int | None) -> int:
+        return client_timestamp if client_timestamp is not None else self._timestamps.next()
+
+    def _use(self, statement: UseStatement, session: SessionState) -> Response:
+        if not keyspace_exists(self._state, statement.keyspace):
+            raise InvalidRequest(f"Keyspace '{statement.keyspace}' does not exist")
+        session.keyspace = statement.keyspace
+        return SetKeyspaceResult(statement.keyspace)
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def _writable_table(self, name: QualifiedName, keyspace: str | None) -> Table:
+        table = self._table(name, keyspace)
+        refuse_local_writes(table.keyspace)
+        if table.name.endswith(CDC_LOG_SUFFIX) and (
+            (table.keyspace, table.name[: -len(CDC_LOG_SUFFIX)]) in self._state.tables
+        ):
+            raise InvalidRequest(
+                f"Cannot write to CDC log table {table.keyspace}.{table.name} directly: its rows "
+                "are written by CDC with the base table's writes"
+            )
+        return table
+
+    def _mutations(
+        self, statement: ModificationStatement, context: StatementContext, timestamp: int
+    ) -> list[Mutation]:
+        table = self._writable_table(statement.table, context.keyspace)
+        write = WriteContext(
+            context, self.limits, lambda: timestamp, self._list_paths, self._read_list
+        )
+        if isinstance(statement, InsertStatement):
+            return insert_mutations(statement, table, write)
+        if isinstance(statement, UpdateStatement):
+            return update_mutations(statement, table, write)
+        return delete_mutations(statement, table, write)
+
+    def _read_list(
+        self, table: Table, key: tuple[bytes, ...], clustering: tuple[bytes, ...], column: str
+    ) -> list[Cell]:
+        stored = self._store.read_mutation(table, key)
+        cells = live_list_cells(stored, table, clustering, column, self._clock() // 1_000_000)
+        if len(cells) > self.limits.max_list_elements_read:
+            raise InvalidRequest(
+                f"list {column} has more than {self.limits.max_list_elements_read} elements"
+            )
+        return cells
+
+    def _text_batch(
+        self,
+        statement: BeginBatchStatement,
+        context: StatementContext,
+        client_timestamp: int | None,
+    ) -> Response:
+        if statement.kind.name == "COUNTER":
+            raise InvalidRequest("Counter batches are not supported: ringflow has no counters")
+        if statement.using.ttl is not None:
+            raise InvalidRequest("TTL is not allowed on a BATCH, only on its statements")
+        timestamp = self._default_timestamp(client_timestamp)
+        if statement.using.timestamp is not None:
+            if any(child.using.timestamp is not None for child in statement.statements):
+                raise InvalidRequest(
+                    "Timestamp must be set either on BATCH or individual statements"
+                )
+            value = term_value(statement.using.timestamp, BIGINT, "[timestamp]", context)
+            if value is None:
+                raise InvalidRequest("Invalid null value of timestamp")
+            if value is not UNSET:
+                assert isinstance(value, int)
+                timestamp = value
+        self._check_batch_size(len(statement.statements))
+        mutations: list[Mutation] = []
+        for child in statement.statements:
+            mutations.extend(self._mutations(child, context, timestamp))
+        self._apply(mutations)
+        return VoidResult()
+
+    def _check_batch_size(self, count: int) -> None:
+        if count > self.limits.max_batch_statements:
+            raise InvalidRequest(
+                f"batch of {count} statements exceeds the limit of "
+                f"{self.limits.max_batch_statements}"
+            )
+
+    def _batch_message(self, batch: Batch, session: SessionState) -> Response:
+        if batch.batch_type.name == "COUNTER":
+            raise InvalidRequest("Counter batches are not supported: ringflow has no counters")
+        if batch.consistency in _SERIAL:
+            raise InvalidRequest("You must use conditional updates for serializable writes")
+        self._check_batch_size(len(batch.statements))
+        timestamp = self._default_timestamp(batch.default_timestamp)
+        mutations: list[Mutation] = []
+        for entry in batch.statements:
+            if isinstance(entry.statement, bytes):
+                prepared = self._prepared.get(entry.statement)
+                if prepared is None:
+                    raise UnpreparedStatement(entry.statement)
+                statement, keyspace = prepared.statement, prepared.keyspace
+                specs = prepared.variables
+            else:
+                statement, keyspace, specs = parse_statement(entry.statement), session.keyspace, ()
+            if not isinstance(statement, InsertStatement | UpdateStatement | DeleteStatement):
+                raise InvalidRequest(
+                    "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
+                    "allowed."
+                )
+            values = bind_values(statement, specs, entry.values, None)
+            mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
+        self._apply(mutations)
+        return VoidResult()
+
+    def _apply(self, mutations: Sequence[Mutation]) -> None:
+        merged: dict[tuple[str, str, tuple[bytes, ...]], Mutation] = {}
+        for mutation in mutations:
+            if mutation.is_empty or next(mutation.timestamps_us(), None) is None:
+                continue  # writes nothing (e.g. adding an empty collection)
+            key = (mutation.keyspace, mutation.table, mutation.partition_key)
+            prior = merged.get(key)
+            merged[key] = mutation if prior is None else merge_mutations(prior, mutation)
+        batch = [m for m in merged.values() if not m.is_empty]
+        if not batch:
+            return
+        now_us = self._clock()
+        captures: dict[int, CdcCapture] = {}
+        for index, mutation in enumerate(batch):
+            table = lookup_table(self._state, mutation.keyspace, mutation.table)
+            if table.options.cdc.enabled:
+                captures[index] = self._capture(table, mutation, now_us)
+        self._store.apply(batch, now_s=now_us // 1_000_000, cdc=captures)
+
+    def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
+        if self._cdc is None:
+            raise InvalidRequest(
+                f"cdc: no CDC generation metadata on this node: cannot write to "
+                f"{table.keyspace}.{table.name}, which has CDC enabled"
+            )
+        timestamp = max(mutation.timestamps_us())
+        token = partition_token(table, mutation.partition_key)
+        stream = self._cdc.get_stream(timestamp, token, now_us)
+        return CdcCapture(stream.to_bytes(), self._rng.getrandbits(64))
+
+    # --- schema --------------------------------------------------------------------------------
+
+    def _ddl(self, statement: Statement, keyspace: str | None) -> Response:
+        context = DdlContext(
+            self._state, keyspace, self._timestamps, self._rng, (self._node.data_center,)
+        )
+        outcome = execute_ddl(statement, context)
+        self._apply_ddl(outcome)
+        return outcome.response
+
+    def _apply_ddl(self, outcome: DdlOutcome) -> None:
+        for keyspace, name in outcome.drop:
+            try:
+                self._store.drop_table(keyspace, name)
+            except UnknownTable:
+                _log.warning("dropped table %s.%s was not in the store", keyspace, name)
+        for table in outcome.register:
+            self._store.register_table(table)
+        for table in outcome.truncate:
+            self._store.drop_table(table.keyspace, table.name)
+            self._store.register_table(table)
+        self._state = outcome.state
+        self._write_schema_rows(outcome.keyspaces, outcome.dropped_keyspaces)
+        for change in outcome.changes:
+            self._invalidate_prepared(change)
+            self._notify(change)
+
+    def _write_schema_rows(self, keyspaces: frozenset[str] | None, dropped: frozenset[str]) -> None:
+        if keyspaces is not None and not keyspaces and not dropped:
+            return
+        timestamp = self._timestamps.next()
+        rows = dropped_keyspace_rows(sorted(dropped), timestamp)
+        if keyspaces is None or keyspaces:
+            rows += schema_rows(
+                self._state, None if keyspaces is None else sorted(keyspaces), timestamp
+            )
+        chunk = self._store.limits.max_batch_mutations
+        for start in range(0, len(rows), chunk):
+            self._store.apply(rows[start : start + chunk], now_s=timestamp // 1_000_000)
+
+    def _invalidate_prepared(self, change: SchemaChange) -> None:
+        if change.target is SchemaChangeTarget.TABLE:
+            doomed = (change.keyspace, change.name)
+            self._prepared.invalidate(lambda entry: doomed in entry.tables)
+        else:
+            keyspace = change.keyspace
+            self._prepared.invalidate(lambda entry: any(k == keyspace for k, _ in entry.tables))
+
+    def _notify(self, change: SchemaChange) -> None:
+        for listener in list(self.schema_listeners):
+            try:
+                listener(change)
+            except Exception:  # a listener's failure must not undo the change
+                _log.exception("schema listener failed on %s", change)
+
+    # --- PREPARE -------------------------------------------------------------------------------
+
+    def _prepare(self, query: str, keyspace: str | None) -> Response:
+        statement = parse_statement(query)
+        specs = marker_specs(statement, self._lookup_for(keyspace))
+        table = None
+        tables: set[tuple[str, str]] = set()
+        if isinstance(
+            statement, SelectStatement | InsertStatement | UpdateStatement | DeleteStatement
+        ):
+            table = self._table(statement.table, keyspace)
+            tables.add((table.keyspace, table.name))
+        elif isinstance(statement, BeginBatchStatement):
+            for child in statement.statements:
+                child_table = self._table(child.table, keyspace)
+                tables.add((child_table.keyspace, child_table.name))
+        result_columns = None
+        if isinstance(statement, SelectStatement):
+            assert table is not None
+            unset = {index: UNSET for index in range(len(specs))}
+            selection = compile_selection(statement, table, self._context(unset, keyspace))
+            result_columns = selection.specs(table)
+        statement_id = prepared_id(query, keyspace)
+        pk_indexes = partition_key_indexes(statement, table)
+        self._prepared.put(
+            PreparedStatement(
+                statement_id, query, keyspace, statement, specs, pk_indexes, result_columns,
+                frozenset(tables),
+            )
+        )  # fmt: skip
+        metadata = (
+            RowsMetadata.skipped(0)
+            if result_columns is None
+            else RowsMetadata.describing(result_columns)
+        )
+        return PreparedResult(statement_id, PreparedMetadata(specs, pk_indexes), metadata)

@@ -1,0 +1,463 @@
+"""Start-up of a single node: store, system tables, identity, the first CDC generation, the server.
+
+``open_node`` (synchronous; run it on the storage thread) does, in order:
+
+1. create the data directory and load, or create and save, the node record (host id, tokens:
+   ``_config``); a restart keeps both;
+2. open the store and register the system tables (``ensure_system_tables``);
+3. write ``system.local`` (host id, tokens, addresses, DC/rack, schema version, gossip
+   generation = start second);
+4. find the node's CDC generation (``system.cdc_local``) or create the first one; publish it;
+   load it into ``CdcMetadata``;
+5. build the ``QueryProcessor``.
+
+The first CDC generation (scylla-cdc.md §2, §4, §6; seed 000):
+
+* Its description covers the node's own tokens with its own sharding
+  (``generate_topology_description``), and its id is ``GenerationIdV2(timestamp, uuid4)``.
+* Timestamp: a cluster's *first* generation needs no delay, as in Scylla's Raft topology
+  coordinator (``new_generation_timestamp`` delays only later generations, so that every node
+  learns them before they operate). Nothing can have written CDC data before the node existed,
+  so the generation starts at the start-up instant, floored to the millisecond, and CDC writes
+  work as soon as the node listens. (Scylla's gossip-era first generation started ~1 min later,
+  during which CDC writes failed with "could not find any CDC stream".)
+* Durability order, each step a committed store transaction: the internal v2 rows
+  (``system_distributed_everywhere.cdc_generation_descriptions_v2``, in chunks), then the
+  ``system.cdc_local`` row naming the generation, the node's *commit* of its choice. A crash
+  before that row leaves only unreferenced internal rows; the next start creates a new
+  generation. Then publication: every ``system_distributed.cdc_streams_descriptions_v2`` row,
+  *then* the ``cdc_generation_timestamps`` row (the publishing rule: a consumer that sees the
+  timestamp finds all streams). Publication is idempotent and is redone at start-up whenever the
+  timestamp row is missing (a crash during publication).
+* On restart the generation is read back from the internal rows (not regenerated), so the
+  streams of data already written stay valid.
+
+``run_node`` is the asyncio shell: one storage thread (``ThreadPoolExecutor(max_workers=1)``)
+for every store call, the CQL server on ``address:port``, and a clean shutdown on SIGTERM or
+SIGINT (stop accepting, finish statements in flight, close the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime
+import logging
+import random
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ringflow.cdc import (
+    DEFAULT_BATCH_BYTES_MAX,
+    CdcMetadata,
+    GenerationDescriptionV2Row,
+    GenerationIdV2,
+    GenerationTimestampRow,
+    TopologyDescription,
+    description_from_generation_v2_rows,
+    generate_topology_description,
+    generation_description_v2_rows,
+    publication_batches,
+)
+from ringflow.cql import Execute, Prepare, Query, SchemaChange
+from ringflow.cql._exec_system import ensure_system_tables
+from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
+from ringflow.cql._server import CqlServer, Handled, Statement
+from ringflow.errors import InternalError
+from ringflow.node._config import (
+    DataDirLock,
+    NodeConfig,
+    NodeRecord,
+    load_record,
+    prepare_data_dir,
+    save_record,
+)
+from ringflow.schema import (
+    TEXT,
+    TIMESTAMP,
+    Cell,
+    Mutation,
+    Row,
+    Table,
+    deserialize,
+    serialize,
+)
+from ringflow.schema._system_rows import NodeRow, cdc_local_row, local_row, table_mutation
+from ringflow.storage import Store
+
+_log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+"""Wall clock in microseconds since the epoch."""
+
+GENERATION_TABLE = ("system_distributed_everywhere", "cdc_generation_descriptions_v2")
+STREAMS_TABLE = ("system_distributed", "cdc_streams_descriptions_v2")
+TIMESTAMPS_TABLE = ("system_distributed", "cdc_generation_timestamps")
+CDC_LOCAL_TABLE = ("system", "cdc_local")
+CDC_LOCAL_KEY = "cdc_local"
+TIMESTAMPS_KEY = "timestamps"
+ROWS_PER_WRITE_MAX = 2000
+"""Description rows per store transaction: far inside the store's batch limits."""
+
+_T = TypeVar("_T")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def system_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CdcGeneration:
+    """The generation a node operates with: its id and its topology description."""
+
+    id: GenerationIdV2
+    description: TopologyDescription
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """An opened node: everything the server needs. ``close`` releases the store."""
+
+    config: NodeConfig
+    record: NodeRecord
+    store: Store
+    generation: CdcGeneration
+    cdc: CdcMetadata
+    processor: QueryProcessor
+    lock: DataDirLock
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        finally:
+            self.lock.release()
+
+
+# --- opening -------------------------------------------------------------------------------------
+
+
+def load_or_create_record(config: NodeConfig, rng: random.Random) -> NodeRecord:
+    """The saved record (checked against ``config``), or a new one, saved before use."""
+    prepare_data_dir(config.data_dir)
+    record = load_record(config.data_dir)
+    if record is not None:
+        record.check_matches(config)
+        return record
+    record = NodeRecord.create(config, rng)
+    save_record(config.data_dir, record)
+    return record
+
+
+def open_node(config: NodeConfig, *, clock: Clock = system_clock_us, rng: random.Random) -> Node:
+    """Open (or create) the node in ``config.data_dir``. Blocking: call it on the storage
+    thread. Holds the data directory's lock until ``Node.close``; the store is closed and
+    the lock released again if anything fails."""
+    prepare_data_dir(config.data_dir)
+    lock = DataDirLock(config.data_dir)
+    try:
+        record = load_or_create_record(config, rng)
+        store = Store(config.store_path)
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        ensure_system_tables(store)
+        now_us = clock()
+        generation = ensure_cdc_generation(store, record, now_us=now_us, rng=rng)
+        cdc = CdcMetadata()
+        cdc.insert(generation.id.timestamp_ms, generation.description, now_us)
+        identity = NodeIdentity(
+            host_id=record.host_id,
+            cluster_name=record.cluster_name,
+            data_center=record.dc,
+            rack=record.rack,
+            rpc_address=config.address,
+            broadcast_address=config.address,
+            tokens=record.tokens,
+        )
+        processor = QueryProcessor(store, node=identity, clock=clock, cdc=cdc, rng=rng)
+        version = processor.schema_version
+        write_local_row(store, config, record, version, now_us, gossip_generation=now_us // 10**6)
+        processor.on_schema_change(
+            lambda _change: write_local_row(
+                store, config, record, processor.schema_version, clock()
+            )
+        )
+    except BaseException:
+        store.close()
+        lock.release()
+        raise
+    return Node(config, record, store, generation, cdc, processor, lock)
+
+
+def write_local_row(
+    store: Store,
+    config: NodeConfig,
+    record: NodeRecord,
+    schema_version: uuid.UUID,
+    now_us: int,
+    *,
+    gossip_generation: int | None = None,
+) -> None:
+    """``system.local`` as the driver's control connection and cqlsh read it. Rewritten after
+    every schema change (a processor schema listener, on the storage thread), so
+    ``schema_version`` is the digest drivers compare when they wait for schema agreement.
+    ``gossip_generation`` (the start second, as Cassandra's) is kept when None."""
+    row = NodeRow(
+        host_id=record.host_id,
+        broadcast_address=config.address,
+        rpc_address=config.address,
+        data_center=record.dc,
+        rack=record.rack,
+        tokens=record.tokens,
+        schema_version=schema_version,
+    )
+    mutation = local_row(
+        row,
+        cluster_name=record.cluster_name,
+        timestamp_us=now_us,
+        gossip_generation=gossip_generation,
+    )
+    store.apply([mutation], now_s=now_us // 1_000_000)
+
+
+# --- the CDC generation --------------------------------------------------------------------------
+
+
+def ensure_cdc_generation(
+    store: Store, record: NodeRecord, *, now_us: int, rng: random.Random
+) -> CdcGeneration:
+    """The node's generation: read back after a restart, else created; published either way."""
+    generation = load_local_generation(store, now_us)
+    if generation is None:
+        generation = create_first_generation(store, record, now_us=now_us, rng=rng)
+        _log.info("created the first CDC generation %s", generation.id.to_gossip())
+    publish_generation(store, generation, now_us=now_us)
+    return generation
+
+
+def create_first_generation(
+    store: Store, record: NodeRecord, *, now_us: int, rng: random.Random
+) -> CdcGeneration:
+    """Generate, store (internal rows, then ``system.cdc_local``) and return a generation
+    starting now (see the module docstring for why a first generation needs no delay)."""
+    sharding = (record.shard_count, record.ignore_msb)
+    description = generate_topology_description(record.tokens, lambda _end: sharding, rng)
+    generation_id = GenerationIdV2(now_us // 1000, uuid.UUID(int=rng.getrandbits(128), version=4))
+    rows = generation_description_v2_rows(generation_id.uuid, description)
+    table = store.table(*GENERATION_TABLE)
+    for chunk in _chunks(rows, ROWS_PER_WRITE_MAX):
+        store.apply([_internal_rows_mutation(table, chunk, now_us)], now_s=now_us // 1_000_000)
+    commit = cdc_local_row(generation_id.timestamp_ms, generation_id.uuid, timestamp_us=now_us)
+    store.apply([commit], now_s=now_us // 1_000_000)
+    return CdcGeneration(generation_id, description)
+
+
+def _internal_rows_mutation(
+    table: Table, rows: Sequence[GenerationDescriptionV2Row], now_us: int
+) -> Mutation:
+    """Rows of ``cdc_generation_descriptions_v2``; ``num_ranges`` is static, set apart."""
+    values = [
+        {name: value for name, value in row.to_columns().items() if name != "num_ranges"}
+        for row in rows
+    ]
+    mutation = table_mutation(table, values, now_us)
+    num_ranges = serialize(table.column("num_ranges").type, rows[0].num_ranges, "num_ranges")
+    static = Row((), None, None, {"num_ranges": Cell.live(now_us, num_ranges)})
+    return dataclasses.replace(mutation, static_row=static)
+
+
+def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
+    """The generation named by ``system.cdc_local``, rebuilt from its internal rows; None for
+    a node that never committed one. InternalError if the named rows are missing or partial."""
+    now_s = now_us // 1_000_000
+    key = serialize(TEXT, CDC_LOCAL_KEY)
+    local = store.read_row(CDC_LOCAL_TABLE, [key], (), now_s=now_s)
+    if local is None or "streams_timestamp" not in local.values or "uuid" not in local.values:
+        return None
+    table = store.table(*GENERATION_TABLE)
+    cdc_local = store.table(*CDC_LOCAL_TABLE)
+    timestamp_ms = _milliseconds(_value(cdc_local, local.values, "streams_timestamp"))
+    generation_uuid = _value(cdc_local, local.values, "uuid")
+    if not isinstance(generation_uuid, uuid.UUID):
+        raise InternalError(f"system.cdc_local: uuid {generation_uuid!r} is not a UUID")
+    partition = [serialize(table.column("id").type, generation_uuid)]
+    stored = store.read_partition(table, partition, now_s=now_s)
+    rows = [
+        GenerationDescriptionV2Row(
+            generation_uuid,
+            _int(_value(table, row.values, "range_end", row.clustering[0])),
+            _int(_value(table, row.values, "ignore_msb")),
+            _int(_value(table, row.values, "num_ranges")),
+            tuple(sorted(_iterable(_value(table, row.values, "streams")))),
+        )
+        for row in stored
+        if not row.static_only
+    ]
+    try:
+        description = description_from_generation_v2_rows(rows)
+    except Exception as error:
+        raise InternalError(
+            f"system.cdc_local names CDC generation {generation_uuid}, whose stored "
+            f"description is unusable: {error}"
+        ) from error
+    return CdcGeneration(GenerationIdV2(timestamp_ms, generation_uuid), description)
+
+
+def _value(
+    table: Table, values: Mapping[str, bytes], name: str, data: bytes | None = None
+) -> object:
+    raw = values.get(name, data)
+    if raw is None:
+        raise InternalError(f"{table.keyspace}.{table.name}: column {name} is missing")
+    return deserialize(table.column(name).type, raw, name)
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise InternalError(f"stored CDC description: expected an int, got {value!r}")
+    return value
+
+
+def _milliseconds(value: object) -> int:
+    """A deserialized CQL ``timestamp`` (a datetime, UTC if naive) in ms since the epoch."""
+    if not isinstance(value, datetime.datetime):
+        raise InternalError(f"stored CDC generation: expected a timestamp, got {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+
+def _iterable(value: object) -> Iterable[bytes]:
+    if not isinstance(value, frozenset):
+        raise InternalError(f"stored CDC description: expected a set of blobs, got {value!r}")
+    return [bytes(element) for element in value]
+
+
+def is_published(store: Store, generation_id: GenerationIdV2, now_us: int) -> bool:
+    """Whether the generation's ``cdc_generation_timestamps`` row (the commit) exists."""
+    row = store.read_row(
+        TIMESTAMPS_TABLE,
+        [serialize(TEXT, TIMESTAMPS_KEY)],
+        [serialize(TIMESTAMP, generation_id.timestamp_ms)],
+        now_s=now_us // 1_000_000,
+    )
+    return row is not None
+
+
+def publish_generation(store: Store, generation: CdcGeneration, *, now_us: int) -> bool:
+    """Write the user-facing description rows: every streams row first, the timestamp row
+    last, each batch committed before the next. No-op (False) if already published."""
+    if is_published(store, generation.id, now_us):
+        return False
+    time_ms = generation.id.timestamp_ms
+    streams = store.table(*STREAMS_TABLE)
+    timestamps = store.table(*TIMESTAMPS_TABLE)
+    for batch in publication_batches(time_ms, generation.description, DEFAULT_BATCH_BYTES_MAX):
+        table = timestamps if isinstance(batch[0], GenerationTimestampRow) else streams
+        for chunk in _chunks(batch, ROWS_PER_WRITE_MAX):
+            values = [row.to_columns() for row in chunk]
+            mutation = table_mutation(table, values, now_us)
+            store.apply([mutation], now_s=now_us // 1_000_000)
+    return True
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- serving ------------------------------------------------------------------------------------
+
+
+class ProcessorBackend:
+    """Adapts the ``QueryProcessor`` to the server's ``Backend`` protocol, collecting the
+    schema changes of each statement (all of them: creating a CDC table also creates its log
+    table) so the server pushes one SCHEMA_CHANGE event per change."""
+
+    def __init__(self, processor: QueryProcessor) -> None:
+        self._processor = processor
+        self._changes: list[SchemaChange] = []
+        processor.on_schema_change(self._changes.append)
+
+    def open_session(self) -> SessionState:
+        return SessionState(None)
+
+    def handle(self, session: SessionState, statement: Statement) -> Handled:
+        """Runs on the storage thread, so ``_changes`` is only touched from there."""
+        self._changes.clear()
+        processor = self._processor
+        if isinstance(statement, Query):
+            response = processor.query(statement, session)
+        elif isinstance(statement, Prepare):
+            response = processor.prepare(statement, session)
+        elif isinstance(statement, Execute):
+            response = processor.execute(statement, session)
+        else:
+            response = processor.batch(statement, session)
+        changes = tuple(self._changes)
+        self._changes.clear()
+        return Handled(response, changes)
+
+
+async def run_node(
+    config: NodeConfig,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+    clock: Clock = system_clock_us,
+    rng: random.Random | None = None,
+) -> None:
+    """Open the node, serve CQL until ``stop`` is set or SIGTERM/SIGINT arrives, shut down."""
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    rng = rng or random.Random()
+    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ringflow-storage")
+    try:
+        node = await loop.run_in_executor(worker, lambda: open_node(config, clock=clock, rng=rng))
+        try:
+            await _serve(node, worker, stop, on_ready)
+        finally:
+            await loop.run_in_executor(worker, node.close)
+    finally:
+        worker.shutdown(wait=True)
+
+
+async def _serve(
+    node: Node,
+    worker: concurrent.futures.Executor,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    config = node.config
+    server = CqlServer(
+        ProcessorBackend(node.processor),
+        worker,
+        host=config.address,
+        port=config.native_port,
+        limits=config.limits,
+        shard_count=node.record.shard_count,
+        ignore_msb=node.record.ignore_msb,
+    )
+    loop = asyncio.get_running_loop()
+    await server.start()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop.set)
+    try:
+        if on_ready is not None:
+            on_ready(
+                f"ringflow node {node.record.host_id} listening on {config.address}:{server.port}"
+            )
+        await stop.wait()
+    finally:
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal_number)
+        await server.close()

@@ -1,0 +1,334 @@
+"""The asyncio CQL shell (``ringflow.cql._server``) with a fake backend, over real loopback sockets.
+
+Proves the shell's own duties, independent of the executor: the handshake (OPTIONS with the
+sharding options, STARTUP, REGISTER), dispatch to the single worker thread, answers on the right
+stream ids, SCHEMA_CHANGE pushes to registered connections only, error mapping (our exceptions
+keep their code, anything else is a counted ServerError), the connection limit, back-pressure of
+the pending-statement bound, and graceful close. Fast: each test is well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from ringflow.cql import (
+    Consistency,
+    DecodedMessage,
+    ErrorResponse,
+    EventType,
+    FrameDecoder,
+    Options,
+    Query,
+    QueryParameters,
+    Ready,
+    Register,
+    Response,
+    SchemaChange,
+    SchemaChangeEvent,
+    SchemaChangeResult,
+    SchemaChangeTarget,
+    SchemaChangeType,
+    SetKeyspaceResult,
+    Startup,
+    Supported,
+    VoidResult,
+    decode_message,
+    encode_message,
+)
+from ringflow.cql._server import CqlServer, ServerLimits, Statement
+from ringflow.errors import ConfigurationError, ErrorCode, InvalidRequest
+
+TIMEOUT_S = 5.0
+
+
+@dataclass
+class FakeSession:
+    keyspace: str | None = None
+
+
+@dataclass
+class FakeBackend:
+    """Answers by statement text; records the worker thread and the order of execution."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+    executed: list[str] = field(default_factory=list)
+    threads: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    def open_session(self) -> FakeSession:
+        return FakeSession()
+
+    def handle(self, session: FakeSession, statement: Statement) -> Response:
+        assert isinstance(statement, Query)
+        self.threads.add(threading.current_thread().name)
+        text = statement.query
+        if text == "WAIT":
+            assert self.gate.wait(TIMEOUT_S)
+        self.executed.append(text)
+        if text.startswith("USE "):
+            session.keyspace = text[4:]
+            return SetKeyspaceResult(session.keyspace)
+        if text == "KEYSPACE?":
+            return ErrorResponse(ErrorCode.INVALID, f"keyspace={session.keyspace}")
+        if text == "CREATE":
+            change = SchemaChange(SchemaChangeType.CREATED, SchemaChangeTarget.KEYSPACE, "ks")
+            return SchemaChangeResult(change)
+        if text == "INVALID":
+            raise InvalidRequest("no such thing")
+        if text == "BUG":
+            raise ValueError("oops")
+        return VoidResult()
+
+
+class Client:
+    """A raw CQL v4 client built from ringflow's own codec."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder(expected_version=None)
+
+    @classmethod
+    async def connect(cls, port: int) -> Client:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    def send(self, request: object, stream_id: int) -> None:
+        self.writer.write(encode_message(request, stream_id))  # type: ignore[arg-type]
+
+    async def receive(self) -> DecodedMessage:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return decode_message(frame)
+            data = await asyncio.wait_for(self.reader.read(65536), TIMEOUT_S)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            self.decoder.feed(data)
+
+    async def request(self, request: object, stream_id: int = 1) -> Response:
+        self.send(request, stream_id)
+        reply = await self.receive()
+        assert reply.stream_id == stream_id
+        return reply.message  # type: ignore[return-value]
+
+    async def start(self) -> None:
+        assert await self.request(Startup({"CQL_VERSION": "3.4.5"}), 0) == Ready()
+
+    async def closed(self) -> bool:
+        data = await asyncio.wait_for(self.reader.read(65536), TIMEOUT_S)
+        return data == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def query(text: str) -> Query:
+    return Query(text, QueryParameters(Consistency.ONE))
+
+
+def run_with_server(
+    body: Callable[[CqlServer[FakeSession], FakeBackend], Awaitable[None]],
+    **limits: object,
+) -> tuple[CqlServer[FakeSession], FakeBackend]:
+    backend = FakeBackend()
+    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="storage")
+    server = CqlServer(
+        backend,
+        worker,
+        host="127.0.0.1",
+        port=0,
+        limits=ServerLimits(**limits),  # type: ignore[arg-type]
+        shard_count=2,
+        ignore_msb=12,
+    )
+
+    async def main() -> None:
+        await server.start()
+        try:
+            await asyncio.wait_for(body(server, backend), TIMEOUT_S * 2)
+        finally:
+            backend.gate.set()
+            await server.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker.shutdown(wait=True)
+    return server, backend
+
+
+def test_options_advertise_scylla_sharding_round_robin_over_connections() -> None:
+    shards: list[str] = []
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        for _ in range(3):
+            client = await Client.connect(server.port)
+            supported = await client.request(Options())
+            assert isinstance(supported, Supported)
+            assert supported.options["SCYLLA_NR_SHARDS"] == ("2",)
+            assert supported.options["SCYLLA_SHARDING_IGNORE_MSB"] == ("12",)
+            assert "SCYLLA_SHARD_AWARE_PORT" not in supported.options
+            assert supported.options["COMPRESSION"] == ("lz4",)
+            shards.append(supported.options["SCYLLA_SHARD"][0])
+            client.close()
+
+    run_with_server(body)
+    assert shards == ["0", "1", "0"]
+
+
+def test_statements_run_on_one_worker_thread_in_order_with_session_state() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        await client.start()
+        for stream_id, text in enumerate(["a", "b", "USE ks", "c"], start=1):
+            client.send(query(text), stream_id)
+        answers = {}
+        for _ in range(4):
+            reply = await client.receive()
+            answers[reply.stream_id] = reply.message
+        assert answers == {
+            1: VoidResult(),
+            2: VoidResult(),
+            3: SetKeyspaceResult("ks"),
+            4: VoidResult(),
+        }
+        error = await client.request(query("KEYSPACE?"), 9)
+        assert error == ErrorResponse(ErrorCode.INVALID, "keyspace=ks")
+        client.close()
+
+    server, backend = run_with_server(body)
+    assert backend.executed == ["a", "b", "USE ks", "c", "KEYSPACE?"]
+    assert len(backend.threads) == 1 and next(iter(backend.threads)).startswith("storage")
+    assert server.stats.server_errors == 0
+
+
+def test_query_before_startup_is_a_protocol_error_and_the_connection_goes_on() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        error = await client.request(query("a"), 3)
+        assert isinstance(error, ErrorResponse) and error.code == ErrorCode.PROTOCOL_ERROR
+        await client.start()
+        assert await client.request(query("a"), 4) == VoidResult()
+        client.close()
+
+    _server, backend = run_with_server(body)
+    assert backend.executed == ["a"]
+
+
+def test_schema_change_is_pushed_only_to_registered_connections_after_the_answer() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        listener, bystander, actor = [await Client.connect(server.port) for _ in range(3)]
+        for client in (listener, bystander, actor):
+            await client.start()
+        assert await listener.request(Register((EventType.SCHEMA_CHANGE,)), 5) == Ready()
+        assert await bystander.request(Register((EventType.STATUS_CHANGE,)), 5) == Ready()
+        answer = await actor.request(query("CREATE"), 7)
+        assert isinstance(answer, SchemaChangeResult)
+        pushed = await listener.receive()
+        assert pushed.stream_id == -1
+        assert pushed.message == SchemaChangeEvent(answer.change)
+        # The bystander gets nothing: its next frame is the answer to its next request.
+        assert await bystander.request(query("a"), 8) == VoidResult()
+        for client in (listener, bystander, actor):
+            client.close()
+
+    server, _backend = run_with_server(body)
+    assert server.stats.events_pushed == 1
+
+
+def test_errors_keep_their_code_and_unexpected_exceptions_are_counted_server_errors() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        await client.start()
+        assert await client.request(query("INVALID"), 1) == ErrorResponse(
+            ErrorCode.INVALID, "no such thing"
+        )
+        bug = await client.request(query("BUG"), 2)
+        assert bug == ErrorResponse(ErrorCode.SERVER_ERROR, "ValueError: oops")
+        assert await client.request(query("a"), 3) == VoidResult()
+        client.close()
+
+    server, _backend = run_with_server(body)
+    assert server.stats.server_errors == 1
+
+
+def test_connections_over_the_limit_get_overloaded_then_closed() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        first = await Client.connect(server.port)
+        await first.start()
+        second = await Client.connect(server.port)
+        refusal = await second.request(Options(), 1)
+        assert isinstance(refusal, ErrorResponse)
+        assert refusal.code == ErrorCode.OVERLOADED and "limit 1" in refusal.message
+        assert await second.closed()
+        assert await first.request(query("a"), 2) == VoidResult()
+        first.close()
+        second.close()
+
+    server, _backend = run_with_server(body, max_connections=1)
+    assert server.stats.connections_refused == 1
+
+
+def test_pending_bound_applies_back_pressure_and_answers_in_completion_order() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        backend.gate.clear()
+        slow, fast = await Client.connect(server.port), await Client.connect(server.port)
+        await slow.start()
+        await fast.start()
+        slow.send(query("WAIT"), 1)
+        await asyncio.sleep(0.1)
+        fast.send(query("after"), 2)
+        await asyncio.sleep(0.2)
+        assert backend.executed == [], "the second statement must wait for a pending slot"
+        backend.gate.set()
+        assert (await slow.receive()).message == VoidResult()
+        assert (await fast.receive()).message == VoidResult()
+        slow.close()
+        fast.close()
+
+    _server, backend = run_with_server(body, max_pending_requests=1)
+    assert backend.executed == ["WAIT", "after"]
+
+
+def test_close_lets_statements_in_flight_finish() -> None:
+    results: list[Response] = []
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        backend.gate.clear()
+        client = await Client.connect(server.port)
+        await client.start()
+        client.send(query("WAIT"), 1)
+        await asyncio.sleep(0.1)
+        closing = asyncio.create_task(server.close())
+        await asyncio.sleep(0.1)
+        backend.gate.set()
+        results.append((await client.receive()).message)
+        await closing
+        assert await client.closed()
+
+    run_with_server(body)
+    assert results == [VoidResult()]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_connections": 0},
+        {"max_pending_requests": -1},
+        {"max_frame_size": 1.5},
+        {"max_frame_size": 2**31},
+        {"shutdown_grace_s": True},
+    ],
+)
+def test_bad_limits_are_configuration_errors(limits: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError, match=next(iter(limits))):
+        ServerLimits(**limits)  # type: ignore[arg-type]
