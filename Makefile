@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,530 @@
+"""The PostgreSQL sink: changes applied as upserts guarded by write timestamps.
+
+``df.writeStream.format("ringflow-postgres")`` (or ``df.write``) with options ``url``
+(``postgresql://user@host:port/db``), ``table`` (the target, ``name`` or ``schema.name``),
+``schema`` (:func:`~ringflow.pipeline.table_to_json` of the base table) and optionally
+``rows_per_transaction`` (default 5,000). The target's tables and its ``<table>_live`` view
+are created when absent (layout and type mapping: :mod:`ringflow.pipeline._pg_sql`).
+
+Every change becomes statements whose effect only depends on the set of changes applied, never
+on their order or repetition (the rules of :mod:`ringflow.pipeline._materialize`): a column
+value, the row marker and each collection element are replaced only by a greater (write
+timestamp, tie bytes), Cassandra's cell order; row, partition, range and collection deletions
+are kept as timestamps (``_deleted_at``, ``__partition_deletes``, ``__range_bounds``, ``_ct_c``)
+that only grow, and shadowing is evaluated by the view, so a late older write never resurrects
+a deleted row: it lands behind the tombstone. A replayed micro-batch therefore changes nothing,
+and the driver's ``commit`` only records the batch in ``<table>__batches`` for operators.
+
+Each writer task applies its rows in transactions of at most ``rows_per_transaction`` changes
+with ``executemany`` (one statement kind after another, rows sorted by key so concurrent tasks
+lock in one order; a deadlock or serialization failure retries the transaction).
+
+Configuration errors (unknown or missing option, malformed or unreachable URL, a target whose
+columns do not match) raise :class:`PipelineConfigError` naming the URL (password hidden) and the
+cause. :func:`postgres_options` runs the same checks on the driver before any job is started.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+import pyarrow as pa  # type: ignore[import-untyped]
+from psycopg import errors as pg_errors
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ringflow.cdc import CdcOperation, deleted_elements_type
+from ringflow.pipeline._changes import (
+    IMAGE_OPERATIONS,
+    RANGE_END_OPERATIONS,
+    RANGE_START_OPERATIONS,
+    Change,
+    change_from_row,
+    check_change_schema,
+    clustering_prefix,
+    table_from_json,
+    table_to_json,
+    validate_change,
+)
+from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._lake import task_context
+from ringflow.pipeline._materialize import (
+    Key,
+    LiveRow,
+    canonical_value,
+    cell_order,
+    expiry_s,
+    hashable,
+)
+from ringflow.pipeline._materialize import elements as collection_elements
+from ringflow.pipeline._pg_sql import (
+    Statement,
+    Target,
+    batch_statement,
+    cells_statement,
+    element_to_pg,
+    from_pg_value,
+    partition_delete_statement,
+    range_bound_statement,
+    row_statement,
+    static_statement,
+    to_pg_value,
+    view_sql,
+)
+from ringflow.schema import (
+    Column,
+    CqlType,
+    SetType,
+    Table,
+    comparable_bytes,
+    encode_clustering,
+    prefix_upper_bound,
+    serialize,
+)
+
+POSTGRES_FORMAT = "ringflow-postgres"
+DEFAULT_ROWS_PER_TRANSACTION = 5000
+CONNECT_TIMEOUT_S = 5
+_RETRIES_MAX = 5
+_OPTIONS = frozenset({"url", "table", "schema", "rows_per_transaction"})
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresConfig:
+    """Validated sink options."""
+
+    url: str
+    target: str
+    table_json: str
+    rows_per_transaction: int
+
+    @property
+    def table(self) -> Table:
+        return table_from_json(self.table_json)
+
+
+def parse_options(options: Mapping[str, str]) -> PostgresConfig:
+    """Check the options without connecting; PipelineConfigError on the first problem."""
+    unknown = sorted(k for k in options if k.lower() not in _OPTIONS | _SPARK_OPTIONS)
+    if unknown:
+        raise PipelineConfigError(
+            f"{POSTGRES_FORMAT}: unknown option(s) {unknown}; allowed: {sorted(_OPTIONS)}"
+        )
+    for required in ("url", "table", "schema"):
+        if not options.get(required):
+            raise PipelineConfigError(f"{POSTGRES_FORMAT}: option {required!r} is missing")
+    url = str(options["url"])
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise PipelineConfigError(f"{POSTGRES_FORMAT}: url {redact(url)!r} is not postgresql://")
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error as error:
+        raise PipelineConfigError(
+            f"{POSTGRES_FORMAT}: url {redact(url)!r} is malformed: {error}"
+        ) from None
+    rows = str(options.get("rows_per_transaction", DEFAULT_ROWS_PER_TRANSACTION))
+    if not rows.isdigit() or int(rows) <= 0:
+        raise PipelineConfigError(f"rows_per_transaction must be a positive integer, got {rows!r}")
+    table = table_from_json(str(options["schema"]))
+    Target(str(options["table"]), table)  # checks the names
+    return PostgresConfig(url, str(options["table"]), table_to_json(table), int(rows))
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """A connection to ``url``; PipelineConfigError naming the URL and the cause on failure."""
+    try:
+        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.Error as error:
+        cause = str(error).strip() or type(error).__name__
+        raise PipelineConfigError(
+            f"cannot connect to PostgreSQL at {redact(url)}: {cause}"
+        ) from None
+
+
+def prepare_target(config: PostgresConfig) -> None:
+    """Create the target's tables and view when absent; check their columns when present."""
+    target = Target(config.target, config.table)
+    with connect(config.url) as connection:
+        missing = _missing_columns(connection, target)
+        if missing is None:
+            return
+        if missing:
+            raise PipelineConfigError(
+                f"target {config.target} at {redact(config.url)} exists with other columns: "
+                f"missing {missing[:8]}"
+            )
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (config.target,))
+            for statement in target.ddl():
+                connection.execute(statement)
+            connection.execute(view_sql(target))
+
+
+def _missing_columns(connection: psycopg.Connection[Any], target: Target) -> list[str] | None:
+    """None if every table and the view exist with their columns; else the missing columns
+    of the tables that exist (empty: some object is absent and may be created)."""
+    missing: list[str] = []
+    absent = False
+    for suffix, columns, _ in target.tables():
+        name = target.name(suffix)
+        found = connection.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+            "AND NOT attisdropped",
+            (name,),
+        ).fetchall()
+        if not found:
+            absent = True
+            continue
+        present = {row[0] for row in found}
+        missing += [f"{target.base_name}{suffix}.{n}" for n, _ in columns if n not in present]
+    view = connection.execute("SELECT to_regclass(%s)", (target.name("_live"),)).fetchone()
+    if missing:
+        return missing
+    return [] if absent or view is None or view[0] is None else None
+
+
+def postgres_options(
+    url: str, target: str, table: Table, rows_per_transaction: int | None = None
+) -> dict[str, str]:
+    """Validated sink options for ``df.writeStream.options(**...)``, checked on the driver
+    (connects, creates the target when absent) so that mistakes fail before any job."""
+    options = {"url": url, "table": target, "schema": table_to_json(table)}
+    if rows_per_transaction is not None:
+        options["rows_per_transaction"] = str(rows_per_transaction)
+    prepare_target(parse_options(options))
+    return options
+
+
+# --- applying changes ---------------------------------------------------------------------------
+
+
+class ChangeApplier:
+    """Turns changes into parameter rows of the target's statements, and runs them."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.table = target.table
+        self._clustering_types = tuple((c.type, c.order) for c in self.table.clustering_columns)
+        self.statements: dict[str, Statement] = {
+            "row": row_statement(target),
+            "partition": partition_delete_statement(target),
+            "range": range_bound_statement(target),
+        }
+        if self.table.static_columns:
+            self.statements["static"] = static_statement(target)
+        for column in target.collection_columns:
+            self.statements["cells:" + column.name] = cells_statement(target, column)
+        self.pending: dict[str, list[tuple[bytes, tuple[object, ...]]]] = {
+            name: [] for name in self.statements
+        }
+        self.changes_pending = 0
+
+    def _add(self, kind: str, order: bytes, values: dict[str, object]) -> None:
+        self.pending[kind].append((order, self.statements[kind].params(values)))
+
+    def add(self, change: Change) -> None:
+        """Queue the statements of one change (images are skipped: they are not deltas)."""
+        validate_change(self.table, change)
+        self.changes_pending += 1
+        if change.operation in IMAGE_OPERATIONS:
+            return
+        keys: dict[str, object] = {
+            c.name: to_pg_value(c.type, change.key[c.name])
+            for c in self.table.partition_key_columns
+        }
+        pk_bytes = b"".join(
+            serialize(c.type, change.key[c.name]) for c in self.table.partition_key_columns
+        )
+        prefix = clustering_prefix(self.table, change)
+        encoded = encode_clustering(
+            self._clustering_types,
+            [serialize(t, v) for (t, _), v in zip(self._clustering_types, prefix, strict=False)],
+        )
+        ts = change.time_us
+        if change.operation is CdcOperation.PARTITION_DELETE:
+            self._add("partition", pk_bytes, {**keys, "ts": ts})
+        elif change.operation in RANGE_START_OPERATIONS or change.operation in RANGE_END_OPERATIONS:
+            self._add("range", pk_bytes, {**keys, **_bound(change, encoded)})
+        else:
+            self._add_row(change, keys, pk_bytes, encoded)
+
+    def _add_row(
+        self, change: Change, keys: dict[str, object], pk_bytes: bytes, encoded: bytes
+    ) -> None:
+        ts, ttl = change.time_us, change.ttl_s
+        static = bool(self.table.clustering_columns) and not clustering_prefix(self.table, change)
+        values: dict[str, object] = dict(keys)
+        if not static:
+            values.update(
+                {
+                    c.name: to_pg_value(c.type, change.key[c.name])
+                    for c in self.table.clustering_columns
+                }
+            )
+            values["_ck"] = encoded
+        if change.operation is CdcOperation.ROW_DELETE:
+            values["_deleted_at"] = ts
+        if change.operation is CdcOperation.INSERT:
+            values["_marker_wt"] = ts
+            values["_marker_wx"] = cell_order(ts, b"", ttl)
+            values["_marker_exp"] = expiry_s(ts, ttl)
+        ck = b"" if static else encoded
+        for name in sorted(set(change.values) | change.deleted | set(change.deleted_elements)):
+            column = self.table.column(name)
+            if column.type.is_multicell:
+                if name in change.deleted:
+                    values["_ct_" + name] = ts - 1
+                self._add_cells(change, column, keys, pk_bytes, ck)
+            elif name in change.deleted:
+                values.update(
+                    {name: None, "_wt_" + name: ts, "_wx_" + name: cell_order(ts, None, None)}
+                )
+            else:
+                value = change.values[name]
+                data = serialize(column.type, value, name)
+                values[name] = to_pg_value(column.type, value)
+                values["_wt_" + name] = ts
+                values["_wx_" + name] = cell_order(ts, data, ttl)
+                values["_exp_" + name] = expiry_s(ts, ttl)
+        self._add("static" if static else "row", pk_bytes + b"\x00" + ck, values)
+
+    def _add_cells(
+        self, change: Change, column: Column, keys: dict[str, object], pk_bytes: bytes, ck: bytes
+    ) -> None:
+        ts, ttl = change.time_us, change.ttl_s
+        path_type = _path_type(column.type)
+        kind = "cells:" + column.name
+        for removed in change.deleted_elements.get(column.name, frozenset()):
+            path = comparable_bytes(path_type, serialize(path_type, removed))
+            cell = {
+                "_ck": ck,
+                "path": path,
+                "wt": ts,
+                "wx": cell_order(ts, None, None),
+                "tomb": True,
+            }
+            self._add(kind, pk_bytes + ck + path, {**keys, **cell})
+        for path_value, value, value_type in collection_elements(
+            column.type, change.values.get(column.name)
+        ):
+            path = comparable_bytes(path_type, serialize(path_type, path_value))
+            data = b"" if value_type is None else serialize(value_type, value)
+            key_text, elem = element_to_pg(column.type, path_value, value)
+            cell = {
+                "_ck": ck,
+                "path": path,
+                "key_text": key_text,
+                "elem": elem,
+                "wt": ts,
+                "wx": cell_order(ts, data, ttl),
+                "exp": expiry_s(ts, ttl),
+                "tomb": False,
+            }
+            self._add(kind, pk_bytes + ck + path, {**keys, **cell})
+
+    def flush(self, connection: psycopg.Connection[Any]) -> int:
+        """Run everything queued in one transaction (retried on deadlock); the change count."""
+        count = self.changes_pending
+        for attempt in range(_RETRIES_MAX):
+            try:
+                with connection.transaction(), connection.cursor() as cursor:
+                    for kind, statement in self.statements.items():
+                        ordered = [p for _, p in sorted(self.pending[kind], key=_first)]
+                        if ordered:
+                            cursor.executemany(statement.sql, ordered)
+                break
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                if attempt == _RETRIES_MAX - 1:
+                    raise
+        for rows in self.pending.values():
+            rows.clear()
+        self.changes_pending = 0
+        return count
+
+
+def _first(entry: tuple[bytes, tuple[object, ...]]) -> bytes:
+    return entry[0]
+
+
+def _path_type(cql_type: CqlType) -> CqlType:
+    element_set = deleted_elements_type(cql_type)
+    assert isinstance(element_set, SetType)  # deleted_elements_type always returns a set type
+    return element_set.element
+
+
+def _bound(change: Change, encoded: bytes) -> dict[str, object]:
+    operation = change.operation
+    upper = operation in (
+        CdcOperation.RANGE_DELETE_START_EXCLUSIVE,
+        CdcOperation.RANGE_DELETE_END_INCLUSIVE,
+    )
+    edge = prefix_upper_bound(encoded) if upper else encoded
+    return {
+        "time": change.time,
+        "seq": change.batch_seq_no,
+        "op": int(operation),
+        "edge": edge,
+        "ts": change.time_us,
+    }
+
+
+def apply_changes(
+    url: str,
+    target: str,
+    table: Table,
+    changes: Iterable[Change],
+    rows_per_transaction: int = DEFAULT_ROWS_PER_TRANSACTION,
+) -> int:
+    """Apply ``changes`` to the target without Spark (same statements as the sink)."""
+    config = parse_options({"url": url, "table": target, "schema": table_to_json(table)})
+    prepare_target(config)
+    applier = ChangeApplier(Target(target, table))
+    applied = 0
+    with connect(url) as connection:
+        for change in changes:
+            applier.add(change)
+            if applier.changes_pending >= rows_per_transaction:
+                applied += applier.flush(connection)
+        applied += applier.flush(connection)
+    return applied
+
+
+# --- the Spark data source ----------------------------------------------------------------------
+
+
+class PostgresCommitMessage(WriterCommitMessage):
+    """A task's report: how many changes it applied, in which streaming query."""
+
+    def __init__(self, rows: int, query_id: str | None) -> None:
+        self.rows = rows
+        self.query_id = query_id
+
+
+def _write_batches(config: PostgresConfig, batches: Iterator[Any]) -> PostgresCommitMessage:
+    table = config.table
+    applier = ChangeApplier(Target(config.target, table))
+    applied = 0
+    _, _, query, _ = task_context()
+    with connect(config.url) as connection:
+        for batch in batches:
+            for row in pa.Table.from_batches([batch]).to_pylist():
+                applier.add(change_from_row(table, row))
+                if applier.changes_pending >= config.rows_per_transaction:
+                    applied += applier.flush(connection)
+        applied += applier.flush(connection)
+    return PostgresCommitMessage(applied, query)
+
+
+def _record_batch(config: PostgresConfig, query_id: str, batch_id: int, rows: int) -> None:
+    statement = batch_statement(Target(config.target, config.table))
+    with connect(config.url) as connection:
+        connection.execute(
+            statement.sql,
+            statement.params({"query_id": query_id, "batch_id": batch_id, "rows": rows}),
+        )
+
+
+class _PostgresStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, config: PostgresConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_batches(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
+        query = next((m.query_id for m in reports if m.query_id), "unknown")
+        _record_batch(self.config, query, batchId, sum(m.rows for m in reports))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: what a task applied is applied again, harmlessly, on replay."""
+
+
+class _PostgresBatchWriter(DataSourceArrowWriter):
+    def __init__(self, config: PostgresConfig) -> None:
+        self.config = config
+        self.write_id = f"write-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_batches(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
+        _record_batch(self.config, self.write_id, 0, sum(m.rows for m in reports))
+
+
+class PostgresDataSource(DataSource):
+    """``ringflow-postgres``: the PostgreSQL sink (module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return POSTGRES_FORMAT
+
+    def _prepared(self, schema: StructType) -> PostgresConfig:
+        config = parse_options(self.options)
+        check_change_schema(config.table, schema)
+        prepare_target(config)
+        return config
+
+    def writer(self, schema: StructType, overwrite: bool) -> _PostgresBatchWriter:
+        if overwrite:
+            raise PipelineConfigError(f"{POSTGRES_FORMAT} applies changes: use mode('append')")
+        return _PostgresBatchWriter(self._prepared(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _PostgresStreamWriter:
+        if overwrite:
+            raise PipelineConfigError(
+                f"{POSTGRES_FORMAT} applies changes: use outputMode('append')"
+            )
+        return _PostgresStreamWriter(self._prepared(schema))
+
+
+# --- reading the live view back -----------------------------------------------------------------
+
+
+def read_postgres_live(
+    url: str, target: str, table: Table, now_s: int | None = None
+) -> dict[Key, LiveRow]:
+    """``SELECT * FROM <target>_live`` as materialize's rows (``now_s`` pins the view's now)."""
+    view = Target(target, table).name("_live")
+    result: dict[Key, LiveRow] = {}
+    with connect(url) as connection:
+        if now_s is not None:
+            connection.execute("SELECT set_config('ringflow.now_s', %s, false)", (str(now_s),))
+        cursor = connection.execute(f"SELECT * FROM {view}")
+        names = [d.name for d in cursor.description or []]
+        for record in cursor:
+            row = dict(zip(names, record, strict=True))
+            key = tuple(
+                hashable(canonical_value(c.type, from_pg_value(c.type, row[c.name])))
+                if row[c.name] is not None
+                else None
+                for c in table.primary_key_columns
+            )
+            values: dict[str, object] = {}
+            times: dict[str, int] = {}
+            for column in table.static_columns + table.regular_columns:
+                if row[column.name] is not None:
+                    raw = from_pg_value(column.type, row[column.name])
+                    values[column.name] = canonical_value(column.type, raw)
+                    times[column.name] = int(row["_wt_" + column.name])
+            result[key] = LiveRow(key, values, times)
+    return result
