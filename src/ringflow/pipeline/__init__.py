@@ -36,6 +36,16 @@ from ringflow.pipeline._changes import (
     validate_change,
 )
 from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+from ringflow.pipeline._hub import (
+    DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
+)
+from ringflow.pipeline._hub import (
+    HUB_FORMAT,
+    HubDataSource,
+    HubReport,
+    apply_to_hub,
+    hub_options,
+)
 from ringflow.pipeline._lake import (
     DEFAULT_ROWS_PER_FILE,
     LAKE_FORMAT,
@@ -74,8 +84,10 @@ from ringflow.pipeline._spark_types import (
 __all__ = [
     "BATCH_SEQ_NO_FIELD",
     "DEFAULT_CONF",
+    "DEFAULT_HUB_BATCH_ROWS",
     "DEFAULT_ROWS_PER_FILE",
     "DEFAULT_ROWS_PER_TRANSACTION",
+    "HUB_FORMAT",
     "LAKE_FORMAT",
     "OPERATION_FIELD",
     "OPERATION_NAME_FIELD",
@@ -85,6 +97,8 @@ __all__ = [
     "TIME_US_FIELD",
     "TTL_FIELD",
     "Change",
+    "HubDataSource",
+    "HubReport",
     "InvalidChange",
     "LakeDataSource",
     "LiveRow",
@@ -92,6 +106,7 @@ __all__ = [
     "PostgresDataSource",
     "TableState",
     "apply_changes",
+    "apply_to_hub",
     "arrow_type",
     "cell_order",
     "change_arrow_schema",
@@ -105,6 +120,7 @@ __all__ = [
     "committed_files",
     "format_duration",
     "from_spark_value",
+    "hub_options",
     "lake_options",
     "lake_table",
     "lake_tables",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from ringflow.pipeline._hub import HubDataSource
 from ringflow.pipeline._lake import LakeDataSource
 from ringflow.pipeline._postgres import PostgresDataSource
 
@@ -35,6 +36,7 @@ def register_data_sources(spark: SparkSession) -> None:
     """Register ``ringflow-lake`` and ``ringflow-postgres`` with ``spark`` (per session)."""
     spark.dataSource.register(LakeDataSource)
     spark.dataSource.register(PostgresDataSource)
+    spark.dataSource.register(HubDataSource)
 
 
 def local_spark_session(

@@ -1,0 +1,419 @@
+"""The hub sink: changes applied to a ringflow (or Scylla) hub cluster at their write times.
+
+``df.write.format("ringflow-hub")`` / ``df.writeStream.format("ringflow-hub")`` with options
+``contact_points`` (comma list of hosts), ``port`` (default 9042), ``keyspace`` and ``table`` (the
+target on the hub; it may differ from the source's name but must have its columns), ``schema``
+(:func:`~ringflow.pipeline.table_to_json` of the source table), ``consistency`` (default
+``QUORUM``; ``ONE`` for a one-node hub), ``concurrency`` (in-flight statements per task, 1..512,
+default 32) and ``batch_rows`` (changes turned into statements and executed per round, 1..100,000,
+default 1,000). :func:`hub_options` builds and checks them on the driver.
+
+Each change becomes CQL with its original write timestamp (statement building, TTLs and the
+approximation for non-frozen lists: :mod:`ringflow.pipeline._hub_cql`), so last-write-wins makes
+the hub's state depend only on the set of changes: a replayed micro-batch, a retried task or the
+same DataFrame written twice in another order changes nothing. Hence the stream writer's
+``commit`` and ``abort`` only log, and a failed statement fails its task (Spark retries it).
+
+Each writer task opens its own driver session in ``write()`` and runs its statements with
+``execute_concurrent`` at the configured concurrency, ``batch_rows`` changes at a time. A range
+delete arrives as two rows (start and end bound) that must reach the same task: the CDC source
+keeps a stream in one partition; other DataFrames should be repartitioned by ``cdc$stream_id``
+(bounds are paired in log order: stream, time, batch_seq_no). An unpaired bound fails the task.
+
+Configuration errors (unknown or missing option, bad number, unreachable contact points, unknown
+keyspace or table, a target without the source's columns) raise :class:`PipelineConfigError`
+before any job starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from cassandra import ConsistencyLevel
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
+from cassandra.concurrent import execute_concurrent
+from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ringflow.pipeline._changes import (
+    RANGE_END_OPERATIONS,
+    RANGE_START_OPERATIONS,
+    Change,
+    change_from_row,
+    check_change_schema,
+    table_from_json,
+    table_to_json,
+)
+from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+from ringflow.pipeline._hub_cql import HubCql, HubStatement, pair_range_bounds
+from ringflow.schema import Table
+
+HUB_FORMAT = "ringflow-hub"
+DEFAULT_PORT = 9042
+DEFAULT_CONSISTENCY = "QUORUM"
+DEFAULT_CONCURRENCY = 32
+MAX_CONCURRENCY = 512
+DEFAULT_BATCH_ROWS = 1000
+MAX_BATCH_ROWS = 100_000
+CONNECT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 30.0
+_OPTIONS = frozenset(
+    {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
+    | {"concurrency", "batch_rows"}
+)
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    """Validated sink options."""
+
+    contact_points: tuple[str, ...]
+    port: int
+    keyspace: str
+    target: str
+    table_json: str
+    consistency: str
+    concurrency: int
+    batch_rows: int
+
+    @property
+    def table(self) -> Table:
+        return table_from_json(self.table_json)
+
+    @property
+    def where(self) -> str:
+        return f"{self.keyspace}.{self.target} at {','.join(self.contact_points)}:{self.port}"
+
+
+def _bounded_int(options: Mapping[str, str], name: str, default: int, high: int) -> int:
+    text = str(options.get(name, default)).strip()
+    if not text.isdigit() or not 1 <= int(text) <= high:
+        raise PipelineConfigError(
+            f"{HUB_FORMAT}: {name} must be an integer in 1..{high}, got {text!r}"
+        )
+    return int(text)
+
+
+def parse_options(options: Mapping[str, str]) -> HubConfig:
+    """Check the options without connecting; PipelineConfigError on the first problem."""
+    options = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in options if k not in _OPTIONS | _SPARK_OPTIONS)
+    if unknown:
+        raise PipelineConfigError(
+            f"{HUB_FORMAT}: unknown option(s) {unknown}; allowed: {sorted(_OPTIONS)}"
+        )
+    for required in ("contact_points", "keyspace", "table", "schema"):
+        if not str(options.get(required, "")).strip():
+            raise PipelineConfigError(f"{HUB_FORMAT}: option {required!r} is missing")
+    points = tuple(p.strip() for p in str(options["contact_points"]).split(","))
+    bad = [p for p in points if not _HOST.fullmatch(p)]
+    if bad:
+        raise PipelineConfigError(f"{HUB_FORMAT}: bad contact point(s) {bad}")
+    consistency = str(options.get("consistency", DEFAULT_CONSISTENCY)).strip().upper()
+    if consistency not in ConsistencyLevel.name_to_value:
+        allowed = sorted(ConsistencyLevel.name_to_value)
+        raise PipelineConfigError(
+            f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
+        )
+    return HubConfig(
+        points,
+        _bounded_int(options, "port", DEFAULT_PORT, 65535),
+        str(options["keyspace"]).strip(),
+        str(options["table"]).strip(),
+        table_to_json(table_from_json(str(options["schema"]))),
+        consistency,
+        _bounded_int(options, "concurrency", DEFAULT_CONCURRENCY, MAX_CONCURRENCY),
+        _bounded_int(options, "batch_rows", DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS),
+    )
+
+
+def connect(config: HubConfig) -> tuple[Cluster, Session]:
+    """A driver cluster and session for the hub; PipelineConfigError naming it if unreachable."""
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+        request_timeout=REQUEST_TIMEOUT_S,
+        consistency_level=ConsistencyLevel.name_to_value[config.consistency],
+    )
+    cluster = Cluster(
+        list(config.contact_points),
+        port=config.port,
+        protocol_version=4,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=CONNECT_TIMEOUT_S,
+        control_connection_timeout=CONNECT_TIMEOUT_S,
+    )
+    try:
+        return cluster, cluster.connect()
+    except (NoHostAvailable, OSError) as error:
+        cluster.shutdown()
+        raise PipelineConfigError(f"cannot connect to the hub {config.where}: {error}") from None
+
+
+def check_target(session: Session, config: HubConfig) -> None:
+    """PipelineConfigError unless the hub has the keyspace and a table with the source's key
+    (same columns, same order) and value columns."""
+    rows = session.execute(
+        "SELECT column_name, kind, position FROM system_schema.columns "
+        "WHERE keyspace_name = %s AND table_name = %s",
+        (config.keyspace, config.target),
+    )
+    found = {row.column_name: (row.kind, row.position) for row in rows}
+    if not found:
+        keyspaces = session.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            (config.keyspace,),
+        )
+        what = "table" if list(keyspaces) else "keyspace"
+        raise PipelineConfigError(f"{HUB_FORMAT}: unknown {what}: {config.where}")
+    table = config.table
+    problems = []
+    for column in table.columns:
+        actual = found.get(column.name)
+        expected = (column.kind.value, column.position)
+        if actual is None:
+            problems.append(f"{column.name} missing")
+        elif column.is_primary_key and (actual[0], int(actual[1])) != expected:
+            problems.append(f"{column.name} is {actual[0]} {actual[1]}, not {expected}")
+    if problems:
+        raise PipelineConfigError(f"{HUB_FORMAT}: target {config.where} differs: {problems[:8]}")
+
+
+def check_hub(config: HubConfig) -> None:
+    """Connect once (driver side) and check the target."""
+    cluster, session = connect(config)
+    try:
+        check_target(session, config)
+    finally:
+        cluster.shutdown()
+
+
+def hub_options(
+    contact_points: str | Iterable[str],
+    keyspace: str,
+    target: str,
+    table: Table,
+    *,
+    port: int = DEFAULT_PORT,
+    consistency: str = DEFAULT_CONSISTENCY,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> dict[str, str]:
+    """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
+    hub and looks the target up) so that mistakes fail before any job starts."""
+    points = contact_points if isinstance(contact_points, str) else ",".join(contact_points)
+    options = {
+        "contact_points": points,
+        "port": str(port),
+        "keyspace": keyspace,
+        "table": target,
+        "schema": table_to_json(table),
+        "consistency": consistency,
+        "concurrency": str(concurrency),
+        "batch_rows": str(batch_rows),
+    }
+    check_hub(parse_options(options))
+    return options
+
+
+# --- applying changes ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class HubReport:
+    """What one writer applied: changes read, statements run, list removals skipped."""
+
+    changes: int = 0
+    statements: int = 0
+    skipped_list_removals: int = 0
+
+
+class HubApplier:
+    """Turns changes into statements ``batch_rows`` at a time and runs them concurrently."""
+
+    def __init__(self, config: HubConfig, session: Session) -> None:
+        self.config = config
+        self.session = session
+        self.cql = HubCql(config.table, config.keyspace, config.target)
+        self.report = HubReport()
+        self._prepared: dict[str, Any] = {}
+        self._changes: list[Change] = []
+        self._bounds: list[Change] = []
+
+    def add(self, change: Change) -> None:
+        """Queue a change; runs a round when ``batch_rows`` are queued."""
+        self.report.changes += 1
+        operation = change.operation
+        if operation in RANGE_START_OPERATIONS or operation in RANGE_END_OPERATIONS:
+            self._bounds.append(change)
+        else:
+            self._changes.append(change)
+        if len(self._changes) + len(self._bounds) >= self.config.batch_rows:
+            self.flush(final=False)
+
+    def flush(self, final: bool = True) -> None:
+        """Run the queued changes (and the range bounds paired so far; all of them if
+        ``final``, where a bound without its partner is an InvalidChange)."""
+        now_s = int(time.time())
+        statements: list[HubStatement] = []
+        for change in self._changes:
+            statements += self.cql.statements(change, now_s)
+        pairs, alone = pair_range_bounds(self.cql.table, self._bounds)
+        for start, end in pairs:
+            statements += self.cql.range_delete(start, end)
+        if final and alone:
+            where = [(b.operation.name, str(b.time), b.batch_seq_no) for b in alone[:5]]
+            raise InvalidChange(
+                f"{HUB_FORMAT}: range delete bounds without their pair in this task: {where}; "
+                f"repartition the changes by cdc$stream_id"
+            )
+        self._changes, self._bounds = [], alone
+        self._execute(statements)
+        self.report.skipped_list_removals = self.cql.skipped_list_removals
+
+    def _execute(self, statements: list[HubStatement]) -> None:
+        if not statements:
+            return
+        work = [(self._prepare(s.cql), s.values) for s in statements]
+        for outcome in execute_concurrent(
+            self.session,
+            work,
+            concurrency=self.config.concurrency,
+            raise_on_first_error=True,
+            results_generator=True,
+        ):
+            if not outcome.success:  # pragma: no cover - raise_on_first_error raises first
+                raise outcome.result_or_exc
+        self.report.statements += len(statements)
+
+    def _prepare(self, text: str) -> Any:
+        found = self._prepared.get(text)
+        if found is None:
+            found = self._prepared[text] = self.session.prepare(text)
+        return found
+
+
+def apply_to_hub(options: Mapping[str, str], changes: Iterable[Change]) -> HubReport:
+    """Apply ``changes`` to the hub without Spark (the same statements as the sink)."""
+    config = parse_options(options)
+    cluster, session = connect(config)
+    try:
+        applier = HubApplier(config, session)
+        for change in changes:
+            applier.add(change)
+        applier.flush()
+        return applier.report
+    finally:
+        cluster.shutdown()
+
+
+# --- the Spark data source ----------------------------------------------------------------------
+
+
+class HubCommitMessage(WriterCommitMessage):
+    """A task's report (:class:`HubReport` fields)."""
+
+    def __init__(self, report: HubReport) -> None:
+        self.changes = report.changes
+        self.statements = report.statements
+        self.skipped_list_removals = report.skipped_list_removals
+
+
+def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessage:
+    table = config.table
+    cluster, session = connect(config)
+    try:
+        applier = HubApplier(config, session)
+        for batch in batches:
+            for row in pa.Table.from_batches([batch]).to_pylist():
+                applier.add(change_from_row(table, row))
+        applier.flush()
+        return HubCommitMessage(applier.report)
+    finally:
+        cluster.shutdown()
+
+
+def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:
+    reports = [m for m in messages if isinstance(m, HubCommitMessage)]
+    _log.info(
+        "%s %s: %d changes, %d statements, %d list element removals skipped",
+        HUB_FORMAT,
+        what,
+        sum(m.changes for m in reports),
+        sum(m.statements for m in reports),
+        sum(m.skipped_list_removals for m in reports),
+    )
+
+
+class _HubStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, config: HubConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_batches(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Writes are idempotent (LWW at the original timestamps): nothing to make visible."""
+        _log_commit(messages, f"batch {batchId} committed")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: what a task applied is applied again, harmlessly, on replay."""
+        _log_commit(messages, f"batch {batchId} aborted")
+
+
+class _HubBatchWriter(DataSourceArrowWriter):
+    def __init__(self, config: HubConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_batches(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log_commit(messages, "write committed")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log_commit(messages, "write aborted")
+
+
+class HubDataSource(DataSource):
+    """``ringflow-hub``: the hub cluster sink (module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return HUB_FORMAT
+
+    def _prepared(self, schema: StructType) -> HubConfig:
+        config = parse_options(self.options)
+        check_change_schema(config.table, schema)
+        check_hub(config)
+        return config
+
+    def writer(self, schema: StructType, overwrite: bool) -> _HubBatchWriter:
+        if overwrite:
+            raise PipelineConfigError(f"{HUB_FORMAT} applies changes: use mode('append')")
+        return _HubBatchWriter(self._prepared(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _HubStreamWriter:
+        if overwrite:
+            raise PipelineConfigError(f"{HUB_FORMAT} applies changes: use outputMode('append')")
+        return _HubStreamWriter(self._prepared(schema))
