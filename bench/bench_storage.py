@@ -13,8 +13,10 @@ Figures (targets from the brief):
   straight into the store's layout so that the load does not dominate the run.
 
 Write contenders run in alternating rounds on fresh stores (``synchronous=FULL``, the default)
-and each keeps its best round, so a busy shared machine slows them alike. ``--profile`` prints
-the top of a cProfile of the CDC-images path.
+and each keeps its best round, so a busy shared machine slows them alike. ``--profile [MODE]``
+prints the top of a cProfile of one write mode (default: the CDC-images path). ``--breakdown``
+prints where a CDC-delta row's CPU time goes, stage by stage (process time, so other processes
+on the machine do not count; best of several rounds).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import sqlite3
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
 
-from ringflow.cdc._log_rows import CdcCapture, build_log_mutations
+from ringflow.cdc._log_rows import CdcCapture, build_log_mutations, image_rows_needed
 from ringflow.cdc._log_schema import cdc_log_table
 from ringflow.ring import MIN_TOKEN, murmur3_tokens
 from ringflow.schema import (
@@ -53,8 +56,10 @@ from ringflow.schema import (
 )
 from ringflow.schema._codec import clustering_encoder, serialize
 from ringflow.storage import Store, StoreLimits
+from ringflow.storage._catalog import TableInfo
 from ringflow.storage._keys import row_key
 from ringflow.storage._sqlite_layout import KIND_CELL, KIND_CLUSTERING, KIND_LIVENESS, UPSERT_ATOM
+from ringflow.storage._write import flatten_mutation
 
 NOW_S = 1_700_000_000
 BATCH_ROWS = 100
@@ -243,8 +248,73 @@ def bench_scan(directory: Path, partitions: int, rows_per_partition: int, rounds
     store.close()
 
 
-def profile_cdc(directory: Path, row_count: int) -> None:
-    base = MODES["CDC pre+post images"]
+def cpu_us_per_row(run: Callable[[], object], rows: int, rounds: int = 5) -> float:
+    """Best process time of ``run`` over ``rounds``, in µs per row."""
+    best = math.inf
+    for _ in range(rounds):
+        start = time.process_time()
+        run()
+        best = min(best, time.process_time() - start)
+    return best / rows * 1e6
+
+
+def apply_cpu_us_per_row(
+    directory: Path, base: Table, work: list[Batch], rows: int, rounds: int = 5
+) -> float:
+    """Best process time of writing ``work`` (``rows`` base rows) into a fresh store, in µs per
+    base row."""
+    best = math.inf
+    for _ in range(rounds):
+        store = open_store(directory, base)
+        start = time.process_time()
+        run_batches(store, work)
+        best = min(best, time.process_time() - start)
+        store.close()
+    return best / rows * 1e6
+
+
+def bench_breakdown(directory: Path, row_count: int) -> None:
+    """CPU µs per row of each stage of a CDC-delta write, and of the whole ``apply``."""
+    print(f"\n## Where a CDC-delta row's CPU time goes ({row_count:,} rows, process time)")
+    base, off = MODES["CDC delta"], MODES["CDC off"]
+    log = cdc_log_table(base)
+    base_info, log_info = TableInfo.of(1, base), TableInfo.of(2, log, packed_rows=True)
+    work = batches(base, row_count, BATCH_ROWS)
+    pairs = [(m, captures[i]) for ms, captures in work if captures for i, m in enumerate(ms)]
+    logs = [entry for m, c in pairs for entry in build_log_mutations(base, log, m, c, NOW_S)]
+
+    def flatten_base() -> None:
+        for mutation, _ in pairs:
+            flatten_mutation(base_info, mutation)
+
+    def build_log() -> None:
+        for mutation, capture in pairs:
+            image_rows_needed(base, mutation)
+            build_log_mutations(base, log, mutation, capture, NOW_S)
+
+    def flatten_log() -> None:
+        for log_mutation in logs:
+            flatten_mutation(log_info, log_mutation)
+
+    stages = {
+        "validate + flatten the base row": flatten_base,
+        "build the log row (cdc._log_rows)": build_log,
+        "validate + pack the log row": flatten_log,
+    }
+    for name, run in stages.items():
+        print(f"  {name:<44} {cpu_us_per_row(run, row_count):6.1f} µs")
+    print("  Store.apply, whole batches (SQLite included):")
+    for mode, table_, mode_work in (
+        ("CDC off", off, batches(off, row_count, BATCH_ROWS)),
+        ("CDC delta", base, work),
+        ("CDC delta, log prebuilt", base, prebuilt_log_batches(base, row_count, BATCH_ROWS)),
+    ):
+        cost = apply_cpu_us_per_row(directory, table_, mode_work, row_count)
+        print(f"    {mode:<42} {cost:6.1f} µs")
+
+
+def profile_cdc(directory: Path, row_count: int, mode: str) -> None:
+    base = MODES[mode]
     work = batches(base, row_count, BATCH_ROWS)
     store = open_store(directory, base)
     profiler = cProfile.Profile()
@@ -256,7 +326,14 @@ def profile_cdc(directory: Path, row_count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
-    parser.add_argument("--profile", action="store_true", help="cProfile the CDC-images path")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="CDC pre+post images",
+        choices=sorted(MODES),
+        help="cProfile one write mode (default: the CDC-images path)",
+    )
+    parser.add_argument("--breakdown", action="store_true", help="CPU per stage of a CDC row")
     args = parser.parse_args()
     print(f"# storage bench, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(
@@ -265,7 +342,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ringflow-bench-") as name:
         directory = Path(name)
         if args.profile:
-            profile_cdc(directory, 2_000)
+            profile_cdc(directory, 2_000, args.profile)
+            return
+        if args.breakdown:
+            bench_breakdown(directory, 2_000 if args.quick else 5_000)
             return
         bench_single_rows(directory, 300 if args.quick else 1_000)
         bench_writes(directory, 2_000 if args.quick else 10_000, 2 if args.quick else 3)

@@ -15,8 +15,15 @@ changes produces nothing".
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 
-from ringflow.cdc._log_values import Clustering, ClusteringKey, path_type, sorted_by_type
+from ringflow.cdc._log_values import (
+    Clustering,
+    ClusteringKey,
+    base_plan,
+    path_type,
+    sorted_by_type,
+)
 from ringflow.errors import InvalidRequest
 from ringflow.schema import (
     Cell,
@@ -111,12 +118,47 @@ def _check_bound(base: Table, bound: ClusteringBound) -> None:
         raise _fail(base, f"range tombstone bound longer than the clustering key: {bound}")
 
 
+def _is_normal(base: Table, mutation: Mutation, key: ClusteringKey) -> bool:
+    """Whether ``mutation`` is already what :func:`normalize_mutation` would return (the common
+    write: clustered rows of atomic cells, in order): checked without building anything."""
+    rows = mutation.rows
+    if (
+        mutation.static_row is not None
+        or type(rows) is not tuple
+        or type(mutation.range_tombstones) is not tuple
+        or mutation.range_tombstones
+    ):
+        return False
+    plan = base_plan(base)
+    arity, atomic = len(plan.clustering_names), plan.atomic_regular
+    for row in rows:
+        cells = row.cells
+        if len(row.clustering) != arity:
+            return False
+        if not cells and row.liveness is None and row.deletion is None:
+            return False
+        for name, data in cells.items():
+            if type(data) is not Cell or data.path is not None or name not in atomic:
+                return False
+    if len(rows) > 1:
+        keys = [key(row.clustering) for row in rows]
+        return all(low < high for low, high in pairwise(keys))
+    return True
+
+
 def normalize_mutation(base: Table, mutation: Mutation, key: ClusteringKey) -> Mutation:
     """``mutation`` checked against ``base``, in canonical order, without empty parts."""
     if (mutation.keyspace, mutation.table) != (base.keyspace, base.name):
         raise _fail(base, f"mutation is for {mutation.keyspace}.{mutation.table}")
     if len(mutation.partition_key) != len(base.partition_key_columns):
         raise _fail(base, f"partition key has {len(mutation.partition_key)} values")
+    if _is_normal(base, mutation, key):
+        return mutation
+    return _normalized(base, mutation, key)
+
+
+def _normalized(base: Table, mutation: Mutation, key: ClusteringKey) -> Mutation:
+    """:func:`normalize_mutation` in general, once the table and key arity are checked."""
     rows = [normal for row in mutation.rows if (normal := _normal_row(base, row)) is not None]
     if len({row.clustering for row in rows}) != len(rows):
         raise _fail(base, "two rows of the mutation share one clustering key")

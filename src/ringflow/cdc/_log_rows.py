@@ -26,12 +26,18 @@ Rules (splitting and images: ``_log_split``, ``_log_images``):
 - Every log cell has the bucket's timestamp and expires ``ttl`` (cdc option) seconds after
   ``now_s`` (``ttl == 0``: never). Like Scylla, log rows carry no row marker: the operation
   cell keeps them alive.
+
+Cost (this runs once per CDC write, on the write path): what a table definition implies is
+derived once per ``Table`` object (``_log_values.base_plan``), and the most common write, one
+row upserted at one timestamp without images, takes a direct path (:func:`_single_row_delta`)
+that gives exactly what the general one gives (``tests/unit/cdc/test_log_rows_fast_paths.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ringflow.cdc._log_images import (
     ImageState,
@@ -63,26 +69,29 @@ from ringflow.cdc._log_split import (
 )
 from ringflow.cdc._log_values import (
     TRUE,
+    BasePlan,
     Clustering,
     ClusteringKey,
+    IdentityCache,
+    base_plan,
     bigint,
     clustering_key,
     int32,
     key_set,
     path_type,
+    timeuuid_bytes,
     tinyint,
 )
 from ringflow.errors import InvalidRequest
 from ringflow.schema import (
+    NO_DELETION_TIME,
     Cell,
     ClusteringBound,
-    Column,
-    DeltaMode,
+    ColumnData,
     Mutation,
     PreimageMode,
     Row,
     Table,
-    timeuuid_from_micros,
 )
 
 _STREAM_ID_SIZE = 16
@@ -96,6 +105,15 @@ _END_OPERATION = {
     True: CdcOperation.RANGE_DELETE_END_INCLUSIVE,
     False: CdcOperation.RANGE_DELETE_END_EXCLUSIVE,
 }
+_OPERATION_VALUE = MappingProxyType({operation: tinyint(operation) for operation in CdcOperation})
+
+
+def _log_column_names(log: Table) -> frozenset[str]:
+    return frozenset(column.name for column in log.columns)
+
+
+_log_columns: IdentityCache[Table, frozenset[str]] = IdentityCache(_log_column_names, limit=256)
+"""The column names of a log table (cached per ``Table`` object, like ``base_plan``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +138,10 @@ def _check_enabled(base: Table) -> None:
         raise InvalidRequest(f"CDC is not enabled on {base.keyspace}.{base.name}")
 
 
-def _images_enabled(base: Table) -> bool:
-    options = base.options.cdc
-    return options.preimage is not PreimageMode.OFF or options.postimage
-
-
-def _image_keys(base: Table, mutation: Mutation) -> list[Clustering]:
+def _image_keys(plan: BasePlan, mutation: Mutation) -> list[Clustering]:
     keys: list[Clustering] = [] if mutation.static_row is None else [()]
     keys += [row.clustering for row in mutation.rows]
-    if mutation.partition_deletion is not None and not base.clustering_columns and () not in keys:
+    if mutation.partition_deletion is not None and not plan.clustering_names and () not in keys:
         keys.append(())  # Scylla #26382: like a row deletion for images
     return keys
 
@@ -142,65 +155,93 @@ def image_rows_needed(base: Table, mutation: Mutation) -> list[Clustering]:
     none, except a partition deletion in a table without clustering key (Scylla #26382).
     """
     _check_enabled(base)
-    if not _images_enabled(base):
+    options = base.options.cdc
+    if options.preimage is PreimageMode.OFF and not options.postimage:
         return []
-    return _image_keys(base, normalize_mutation(base, mutation, clustering_key(base)))
+    key = clustering_key(base)
+    return _image_keys(base_plan(base), normalize_mutation(base, mutation, key))
 
 
 @dataclass(slots=True)
 class _BucketWriter:
     """Scylla's ``log_mutation_builder`` for one bucket: allocates rows, fills columns."""
 
-    base: Table
+    plan: BasePlan
     log: Table
-    partition_key: tuple[bytes, ...]
+    partition_key: dict[str, bytes]
+    """The base partition key columns' values, which every row carries."""
     rows: list[dict[str, bytes]]
+
+    @property
+    def base(self) -> Table:
+        return self.plan.table
 
     def new_row(
         self, operation: CdcOperation, clustering: Clustering | None = None
     ) -> dict[str, bytes]:
-        values = {OPERATION_COLUMN: tinyint(operation)}
-        self._set_keys(values, self.base.partition_key_columns, self.partition_key)
-        if clustering is not None:
-            self._set_keys(values, self.base.clustering_columns, clustering)
+        values = {OPERATION_COLUMN: _OPERATION_VALUE[operation]}
+        values.update(self.partition_key)
+        if clustering is not None:  # a (possibly partial) key prefix; the rest stay null
+            values.update(zip(self.plan.clustering_names, clustering, strict=False))
         self.rows.append(values)
         return values
 
-    @staticmethod
-    def _set_keys(values: dict[str, bytes], columns: Iterable[Column], key: Clustering) -> None:
-        """Key columns of a (possibly partial) key prefix; the rest stay null."""
-        for column, value in zip(columns, key, strict=False):
-            values[column.name] = value
-
     def finish(self, time: bytes, timestamp_us: int, ttl_s: int, now_s: int) -> tuple[Row, ...]:
+        """The rows, every cell at ``timestamp_us``, expiring ``ttl_s`` after ``now_s`` (if > 0)."""
         if self.rows:
             self.rows[-1][END_OF_BATCH_COLUMN] = TRUE
-        return tuple(
-            Row((time, int32(number)), None, None, self._cells(values, timestamp_us, ttl_s, now_s))
-            for number, values in enumerate(self.rows)
-        )
+        ttl, deletion_time = (ttl_s, now_s + ttl_s) if ttl_s > 0 else (0, NO_DELETION_TIME)
+        names, cell, own_row = _log_columns(self.log), Cell._unchecked, Row._owning
+        rows: list[Row] = []
+        for number, values in enumerate(self.rows):
+            if not values.keys() <= names:
+                raise self._unknown_column(values)
+            cells: dict[str, ColumnData] = {
+                name: cell(timestamp_us, value, ttl, deletion_time)
+                for name, value in values.items()
+            }
+            rows.append(own_row((time, int32(number)), None, None, cells))
+        return tuple(rows)
 
-    def _cells(
-        self, values: Mapping[str, bytes], timestamp_us: int, ttl_s: int, now_s: int
-    ) -> dict[str, Cell]:
-        cells: dict[str, Cell] = {}
-        for name, value in values.items():
-            if not self.log.has_column(name):
-                raise InvalidRequest(
-                    f"CDC log schema {self.log.keyspace}.{self.log.name} has no column {name!r}"
-                )
-            if ttl_s > 0:
-                cells[name] = Cell.expiring(timestamp_us, ttl_s, now_s, value)
-            else:
-                cells[name] = Cell.live(timestamp_us, value)
-        return cells
+    def _unknown_column(self, values: Mapping[str, bytes]) -> InvalidRequest:
+        name = next(name for name in values if not self.log.has_column(name))
+        return InvalidRequest(
+            f"CDC log schema {self.log.keyspace}.{self.log.name} has no column {name!r}"
+        )
 
 
 # --- delta rows ---------------------------------------------------------------------------
 
 
-def _row_ttl_s(change: RowChange) -> int | None:
-    """Scylla's ``_ttl_column``: set by the marker, then by every live cell, in visit order."""
+def _row_ttl_s(plan: BasePlan, change: RowChange) -> int | None:
+    """Scylla's ``_ttl_column``: set by the marker, then by every live cell, in visit order.
+
+    That is the TTL of the last live cell in column-id order (then cell order), else the
+    marker's: found as the live cell of the highest-ranked column, without sorting.
+    """
+    last: Cell | None = None
+    last_rank = -1
+    rank = plan.column_rank
+    for name, data in change.cells.items():
+        if isinstance(data, Cell):
+            live = None if data.is_tombstone else data
+        else:
+            live = next((c for c in reversed(data.cells) if not c.is_tombstone), None)
+        if live is None:
+            continue
+        column_rank = rank.get(name)
+        if column_rank is None:  # not a column of the table: the general walk
+            return _row_ttl_s_in_order(change)
+        if column_rank > last_rank:
+            last, last_rank = live, column_rank
+    if last is not None:
+        return cell_ttl_s(last) or None
+    if change.marker is not None:
+        return marker_ttl_s(change.marker) or None
+    return None
+
+
+def _row_ttl_s_in_order(change: RowChange) -> int | None:
     ttl_s: int | None = None
     if change.marker is not None:
         ttl_s = marker_ttl_s(change.marker) or None
@@ -235,9 +276,9 @@ def _delta_values(base: Table, change: RowChange, values: dict[str, bytes]) -> N
 def _write_row_change(writer: _BucketWriter, change: RowChange) -> None:
     operation = CdcOperation.INSERT if change.marker is not None else CdcOperation.UPDATE
     values = writer.new_row(operation, change.clustering)
-    if writer.base.options.cdc.delta is DeltaMode.FULL:
+    if writer.plan.delta_full:
         _delta_values(writer.base, change, values)
-    ttl_s = _row_ttl_s(change)
+    ttl_s = _row_ttl_s(writer.plan, change)
     if ttl_s is not None:
         values[TTL_COLUMN] = bigint(ttl_s)
 
@@ -283,12 +324,12 @@ def _write_image(
 
 
 def _write_preimages(writer: _BucketWriter, bucket: Bucket, state: ImageState) -> None:
-    full = writer.base.options.cdc.preimage is PreimageMode.FULL
+    full = writer.plan.preimage is PreimageMode.FULL
     if bucket.affected_static:
-        columns = image_columns(writer.base, None) if full else sorted(bucket.affected_static)
+        columns = writer.plan.static_names if full else sorted(bucket.affected_static)
         _write_image(writer, CdcOperation.PRE_IMAGE, None, state.image(None), columns)
     for clustering, affected in bucket.affected_rows:
-        columns = image_columns(writer.base, clustering) if full else sorted(affected)
+        columns = writer.plan.regular_names if full else sorted(affected)
         image = state.image(clustering)
         _write_image(writer, CdcOperation.PRE_IMAGE, clustering, image, columns)
 
@@ -305,7 +346,8 @@ def _write_postimages(
         image: Mapping[str, bytes | None] | None = state.image(clustering)
         if override is not None:
             image = override.get(() if clustering is None else clustering)
-        columns = image_columns(writer.base, clustering)
+        plan = writer.plan
+        columns = plan.static_names if clustering is None else plan.regular_names
         _write_image(writer, CdcOperation.POST_IMAGE, clustering, image, columns)
 
 
@@ -323,13 +365,16 @@ def _selected_static(base: Table, mutation: Mutation) -> set[str]:
 
 
 def _initial_state(
-    base: Table,
+    plan: BasePlan,
     mutation: Mutation,
     preimage: Mapping[Clustering, RowImage],
     key: ClusteringKey,
 ) -> ImageState:
+    base = plan.table
     state = ImageState(base, key)
-    for clustering in _image_keys(base, mutation):
+    if not preimage:
+        return state
+    for clustering in _image_keys(plan, mutation):
         image = preimage.get(clustering)
         if image is None:
             continue
@@ -355,13 +400,14 @@ def _bucket_rows(
     state: ImageState,
     postimage: Mapping[Clustering, RowImage] | None,
 ) -> None:
-    options = writer.base.options.cdc
-    if options.preimage is not PreimageMode.OFF:
+    plan = writer.plan
+    if plan.preimage is not PreimageMode.OFF:
         _write_preimages(writer, bucket, state)
     for change in bucket.changes:
         _write_change(writer, change)
-        state.apply(change)
-    if options.postimage:
+        if plan.images:  # the state is only read by images
+            state.apply(change)
+    if plan.postimage:
         _write_postimages(writer, bucket, state, postimage)
 
 
@@ -386,16 +432,110 @@ def build_log_mutations(
     _check_enabled(base)
     _check_log(base, log)
     key = clustering_key(base)
+    plan = base_plan(base)
+    if not plan.images:
+        single = _single_row_delta(plan, log, mutation, capture, now_s)
+        if single is not None:
+            return single
+    return _build(plan, key, log, mutation, capture, now_s, preimage, postimage)
+
+
+def _build(
+    plan: BasePlan,
+    key: ClusteringKey,
+    log: Table,
+    mutation: Mutation,
+    capture: CdcCapture,
+    now_s: int,
+    preimage: Mapping[Clustering, RowImage] | None,
+    postimage: Mapping[Clustering, RowImage] | None,
+) -> list[Mutation]:
+    """:func:`build_log_mutations` in general (checked, normalized, split, images)."""
+    base = plan.table
     normal = normalize_mutation(base, mutation, key)
     buckets = split_changes(base, normal, key)
-    state = _initial_state(base, normal, preimage or {}, key)
-    ttl_s = base.options.cdc.ttl_s
+    state = _initial_state(plan, normal, preimage or {}, key)
+    partition_key = dict(zip(plan.partition_key_names, normal.partition_key, strict=False))
     result: list[Mutation] = []
     for index, bucket in enumerate(buckets):
-        writer = _BucketWriter(base, log, normal.partition_key, [])
+        writer = _BucketWriter(plan, log, partition_key, [])
         last_override = postimage if index == len(buckets) - 1 else None
         _bucket_rows(writer, bucket, state, last_override)
-        time = timeuuid_from_micros(bucket.timestamp_us, capture.timeuuid_low_bits).bytes
-        rows = writer.finish(time, bucket.timestamp_us, ttl_s, now_s)
+        time = timeuuid_bytes(bucket.timestamp_us, capture.timeuuid_low_bits)
+        rows = writer.finish(time, bucket.timestamp_us, plan.ttl_s, now_s)
         result.append(Mutation(log.keyspace, log.name, (capture.stream_id,), rows=rows))
     return result
+
+
+_FIRST_ROW = int32(0)
+
+
+def _single_row_delta(
+    plan: BasePlan, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
+) -> list[Mutation] | None:
+    """The log of the most common write without images, or None for anything else.
+
+    The write: one clustered row upserting simple cells of regular columns (and maybe a row
+    marker), all with one timestamp and one TTL: a valid, already normal mutation that
+    :func:`split_changes` leaves in one bucket of one change. Its log is one mutation of one
+    delta row, built here with what :func:`_build` would do for it (same values, same column
+    order, same cells) but without the general walk and its intermediate objects, which cost
+    more than the row itself. Anything unusual, including every malformed input, returns None
+    so that :func:`_build` handles (or refuses) it.
+    """
+    base = plan.table
+    rows = mutation.rows
+    if (
+        len(rows) != 1
+        or mutation.static_row is not None
+        or mutation.range_tombstones
+        or mutation.partition_deletion is not None
+        or mutation.keyspace != base.keyspace
+        or mutation.table != base.name
+        or len(mutation.partition_key) != len(plan.partition_key_names)
+    ):
+        return None
+    row = rows[0]
+    marker, cells = row.liveness, row.cells
+    if (
+        row.deletion is not None
+        or len(row.clustering) != len(plan.clustering_names)
+        or (marker is None and not cells)
+    ):
+        return None
+    change_key = None if marker is None else (marker.timestamp_us, marker_ttl_s(marker))
+    operation = CdcOperation.UPDATE if marker is None else CdcOperation.INSERT
+    values = {OPERATION_COLUMN: _OPERATION_VALUE[operation]}
+    values.update(zip(plan.partition_key_names, mutation.partition_key, strict=True))
+    values.update(zip(plan.clustering_names, row.clustering, strict=True))
+    atomic, delta_full = plan.atomic_regular, plan.delta_full
+    for name, cell in cells.items():
+        if type(cell) is not Cell or cell.path is not None or name not in atomic:
+            return None
+        cell_key = (cell.timestamp_us, cell_ttl_s(cell))
+        if change_key is None:
+            change_key = cell_key
+        elif cell_key != change_key:
+            return None  # several changes: split
+        if delta_full:
+            if cell.is_tombstone:
+                values[deleted_column_name(name)] = TRUE
+            else:
+                values[name] = cell.value
+    if change_key is None:  # not reached: the row has a marker or a cell
+        return None
+    timestamp_us, ttl_s = change_key
+    if ttl_s:  # the row's TTL: every live element of the one change has this one
+        values[TTL_COLUMN] = bigint(ttl_s)
+    values[END_OF_BATCH_COLUMN] = TRUE
+    if not values.keys() <= _log_columns(log):
+        return None  # _build names the missing column
+    log_ttl_s = plan.ttl_s
+    ttl, deletion_time = (log_ttl_s, now_s + log_ttl_s) if log_ttl_s > 0 else (0, NO_DELETION_TIME)
+    cell_of = Cell._unchecked
+    log_cells: dict[str, ColumnData] = {
+        name: cell_of(timestamp_us, value, ttl, deletion_time) for name, value in values.items()
+    }
+    time = timeuuid_bytes(timestamp_us, capture.timeuuid_low_bits)
+    log_row = Row._owning((time, _FIRST_ROW), None, None, log_cells)
+    return [Mutation(log.keyspace, log.name, (capture.stream_id,), rows=(log_row,))]

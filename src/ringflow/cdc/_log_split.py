@@ -345,12 +345,59 @@ def _bucket(
     return Bucket(timestamp_us, changes, static, rows)
 
 
+def _single_upsert_bucket(base: Table, mutation: Mutation, key: ClusteringKey) -> Bucket | None:
+    """The one bucket of the common write, without the general walk: clustered rows upserting
+    atomic cells (and maybe a row marker), all with one timestamp and one TTL. None for
+    anything else (which :func:`split_changes` then handles in general)."""
+    if (
+        mutation.static_row is not None
+        or mutation.range_tombstones
+        or mutation.partition_deletion is not None
+        or not mutation.rows
+    ):
+        return None
+    change_key: _ChangeKey | None = None
+    for row in mutation.rows:
+        marker = row.liveness
+        if row.deletion is not None or (marker is None and not row.cells):
+            return None
+        if marker is not None:
+            marker_key = (marker.timestamp_us, marker_ttl_s(marker))
+            if change_key is None:
+                change_key = marker_key
+            elif marker_key != change_key:
+                return None
+        for data in row.cells.values():
+            if type(data) is not Cell:
+                return None
+            cell_key = (data.timestamp_us, cell_ttl_s(data))
+            if change_key is None:
+                change_key = cell_key
+            elif cell_key != change_key:
+                return None
+    if change_key is None:
+        return None
+    changes = tuple(RowChange(row.clustering, row.liveness, row.cells) for row in mutation.rows)
+    if len(changes) > 1:
+        return _bucket(base, change_key[0], changes, key)
+    row = mutation.rows[0]
+    return Bucket(change_key[0], changes, frozenset(), ((row.clustering, frozenset(row.cells)),))
+
+
 def split_changes(base: Table, mutation: Mutation, key: ClusteringKey) -> list[Bucket]:
     """The buckets of ``mutation``, by increasing timestamp.
 
     ``mutation`` must be normalized: rows in clustering order, without empty rows or empty
     complex columns, collection cells in key order; ``key`` encodes clustering keys in order.
     """
+    single = _single_upsert_bucket(base, mutation, key)
+    if single is not None:
+        return [single]
+    return _split(base, mutation, key)
+
+
+def _split(base: Table, mutation: Mutation, key: ClusteringKey) -> list[Bucket]:
+    """:func:`split_changes` in general: Scylla's walk, then one bucket per timestamp."""
     if not should_split(mutation):
         changes = _unsplit_changes(mutation)
         return [_bucket(base, _first_timestamp(mutation), changes, key)]

@@ -71,6 +71,20 @@ class Cell:
     def tombstone(cls, timestamp_us: int, now_s: int, path: bytes | None = None) -> Cell:
         return cls(timestamp_us, b"", 0, now_s, path)
 
+    @classmethod
+    def _unchecked(
+        cls, timestamp_us: int, value: bytes, ttl_s: int, local_deletion_time_s: int
+    ) -> Cell:
+        """``cls(timestamp_us, value, ttl_s, local_deletion_time_s)`` without the frozen
+        dataclass ``__init__`` (about half its cost): for builders that make many cells."""
+        cell = _new_object(cls)
+        _set_cell_timestamp(cell, timestamp_us)
+        _set_cell_value(cell, value)
+        _set_cell_ttl(cell, ttl_s)
+        _set_cell_deletion_time(cell, local_deletion_time_s)
+        _set_cell_path(cell, None)
+        return cell
+
     @property
     def is_tombstone(self) -> bool:
         return self.local_deletion_time_s != NO_DELETION_TIME and self.ttl_s == 0
@@ -133,6 +147,23 @@ class Row:
             (self.clustering, self.liveness, self.deletion, tuple(sorted(self.cells.items())))
         )
 
+    @classmethod
+    def _owning(
+        cls,
+        clustering: tuple[bytes, ...],
+        liveness: LivenessInfo | None,
+        deletion: DeletionTime | None,
+        cells: dict[str, ColumnData],
+    ) -> Row:
+        """A row that takes ownership of ``cells`` (a fresh dict nobody else changes): wrapped
+        read-only without the copy ``__init__`` makes. For builders that make many rows."""
+        row = _new_object(cls)
+        _set_row_clustering(row, clustering)
+        _set_row_liveness(row, liveness)
+        _set_row_deletion(row, deletion)
+        _set_row_cells(row, MappingProxyType(cells))
+        return row
+
     def timestamps_us(self) -> Iterator[int]:
         """Every write timestamp of the row: liveness, deletion, cells, collection tombstones."""
         if self.liveness is not None:
@@ -146,6 +177,20 @@ class Row:
                 if data.deletion is not None:
                     yield data.deletion.marked_for_delete_at_us
                 yield from (cell.timestamp_us for cell in data.cells)
+
+
+# Slot setters of the fast constructors above (a frozen dataclass forbids ``setattr``; its own
+# ``__init__`` goes through ``object.__setattr__`` the same way).
+_new_object = object.__new__
+_set_cell_timestamp = Cell.__dict__["timestamp_us"].__set__
+_set_cell_value = Cell.__dict__["value"].__set__
+_set_cell_ttl = Cell.__dict__["ttl_s"].__set__
+_set_cell_deletion_time = Cell.__dict__["local_deletion_time_s"].__set__
+_set_cell_path = Cell.__dict__["path"].__set__
+_set_row_clustering = Row.__dict__["clustering"].__set__
+_set_row_liveness = Row.__dict__["liveness"].__set__
+_set_row_deletion = Row.__dict__["deletion"].__set__
+_set_row_cells = Row.__dict__["cells"].__set__
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,10 @@ class PendingWrites(Protocol):
 
     def flush(self) -> None: ...
 
+    def flush_partition(self, tid: int, token: int, partition_key: bytes) -> None:
+        """``flush`` if a queued write touches that partition of table ``tid`` (a read of the
+        partition must see it); else keep queuing."""
+
 
 @dataclass(frozen=True, slots=True)
 class CdcWriter:
@@ -53,20 +57,20 @@ class CdcWriter:
         writes: PendingWrites,
     ) -> int:
         """Queue ``flat`` (the flattened ``mutation``) and its log rows; returns the number of
-        log mutations. Queued writes are flushed before each image read, so a read sees every
-        earlier write of the batch; without images nothing is flushed here (one executemany for
-        the whole batch)."""
+        log mutations. Queued writes to the partition are flushed before each image read, so a
+        read sees every earlier write of the batch; writes elsewhere (other partitions, the log)
+        and everything without images stay queued (one executemany for the whole batch)."""
         base = self.base.table
         needed = image_rows_needed(base, mutation)
         position = (flat.token, flat.partition_key)
         preimage = None
         if needed:
-            writes.flush()
+            writes.flush_partition(self.base.tid, *position)
             preimage = self.read_images(*position, needed)
         writes.add(flat)
         postimage = None
         if needed and base.options.cdc.postimage:
-            writes.flush()
+            writes.flush_partition(self.base.tid, *position)
             postimage = self.read_images(*position, needed)
         log_mutations = build_log_mutations(
             base, self.log.table, mutation, capture, now_s, preimage=preimage, postimage=postimage
