@@ -24,6 +24,10 @@ Rules:
   else, our own InternalError included, is ServerError 0x0000, logged with its traceback and
   counted in ``internal_errors`` (each one is a bug).
 * One lock serializes requests, so the processor may be shared by the shell's worker threads.
+* The data plane (``DataPlane``) is the seam between the statement and where its data lives:
+  ``LocalDataPlane`` (the default) applies a write's mutations and CDC captures to the local
+  store in one ``Store.apply`` and reads the local store; a cluster node installs a plane that
+  routes them through its coordinator at the request's consistency level.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ringflow.cdc import CdcMetadata
 from ringflow.cdc._log_rows import CdcCapture
@@ -60,7 +65,10 @@ from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
     ErrorResponse,
     ReadFailureResponse,
+    ReadTimeoutResponse,
+    UnavailableResponse,
     UnpreparedResponse,
+    WriteTimeoutResponse,
 )
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
@@ -174,7 +182,74 @@ def response_for_error(
             return ErrorResponse(error.code, str(error)), False
         if error.code == ErrorCode.READ_FAILURE:
             return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
+        coordinated = _coordinator_error_response(error)
+        if coordinated is not None:
+            return coordinated, False
     return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
+
+
+def _coordinator_error_response(error: RingflowError) -> Response | None:
+    """Unavailable / WriteTimeout / ReadTimeout raised by a cluster data plane (duck-typed:
+    ``ringflow.cluster`` depends on this package, not the reverse)."""
+    fields = vars(error)
+    if error.code == ErrorCode.UNAVAILABLE and "required" in fields:
+        return UnavailableResponse(
+            str(error), fields["consistency"], fields["required"], fields["alive"]
+        )
+    if error.code == ErrorCode.WRITE_TIMEOUT and "write_type" in fields:
+        return WriteTimeoutResponse(
+            str(error),
+            fields["consistency"],
+            fields["received"],
+            fields["block_for"],
+            fields["write_type"],
+        )
+    if error.code == ErrorCode.READ_TIMEOUT and "data_present" in fields:
+        return ReadTimeoutResponse(
+            str(error),
+            fields["consistency"],
+            fields["received"],
+            fields["block_for"],
+            fields["data_present"],
+        )
+    return None
+
+
+class DataPlane(Protocol):
+    """Where a statement's writes go and its reads come from (see the module docstring)."""
+
+    def write(
+        self,
+        batch: Sequence[Mutation],
+        captures: Mapping[int, CdcCapture],
+        consistency: Consistency,
+        now_us: int,
+    ) -> None:
+        """Apply ``batch`` (with ``captures`` by index) at ``consistency``; raises on failure."""
+        ...
+
+    def reader(self, consistency: Consistency) -> Store:
+        """The store a SELECT at ``consistency`` reads from (the local one, or a view)."""
+        ...
+
+
+class LocalDataPlane:
+    """The single-node data plane: one local ``Store.apply`` per write, local reads."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def write(
+        self,
+        batch: Sequence[Mutation],
+        captures: Mapping[int, CdcCapture],
+        consistency: Consistency,
+        now_us: int,
+    ) -> None:
+        self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
+
+    def reader(self, consistency: Consistency) -> Store:
+        return self._store
 
 
 class QueryProcessor:
@@ -202,6 +277,8 @@ class QueryProcessor:
         self._timestamps = TimestampSource(clock)
         self._list_paths = ListPaths(rng)
         self._prepared = PreparedCache(limits)
+        self._data_plane: DataPlane = LocalDataPlane(store)
+        self._consistency = Consistency.ONE
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
         self._timestamps.last_us = schema_high_water_us(store)
@@ -236,6 +313,31 @@ class QueryProcessor:
                 len(self._prepared) <= self.limits.max_prepared_statements,
                 f"{len(self._prepared)} prepared statements exceed the limit",
             )
+
+    def use_data_plane(self, data_plane: DataPlane) -> None:
+        """Route writes and reads through ``data_plane`` from now on (a cluster node)."""
+        with self._lock:
+            self._data_plane = data_plane
+
+    def reload_schema(self) -> bool:
+        """Re-read the schema from the store's ``system_schema`` rows (a cluster node merged a
+        peer's schema rows into it); register, update and drop tables to match. True if the
+        schema changed."""
+        with self._lock:
+            new = load_schema(self._store, self._clock() // 1_000_000)
+            old = self._state
+            if schema_digest(new) == schema_digest(old):
+                return False
+            for key, table in old.tables.items():
+                replacement = new.tables.get(key)
+                if replacement is None or replacement.id != table.id:
+                    self._store.drop_table(*key)
+            for key, table in new.tables.items():
+                if old.tables.get(key) != table:
+                    self._store.register_table(table)
+            self._state = new
+            self._prepared.invalidate(lambda _entry: True)
+            return True
 
     def on_schema_change(self, listener: SchemaListener) -> None:
         """Call ``listener`` with each schema change from now on."""
@@ -284,6 +386,7 @@ class QueryProcessor:
         self, run: Callable[[], Response], consistency: Consistency = Consistency.ONE
     ) -> Response:
         with self._lock:
+            self._consistency = consistency
             try:
                 return run()
             except Exception as error:  # every exception becomes a response; bugs are counted
@@ -319,7 +422,8 @@ class QueryProcessor:
             request = PageRequest(
                 params.page_size, params.paging_state, params.skip_metadata, fingerprint
             )
-            return execute_select(statement, table, context, self._store, self.limits, request)
+            reader = self._data_plane.reader(params.consistency)
+            return execute_select(statement, table, context, reader, self.limits, request)
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
         if type(statement) in DDL_HANDLERS:
@@ -460,7 +564,7 @@ class QueryProcessor:
             table = lookup_table(self._state, mutation.keyspace, mutation.table)
             if table.options.cdc.enabled:
                 captures[index] = self._capture(table, mutation, now_us)
-        self._store.apply(batch, now_s=now_us // 1_000_000, cdc=captures)
+        self._data_plane.write(batch, captures, self._consistency, now_us)
 
     def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
         if self._cdc is None:

@@ -6,15 +6,24 @@ replayed hint keeps "both writes or none", seed 000). Hints of one target come b
 first. The queue per target is bounded (``StoreLimits.max_hints_per_target``), and so is each
 fetch (``max_hints_per_fetch``). Functions here take the store's connection; the store owns
 locking and transactions.
+
+A hint of a CDC-enabled table also keeps the mutations' ``CdcCapture``s (stream, ``cdc$time``
+low bits, by mutation index), so the replica that replays it writes the same log rows the
+coordinator chose; such payloads start with ``_CAPTURES_TAG`` (plain mutation payloads start
+with the codec's version byte).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
+import msgpack
+
+from ringflow.cdc._log_rows import CdcCapture
 from ringflow.errors import InvalidRequest
 from ringflow.schema import Mutation
 from ringflow.storage._errors import HintBacklogFull, MutationTooLarge
@@ -37,6 +46,28 @@ class Hint:
     target: uuid.UUID
     created_ms: int
     mutations: tuple[Mutation, ...]
+    captures: tuple[tuple[int, CdcCapture], ...] = ()
+
+
+_CAPTURES_TAG: Final = b"RFHC"
+
+
+def _encode_payload(mutations: Sequence[Mutation], captures: Mapping[int, CdcCapture]) -> bytes:
+    if not captures:
+        return encode_mutations(mutations)
+    pairs = [[i, c.stream_id, c.timeuuid_low_bits] for i, c in sorted(captures.items())]
+    packed: bytes = msgpack.packb([encode_mutations(mutations), pairs], use_bin_type=True)
+    return _CAPTURES_TAG + packed
+
+
+def _decode_payload(
+    payload: bytes,
+) -> tuple[tuple[Mutation, ...], tuple[tuple[int, CdcCapture], ...]]:
+    if not payload.startswith(_CAPTURES_TAG):
+        return tuple(decode_mutations(payload)), ()
+    body, pairs = msgpack.unpackb(payload[len(_CAPTURES_TAG) :], raw=False)
+    captures = tuple((int(i), CdcCapture(bytes(sid), int(bits))) for i, sid, bits in pairs)
+    return tuple(decode_mutations(body)), captures
 
 
 def store_hint(
@@ -45,8 +76,10 @@ def store_hint(
     target: uuid.UUID,
     mutations: Sequence[Mutation],
     created_ms: int,
+    captures: Mapping[int, CdcCapture] | None = None,
 ) -> int:
-    """Queue ``mutations`` for ``target``; returns the hint id. Call inside a transaction."""
+    """Queue ``mutations`` (and their CDC ``captures`` by index) for ``target``; returns the
+    hint id. Call inside a transaction."""
     if not isinstance(target, uuid.UUID):
         raise InvalidRequest(f"hint target must be a uuid.UUID, got {target!r}")
     if not mutations:
@@ -60,7 +93,10 @@ def store_hint(
                 f"hinted mutation of {size_bytes} bytes exceeds the limit of "
                 f"{limits.max_mutation_size_bytes} bytes"
             )
-    payload = encode_mutations(mutations)
+    captures = captures or {}
+    if any(type(i) is not int or not 0 <= i < len(mutations) for i in captures):
+        raise InvalidRequest(f"hint captures {sorted(captures)} do not index its mutations")
+    payload = _encode_payload(mutations, captures)
     (count,) = connection.execute(COUNT_HINTS, (target.bytes,)).fetchone()
     if count >= limits.max_hints_per_target:
         raise HintBacklogFull(
@@ -79,10 +115,11 @@ def hints_for(
             f"hint fetch limit must be in 1..{limits.max_hints_per_fetch}, got {limit!r}"
         )
     rows = connection.execute(SELECT_HINTS, (target.bytes, limit)).fetchall()
-    return [
-        Hint(int(hint_id), target, int(created_ms), tuple(decode_mutations(payload)))
-        for hint_id, created_ms, payload in rows
-    ]
+    hints = []
+    for hint_id, created_ms, payload in rows:
+        mutations, captures = _decode_payload(payload)
+        hints.append(Hint(int(hint_id), target, int(created_ms), mutations, captures))
+    return hints
 
 
 def delete_hint(connection: sqlite3.Connection, hint_id: int) -> bool:

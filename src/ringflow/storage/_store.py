@@ -312,12 +312,16 @@ class Store:
             plan = self._plan(batch, captures)
             with self._transaction() as connection:
                 writes = _WriteBuffer(connection)
+                writers: dict[int, CdcWriter] = {}  # by base tid, for this batch
                 for index, (info, mutation, flat) in enumerate(plan):
                     capture = captures.get(index)
                     if capture is None:
                         writes.add(flat)
                         continue
-                    writer = CdcWriter(info, self._log_info(info), self._image_reader(info, now_s))
+                    writer = writers.get(info.tid)
+                    if writer is None:
+                        reader = self._image_reader(info, now_s)
+                        writer = writers[info.tid] = CdcWriter(info, self._log_info(info), reader)
                     writer.apply(mutation, flat, capture, now_s, writes)
                 writes.flush()
 
@@ -558,12 +562,19 @@ class Store:
     # --- hints ---------------------------------------------------------------------------------
 
     def store_hint(
-        self, target_host_id: uuid.UUID, mutations: Sequence[Mutation], created_ms: int
+        self,
+        target_host_id: uuid.UUID,
+        mutations: Sequence[Mutation],
+        created_ms: int,
+        *,
+        captures: Mapping[int, CdcCapture] | None = None,
     ) -> int:
-        """Queue ``mutations`` (e.g. a base mutation and its CDC log rows) for a host that did
-        not acknowledge them; returns the hint id. HintBacklogFull past the per-host limit."""
+        """Queue ``mutations`` (with their CDC ``captures`` by index) for a host that did not
+        acknowledge them; returns the hint id. HintBacklogFull past the per-host limit."""
         with self._lock, self._transaction() as connection:
-            return _hints.store_hint(connection, self.limits, target_host_id, mutations, created_ms)
+            return _hints.store_hint(
+                connection, self.limits, target_host_id, mutations, created_ms, captures
+            )
 
     def hints_for(self, target_host_id: uuid.UUID, limit: int) -> list[_hints.Hint]:
         """The oldest ``limit`` hints queued for ``target_host_id``."""
@@ -622,6 +633,19 @@ class _WriteBuffer:
     def flush(self) -> None:
         _write(self._connection, self._pending)
         self._pending = []
+
+    def flush_partition(self, tid: int, token: int, partition_key: bytes) -> None:
+        """Flush if a queued write touches partition ``(token, partition_key)`` of ``tid``."""
+        for flat in self._pending:
+            if flat.token == token and flat.partition_key == partition_key and _tid(flat) == tid:
+                self.flush()
+                return
+
+
+def _tid(flat: FlatMutation) -> int | None:
+    """The table a flattened mutation writes to (None if it writes nothing)."""
+    rows = flat.atoms or flat.partition_atoms
+    return rows[0][0] if rows else None
 
 
 def _write(connection: sqlite3.Connection, flats: Sequence[FlatMutation]) -> None:

@@ -1,0 +1,394 @@
+"""``ringflow cluster start|status|stop|kill|restart|run-node``: a local cluster of real node
+processes on loopback (127.0.0.1 .. 127.0.0.N, the same ports on every node).
+
+``start`` lays the cluster out once (``cluster.json`` in ``--data``): per node an address, a DC
+and a rack (``--dcs dc1:3,dc2:2``, racks round-robin within a DC), a host id and tokens from
+the balanced allocator (cassandra-core.md §4.2), saved as each node's record before its first
+start, so ``ringflow.node`` keeps them. Each node runs ``run-node`` in its own session (log in
+``<data>/<node>/node.log``, pid in ``pid``); every node lists the first node of each DC as a
+seed. ``start`` returns when every node reports every other one UP with one schema version
+(read from the nodes' ``status.json``), or fails after ``--timeout``. ``kill`` sends SIGKILL
+(a crash), ``restart`` starts a killed node again with its data, ``stop`` sends SIGTERM to all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ringflow.cli import EXIT_OK
+from ringflow.errors import ConfigurationError, RingflowError
+from ringflow.node import (
+    DEFAULT_IGNORE_MSB,
+    DEFAULT_SHARD_COUNT,
+    NodeRecord,
+    node_config,
+    prepare_data_dir,
+    save_record,
+)
+from ringflow.ring import Host, TokenMetadata, allocate_balanced, allocate_random
+
+if TYPE_CHECKING:
+    from ringflow.cli import Subcommands
+
+LAYOUT_FILE = "cluster.json"
+STATUS_FILE = "status.json"
+PID_FILE = "pid"
+LOG_FILE = "node.log"
+MAX_NODES = 32
+_LAUNCH = "import sys; from ringflow.cli import main; sys.exit(main())"
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser("cluster", help="run a local multi-process cluster")
+    actions = parser.add_subparsers(dest="cluster_command", metavar="<action>", required=True)
+    start = actions.add_parser("start", help="lay out (once) and start a local cluster")
+    start.add_argument("--nodes", type=int, default=3)
+    start.add_argument("--dcs", help="data centers and their node counts, e.g. dc1:3,dc2:2")
+    start.add_argument("--racks", type=int, default=1, help="racks per data center")
+    start.add_argument("--num-tokens", type=int, default=8)
+    start.add_argument(
+        "--first-address", default="127.0.0.1", help="node i listens on this address + i - 1"
+    )
+    start.add_argument("--gossip-interval-ms", type=int, default=1000)
+    start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
+    start.add_argument("--data", required=True, type=Path)
+    start.set_defaults(handler=run_cluster_start)
+    for name, handler, text in (
+        ("status", run_cluster_status, "print every node's view of the cluster"),
+        ("stop", run_cluster_stop, "stop every node (SIGTERM)"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("--data", required=True, type=Path)
+        sub.set_defaults(handler=handler)
+    for name, handler, text in (
+        ("kill", run_node_kill, "SIGKILL one node (a crash)"),
+        ("restart", run_node_restart, "start a stopped or killed node again"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("address")
+        sub.add_argument("--data", required=True, type=Path)
+        sub.set_defaults(handler=handler)
+    node = actions.add_parser("run-node", help="(internal) run one cluster node in the foreground")
+    node.add_argument("--address", required=True)
+    node.add_argument("--data", required=True, type=Path)
+    node.add_argument("--seeds", required=True, help="comma-separated seed addresses")
+    node.add_argument("--gossip-interval-ms", type=int, default=1000)
+    node.add_argument("--log-level", default="WARNING")
+    node.set_defaults(handler=run_cluster_node_command)
+
+
+# -- layout ----------------------------------------------------------------------------------
+
+
+def parse_dcs(nodes: int, dcs: str | None) -> list[tuple[str, int]]:
+    """``dc1:3,dc2:2`` as ``[("dc1", 3), ("dc2", 2)]``; one ``datacenter1`` of ``nodes`` if None."""
+    if dcs is None:
+        return [("datacenter1", nodes)]
+    result = []
+    for part in dcs.split(","):
+        name, _, count = part.partition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ConfigurationError(f"--dcs: {part!r} is not 'name:count'")
+        result.append((name, int(count)))
+    return result
+
+
+def plan_layout(
+    dcs: list[tuple[str, int]],
+    racks: int,
+    num_tokens: int,
+    rng: random.Random,
+    first_address: str = "127.0.0.1",
+) -> list[dict[str, object]]:
+    """Addresses, DCs, racks, host ids and balanced tokens of every node."""
+    total = sum(count for _, count in dcs)
+    if not 1 <= total <= MAX_NODES:
+        raise ConfigurationError(f"a local cluster has 1..{MAX_NODES} nodes, not {total}")
+    if racks < 1:
+        raise ConfigurationError(f"--racks must be >= 1, got {racks}")
+    first = ipaddress.IPv4Address(first_address)
+    if not first.is_loopback or not (first + total - 1).is_loopback:
+        raise ConfigurationError(f"--first-address {first_address}: the nodes must be on loopback")
+    ring = TokenMetadata()
+    nodes: list[dict[str, object]] = []
+    for dc, count in dcs:
+        for index in range(count):
+            address = str(first + len(nodes))
+            rack = f"rack{index % racks + 1}"
+            host = Host(uuid.UUID(int=rng.getrandbits(128), version=4), f"{address}:7000", dc, rack)
+            try:
+                tokens = allocate_balanced(
+                    ring, host, num_tokens, min(3, count), rng, planned_rack_count=min(racks, count)
+                )
+            except RingflowError:
+                tokens = allocate_random(ring, num_tokens, rng)
+            ring = ring.with_tokens(host, tokens)
+            nodes.append(
+                {
+                    "address": address,
+                    "dc": dc,
+                    "rack": rack,
+                    "host_id": str(host.host_id),
+                    "tokens": sorted(tokens),
+                    "dir": f"node{len(nodes) + 1}",
+                }
+            )
+    return nodes
+
+
+def _load_layout(data: Path) -> dict[str, object]:
+    path = data / LAYOUT_FILE
+    if not path.exists():
+        raise ConfigurationError(f"{path} does not exist: run 'ringflow cluster start' first")
+    layout: dict[str, object] = json.loads(path.read_text())
+    return layout
+
+
+def _nodes(layout: dict[str, object]) -> list[dict[str, object]]:
+    nodes = layout["nodes"]
+    assert isinstance(nodes, list)
+    return nodes
+
+
+def _seeds(nodes: list[dict[str, object]]) -> list[str]:
+    first: dict[object, str] = {}
+    for node in nodes:
+        first.setdefault(node["dc"], str(node["address"]))
+    return list(first.values())
+
+
+def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
+    rng = random.Random()
+    dcs = parse_dcs(arguments.nodes, arguments.dcs)
+    nodes = plan_layout(dcs, arguments.racks, arguments.num_tokens, rng, arguments.first_address)
+    for node in nodes:
+        directory = data / str(node["dir"])
+        prepare_data_dir(directory)
+        tokens = node["tokens"]
+        assert isinstance(tokens, list)
+        record = NodeRecord(
+            host_id=uuid.UUID(str(node["host_id"])),
+            tokens=tuple(int(token) for token in tokens),
+            cluster_name="ringflow",
+            dc=str(node["dc"]),
+            rack=str(node["rack"]),
+            shard_count=DEFAULT_SHARD_COUNT,
+            ignore_msb=DEFAULT_IGNORE_MSB,
+        )
+        save_record(directory, record)
+    layout = {"nodes": nodes, "gossip_interval_ms": arguments.gossip_interval_ms}
+    data.mkdir(parents=True, exist_ok=True)
+    (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
+    return layout
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def _pid(directory: Path) -> int | None:
+    try:
+        pid = int((directory / PID_FILE).read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _spawn(data: Path, layout: dict[str, object], node: dict[str, object]) -> int:
+    directory = data / str(node["dir"])
+    if (pid := _pid(directory)) is not None:
+        return pid
+    (directory / STATUS_FILE).unlink(missing_ok=True)
+    command = [
+        sys.executable,
+        "-c",
+        _LAUNCH,
+        "cluster",
+        "run-node",
+        "--address",
+        str(node["address"]),
+        "--data",
+        str(directory),
+        "--seeds",
+        ",".join(_seeds(_nodes(layout))),
+        "--gossip-interval-ms",
+        str(layout.get("gossip_interval_ms", 1000)),
+    ]
+    with (directory / LOG_FILE).open("ab") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    (directory / PID_FILE).write_text(str(process.pid))
+    return process.pid
+
+
+def _statuses(data: Path, layout: dict[str, object]) -> list[dict[str, object] | None]:
+    found: list[dict[str, object] | None] = []
+    for node in _nodes(layout):
+        path = data / str(node["dir"]) / STATUS_FILE
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError):
+            document = None
+        if _pid(data / str(node["dir"])) is None:
+            document = None
+        found.append(document)
+    return found
+
+
+def cluster_ready(data: Path, layout: dict[str, object]) -> bool:
+    """Every running node sees every other one UP, all with one schema version."""
+    statuses = _statuses(data, layout)
+    if any(status is None for status in statuses):
+        return False
+    expected = len(_nodes(layout))
+    versions = set()
+    for status in statuses:
+        assert status is not None
+        nodes = status["nodes"]
+        assert isinstance(nodes, list)
+        if len(nodes) != expected or any(n["state"] != "UN" for n in nodes):
+            return False
+        versions.add(status["schema_version"])
+    return len(versions) == 1
+
+
+def wait_ready(data: Path, layout: dict[str, object], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cluster_ready(data, layout):
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"the cluster in {data} was not UP with schema agreement after {timeout_s} s; "
+                "see the nodes' node.log"
+            )
+        time.sleep(0.2)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def run_cluster_start(arguments: argparse.Namespace) -> int:
+    data: Path = arguments.data
+    layout = _load_layout(data) if (data / LAYOUT_FILE).exists() else _create(data, arguments)
+    for node in _nodes(layout):
+        _spawn(data, layout, node)
+    wait_ready(data, layout, arguments.timeout)
+    print(f"ringflow cluster of {len(_nodes(layout))} nodes is UP in {data}", flush=True)
+    return EXIT_OK
+
+
+def format_status(data: Path, layout: dict[str, object]) -> str:
+    """A nodetool-status-like table, from the first running node's view."""
+    statuses = [s for s in _statuses(data, layout) if s is not None]
+    lines = [
+        "Address    State Load(B)    Tokens Owns  Host ID                              Rack"
+        "   Schema                               CDC generation"
+    ]
+    if not statuses:
+        return "no node is running"
+    view = statuses[0]
+    loads = {s["address"]: s["load_bytes"] for s in statuses}
+    nodes = view["nodes"]
+    assert isinstance(nodes, list)
+    total_tokens = sum(int(n["tokens"]) for n in nodes) or 1
+    for node in _nodes(layout):
+        seen = next((n for n in nodes if n["address"] == node["address"]), None)
+        state = "DN" if seen is None else seen["state"]
+        tokens = len(node["tokens"]) if isinstance(node["tokens"], list) else 0
+        owns = f"{100 * tokens / total_tokens:.0f}%"
+        lines.append(
+            f"{node['address']:<10} {state:<5} {loads.get(node['address'], '?')!s:<10} "
+            f"{tokens:<6} {owns:<5} {node['host_id']} {node['rack']:<6} "
+            f"{None if seen is None else seen['schema_version']} "
+            f"{None if seen is None else seen['cdc_generation']}"
+        )
+    return "\n".join(lines)
+
+
+def run_cluster_status(arguments: argparse.Namespace) -> int:
+    print(format_status(arguments.data, _load_layout(arguments.data)), flush=True)
+    return EXIT_OK
+
+
+def _signal_node(data: Path, node: dict[str, object], signal_number: int) -> bool:
+    pid = _pid(data / str(node["dir"]))
+    if pid is None:
+        return False
+    os.kill(pid, signal_number)
+    return True
+
+
+def run_cluster_stop(arguments: argparse.Namespace) -> int:
+    data: Path = arguments.data
+    layout = _load_layout(data)
+    for node in _nodes(layout):
+        _signal_node(data, node, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while any(_pid(data / str(n["dir"])) for n in _nodes(layout)):
+        if time.monotonic() > deadline:
+            for node in _nodes(layout):
+                _signal_node(data, node, signal.SIGKILL)
+            break
+        time.sleep(0.1)
+    print("ringflow cluster stopped", flush=True)
+    return EXIT_OK
+
+
+def _node_at(layout: dict[str, object], address: str) -> dict[str, object]:
+    for node in _nodes(layout):
+        if node["address"] == address:
+            return node
+    raise ConfigurationError(f"no node of this cluster has address {address}")
+
+
+def run_node_kill(arguments: argparse.Namespace) -> int:
+    layout = _load_layout(arguments.data)
+    node = _node_at(layout, arguments.address)
+    if not _signal_node(arguments.data, node, signal.SIGKILL):
+        raise ConfigurationError(f"node {arguments.address} is not running")
+    print(f"killed {arguments.address}", flush=True)
+    return EXIT_OK
+
+
+def run_node_restart(arguments: argparse.Namespace) -> int:
+    layout = _load_layout(arguments.data)
+    node = _node_at(layout, arguments.address)
+    pid = _spawn(arguments.data, layout, node)
+    print(f"started {arguments.address} (pid {pid})", flush=True)
+    return EXIT_OK
+
+
+def run_cluster_node_command(arguments: argparse.Namespace) -> int:
+    from ringflow.cluster.service._process import run_cluster_node
+
+    logging.basicConfig(
+        level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = node_config(address=arguments.address, data_dir=arguments.data)
+    seeds = [seed for seed in arguments.seeds.split(",") if seed]
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    asyncio.run(
+        run_cluster_node(
+            config,
+            seeds=seeds,
+            gossip_interval_ms=arguments.gossip_interval_ms,
+            on_ready=announce,
+        )
+    )
+    return EXIT_OK

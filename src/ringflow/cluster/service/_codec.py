@@ -1,0 +1,138 @@
+"""Payloads of the data verbs between cluster nodes: writes, reads, hints and schema pulls.
+
+Owns the bytes inside an ``Envelope`` whose verb is not a gossip verb (the envelope itself is
+``ringflow.cluster._messages``). msgpack arrays, decoded defensively: anything malformed raises
+``InternodeProtocolError`` (a peer's fault), never a bare ``KeyError``/``TypeError``.
+
+* MUTATION_REQ / HINT_REQ: ``[[mutation bytes...], [[index, stream id, cdc$time low bits]...]]``
+  (a ``WriteUnit``: base mutations and their CDC captures travel together, so a replica writes
+  both or neither; seed 000 "Vnode-colocation").
+* READ_REQ: ``[keyspace, table, [partition key components], "data" | "digest"]``; READ_RSP:
+  ``[kind, mutation bytes | digest | nil]``.
+* SCHEMA_PUSH_REQ / SCHEMA_PULL_RSP: ``[mutation bytes...]`` (``system_schema`` partitions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from ringflow.cdc import CdcCapture
+from ringflow.cluster._messages import InternodeProtocolError
+from ringflow.cluster._read_path import ReadKind
+from ringflow.cluster._write_path import WriteUnit
+from ringflow.schema import Mutation
+from ringflow.storage import decode_mutation, encode_mutation
+
+
+def _unpack(data: bytes, what: str) -> object:
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except Exception as error:  # msgpack raises several unrelated types
+        raise InternodeProtocolError(f"malformed {what} payload: {error}") from None
+
+
+def _list(value: object, what: str, length: int | None = None) -> list[object]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise InternodeProtocolError(f"{what}: expected an array of {length}, got {value!r:.80}")
+    return value
+
+
+def _bytes(value: object, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise InternodeProtocolError(f"{what}: expected bytes, got {type(value).__name__}")
+    return value
+
+
+def _mutation(value: object, what: str) -> Mutation:
+    try:
+        return decode_mutation(_bytes(value, what))
+    except InternodeProtocolError:
+        raise
+    except Exception as error:
+        raise InternodeProtocolError(f"{what}: undecodable mutation: {error}") from None
+
+
+def encode_mutations_payload(mutations: Sequence[Mutation]) -> bytes:
+    payload: bytes = msgpack.packb([encode_mutation(m) for m in mutations], use_bin_type=True)
+    return payload
+
+
+def decode_mutations_payload(data: bytes) -> list[Mutation]:
+    items = _list(_unpack(data, "mutations"), "mutations")
+    return [_mutation(item, "mutations") for item in items]
+
+
+def encode_unit(unit: WriteUnit) -> bytes:
+    captures = [[i, c.stream_id, c.timeuuid_low_bits] for i, c in unit.cdc_captures]
+    mutations = [encode_mutation(m) for m in unit.mutations]
+    payload: bytes = msgpack.packb([mutations, captures], use_bin_type=True)
+    return payload
+
+
+def decode_unit(data: bytes) -> WriteUnit:
+    mutations, captures = _list(_unpack(data, "write unit"), "write unit", 2)
+    decoded = [_mutation(item, "write unit") for item in _list(mutations, "mutations")]
+    pairs: list[tuple[int, CdcCapture]] = []
+    for item in _list(captures, "captures"):
+        index, stream_id, low_bits = _list(item, "capture", 3)
+        if not isinstance(index, int) or not isinstance(low_bits, int):
+            raise InternodeProtocolError(f"capture: bad index or bits {item!r:.80}")
+        try:
+            pairs.append((index, CdcCapture(_bytes(stream_id, "capture"), low_bits)))
+        except InternodeProtocolError:
+            raise
+        except Exception as error:
+            raise InternodeProtocolError(f"capture: {error}") from None
+    try:
+        return WriteUnit(tuple(decoded), tuple(pairs))
+    except Exception as error:
+        raise InternodeProtocolError(f"write unit: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCommand:
+    """What a READ_REQ asks a replica for: one partition, its data or its digest."""
+
+    keyspace: str
+    table: str
+    partition_key: tuple[bytes, ...]
+    kind: ReadKind
+
+
+def encode_read(command: ReadCommand) -> bytes:
+    body = [command.keyspace, command.table, list(command.partition_key), command.kind.value]
+    payload: bytes = msgpack.packb(body, use_bin_type=True)
+    return payload
+
+
+def decode_read(data: bytes) -> ReadCommand:
+    keyspace, table, key, kind = _list(_unpack(data, "read"), "read", 4)
+    if (
+        not isinstance(keyspace, str)
+        or not isinstance(table, str)
+        or kind not in ("data", "digest")
+    ):
+        raise InternodeProtocolError(f"read: bad command {keyspace!r:.40} {table!r:.40} {kind!r}")
+    parts = tuple(_bytes(part, "read key") for part in _list(key, "read key"))
+    return ReadCommand(keyspace, table, parts, ReadKind(kind))
+
+
+def encode_read_response(kind: ReadKind, partition: Mutation | None, digest: bytes) -> bytes:
+    body: object = digest if kind is ReadKind.DIGEST else None
+    if kind is ReadKind.DATA and partition is not None:
+        body = encode_mutation(partition)
+    payload: bytes = msgpack.packb([kind.value, body], use_bin_type=True)
+    return payload
+
+
+def decode_read_response(data: bytes) -> tuple[ReadKind, Mutation | None, bytes]:
+    """``(kind, partition, digest)``: ``partition`` for data answers, ``digest`` for digests."""
+    kind, body = _list(_unpack(data, "read response"), "read response", 2)
+    if kind == "digest":
+        return ReadKind.DIGEST, None, _bytes(body, "digest")
+    if kind != "data":
+        raise InternodeProtocolError(f"read response: unknown kind {kind!r:.40}")
+    return ReadKind.DATA, None if body is None else _mutation(body, "read data"), b""

@@ -1,0 +1,113 @@
+"""What gossip says about the cluster, turned into the ring and into ``system.peers`` rows.
+
+Pure functions over ``EndpointState``s (no I/O): the shell calls them after each gossip event.
+A peer becomes a ring member once gossip carries its HOST_ID, DC, RACK, TOKENS and a NORMAL
+STATUS (cassandra-core.md §8.1 "applying states", C41 ``StorageService.onChange``); its
+``system.peers`` row is what drivers read to discover hosts and build their token map.
+
+Encodings of our application states: TOKENS is the comma-separated decimal tokens, STATUS is
+``NORMAL,<first token>``, RPC_ADDRESS the client address, SCHEMA the schema version UUID.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ringflow.cluster._gossip_state import (
+    ApplicationState,
+    EndpointState,
+    HeartBeatState,
+    VersionedValue,
+)
+from ringflow.ring import Host, TokenMetadata
+from ringflow.schema import Mutation
+from ringflow.schema._system_rows import NodeRow, peer_row
+
+NORMAL_STATUS = "NORMAL"
+
+
+def encode_tokens(tokens: Iterable[int]) -> str:
+    return ",".join(str(token) for token in sorted(tokens))
+
+
+def decode_tokens(value: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in value.split(",") if part)
+
+
+def local_endpoint_state(
+    generation_s: int, values: Mapping[ApplicationState, str]
+) -> EndpointState:
+    """Our own first state: each value at its own version, the heartbeat after them."""
+    states = {
+        state: VersionedValue(value, version)
+        for version, (state, value) in enumerate(sorted(values.items()), start=1)
+    }
+    return EndpointState(HeartBeatState(generation_s, len(states)), states)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """One endpoint's complete, NORMAL gossip state."""
+
+    host: Host
+    tokens: tuple[int, ...]
+    rpc_address: str
+    schema_version: uuid.UUID | None
+    cdc_generation: str | None
+
+
+def _value(state: EndpointState, key: ApplicationState) -> str | None:
+    versioned = state.get(key)
+    return None if versioned is None else versioned.value
+
+
+def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
+    """The ring member ``state`` describes, or None while it is incomplete or not NORMAL."""
+    status = _value(state, ApplicationState.STATUS)
+    host_id = _value(state, ApplicationState.HOST_ID)
+    dc = _value(state, ApplicationState.DC)
+    rack = _value(state, ApplicationState.RACK)
+    tokens = _value(state, ApplicationState.TOKENS)
+    if status is None or not status.startswith(NORMAL_STATUS):
+        return None
+    if host_id is None or dc is None or rack is None or not tokens:
+        return None
+    schema = _value(state, ApplicationState.SCHEMA)
+    rpc_address = _value(state, ApplicationState.RPC_ADDRESS) or endpoint.rsplit(":", 1)[0]
+    return PeerInfo(
+        Host(uuid.UUID(host_id), endpoint, dc, rack),
+        decode_tokens(tokens),
+        rpc_address,
+        None if schema is None else uuid.UUID(schema),
+        _value(state, ApplicationState.CDC_GENERATION_ID),
+    )
+
+
+def ring_members(states: Mapping[str, EndpointState]) -> dict[str, PeerInfo]:
+    """Every complete NORMAL endpoint, by endpoint."""
+    members = {}
+    for endpoint, state in states.items():
+        info = peer_info(endpoint, state)
+        if info is not None:
+            members[endpoint] = info
+    return members
+
+
+def token_metadata_of(members: Iterable[PeerInfo]) -> TokenMetadata:
+    return TokenMetadata({info.host: info.tokens for info in members})
+
+
+def peer_mutation(info: PeerInfo, timestamp_us: int) -> Mutation:
+    """The ``system.peers`` row drivers read for ``info``."""
+    row = NodeRow(
+        host_id=info.host.host_id,
+        broadcast_address=info.rpc_address,
+        rpc_address=info.rpc_address,
+        data_center=info.host.dc,
+        rack=info.host.rack,
+        tokens=info.tokens,
+        schema_version=info.schema_version or uuid.UUID(int=0),
+    )
+    return peer_row(row, timestamp_us=timestamp_us)

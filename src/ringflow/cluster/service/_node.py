@@ -1,0 +1,780 @@
+"""A cluster node's service: gossip, the ring, the coordinator and the replica verbs, wired to a
+``Clock``, a ``Network`` and the local store.
+
+The shell around the pure cores (STYLE.md "pure cores, thin shells"): ``Gossiper`` and its
+``FailureDetector``, ``Coordinator`` (``WriteHandler``/``ReadHandler``/``BlockingRepair``) and
+``HintManager`` decide; this class only turns their actions into messages, timers and store
+calls, and turns messages, timers and store results back into their events. Everything here runs
+on one thread (the event loop, or the simulator); store work goes through ``Offload``, whose
+``done`` callback comes back on that thread.
+
+Rules:
+
+* Internode endpoints are ``address:7000``; a ring ``Host.endpoint`` is that endpoint.
+* A coordinator request id travels in the envelope; the replica answers with the same id.
+  A MUTATION_RSP for a read request is a read-repair ack (``SendRepair`` is a MUTATION_REQ).
+  A failure answer is FAILURE_RSP carrying ``[verb, reason]``.
+* Writes are split into one ``WriteUnit`` per partition (base mutation + its CDC capture, sent
+  together to each replica); every CDC capture is checked with ``check_cdc_colocation`` first.
+* Hints keep the CDC captures (``Store.store_hint(captures=)``) and are replayed as HINT_REQ
+  when the ``HintManager`` says the target is up and agrees on the schema.
+* Schema (seed 004 "announce/push"): after a local DDL the node gossips its new SCHEMA version
+  and pushes its ``system_schema`` partitions to every live peer; a node that sees a peer
+  gossip a different version pulls that peer's partitions. Partitions merge by timestamp, so
+  pushes from several nodes commute; the processor then reloads its schema from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import ClassVar, TypeVar
+
+import msgpack
+
+from ringflow.cdc import CdcCapture, StreamId
+from ringflow.cluster._consistency import ConsistencyLevel
+from ringflow.cluster._coordinator import (
+    ArmTimeout,
+    Coordinator,
+    CoordinatorAction,
+    CoordinatorEvent,
+    DataReceived,
+    DigestReceived,
+    HintStored,
+    MutationAcked,
+    MutationFailed,
+    ReadReplicaFailed,
+    RepairAcked,
+    RepairFailed,
+    RequestTimedOut,
+    base_token,
+    check_cdc_colocation,
+)
+from ringflow.cluster._digest import partition_digest
+from ringflow.cluster._failure_detector import FailureDetector
+from ringflow.cluster._gossip import (
+    GossipAction,
+    Gossiper,
+    NodeDown,
+    NodeUp,
+    Send,
+    StateChanged,
+)
+from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster._hints import DeleteHint, DeliverHint, HintAction, HintManager, ReplayHints
+from ringflow.cluster._messages import (
+    GOSSIP_VERBS,
+    Envelope,
+    EnvelopeDecoder,
+    Verb,
+    encode_envelope,
+)
+from ringflow.cluster._read_path import ReadKind, Respond, SendRead
+from ringflow.cluster._read_repair import SendRepair
+from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, TokenReplicas, WriteUnit
+from ringflow.cluster.service import _codec
+from ringflow.cluster.service._membership import (
+    PeerInfo,
+    local_endpoint_state,
+    peer_mutation,
+    ring_members,
+    token_metadata_of,
+)
+from ringflow.cluster.service._settings import (
+    ClusterSettings,
+    EventSink,
+    Offload,
+    PendingRead,
+    ReadDone,
+    WriteDone,
+    WriteGroup,
+)
+from ringflow.cql._executor import QueryProcessor
+from ringflow.errors import RingflowError
+from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
+from ringflow.runtime import Clock, Network, TimerHandle
+from ringflow.schema import SYSTEM_SCHEMA_KEYSPACE_NAME, SYSTEM_SCHEMA_TABLE_NAMES, Mutation
+from ringflow.storage import Store
+from ringflow.storage._hints import Hint
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+INTERNODE_PORT = 7000
+HINT_FETCH_LIMIT = 64
+SCHEMA_PULL_INTERVAL_MS = 2_000
+_MIN_TOKEN = -(2**63)
+
+
+class ClusterNode:
+    """One node's cluster service (see the module docstring). ``start``, then ``stop``."""
+
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        *,
+        host: Host,
+        tokens: Sequence[int],
+        store: Store,
+        processor: QueryProcessor,
+        clock: Clock,
+        network: Network,
+        rng_seed: int,
+        offload: Offload,
+        schema_offload: Offload | None = None,
+        events: EventSink | None = None,
+        extra_states: dict[ApplicationState, str] | None = None,
+        on_schema_merged: Callable[[], None] | None = None,
+    ) -> None:
+        import random
+
+        self.settings = settings
+        self.host = host
+        self.store = store
+        self.processor = processor
+        self.clock = clock
+        self.network = network
+        self._offload = offload
+        self._schema_offload = offload if schema_offload is None else schema_offload
+        self._on_schema_merged = on_schema_merged
+        self._events = events
+        self._rng = random.Random(rng_seed)
+        values = {
+            ApplicationState.STATUS: f"NORMAL,{min(tokens)}",
+            ApplicationState.TOKENS: ",".join(str(t) for t in sorted(tokens)),
+            ApplicationState.HOST_ID: str(host.host_id),
+            ApplicationState.DC: host.dc,
+            ApplicationState.RACK: host.rack,
+            ApplicationState.RPC_ADDRESS: settings.rpc_address,
+            ApplicationState.SCHEMA: str(processor.schema_version),
+            **(extra_states or {}),
+        }
+        state = local_endpoint_state(clock.now_ms() // 1000, values)
+        self.gossiper = Gossiper(
+            settings.endpoint,
+            state,
+            settings.seeds,
+            settings.cluster_name,
+            self._rng,
+            FailureDetector(),
+        )
+        self.hints = HintManager(dispatch_interval_ms=settings.hint_dispatch_interval_ms)
+        self.hints.set_local_schema_version(processor.schema_version)
+        self.coordinator = Coordinator(
+            host,
+            self.hints,
+            max_outstanding_requests=settings.max_outstanding_requests,
+            write_timeout_ms=settings.write_timeout_ms,
+            read_timeout_ms=settings.read_timeout_ms,
+        )
+        self.members: dict[str, PeerInfo] = {}
+        self.token_metadata = TokenMetadata({host: tuple(tokens)})
+        self.started_ms = clock.now_ms()
+        self._writes: dict[int, WriteGroup] = {}
+        self._reads: dict[int, PendingRead] = {}
+        self._fetched: dict[int, Hint] = {}
+        self._timers: dict[int, TimerHandle] = {}
+        self._decoders: dict[str, EnvelopeDecoder] = {}
+        self._tick_timer: TimerHandle | None = None
+        self._last_pull_ms: dict[str, int] = {}
+        self._listener: object | None = None
+        self._stopped = False
+        self.protocol_errors = 0
+        self._refresh_ring()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._listener = self.network.listen(self.settings.endpoint, self._on_message)
+        self._offload(self.store.hint_targets, self._on_stored_hint_targets)
+        self._schedule_tick()
+
+    def _on_stored_hint_targets(
+        self, targets: list[uuid.UUID] | None, error: BaseException | None
+    ) -> None:
+        """Hints survive a restart: tell the manager about every target still holding some
+        (their exact age is unknown here, so the window counts from now)."""
+        if error is not None:
+            _log.error("reading the stored hint targets failed", exc_info=error)
+        now_ms = self.clock.now_ms()
+        for target_id in targets or []:
+            self.hints.on_hint_stored(target_id, now_ms)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        close = getattr(self._listener, "close", None)
+        if close is not None:
+            close()
+
+    def _schedule_tick(self) -> None:
+        if not self._stopped:
+            self._tick_timer = self.clock.call_later(self.settings.gossip_interval_ms, self._tick)
+
+    def _tick(self) -> None:
+        now_ms = self.clock.now_ms()
+        try:
+            self._run_gossip(self.gossiper.tick(now_ms))
+            self._run_hints(self.hints.tick(now_ms))
+            self._recheck_schema()
+        except RingflowError:
+            _log.exception("gossip round failed")
+        self._schedule_tick()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _send(self, to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
+        envelope = Envelope(verb, request_id, self.settings.endpoint, payload, 0)
+        return self._send_envelope(to, envelope)
+
+    def _send_envelope(self, to: str, envelope: Envelope) -> bool:
+        try:
+            self.network.send(self.settings.endpoint, to, encode_envelope(envelope))
+        except RingflowError as error:  # Backpressure, FrameTooLarge, NetworkError
+            _log.debug("send %s to %s failed: %s", envelope.verb.name, to, error)
+            return False
+        return True
+
+    def _fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
+        body: bytes = msgpack.packb([int(verb), reason[:500]], use_bin_type=True)
+        self._send(to, Verb.FAILURE_RSP, request_id, body)
+
+    # -- gossip and membership -------------------------------------------------------------
+
+    def _run_gossip(self, actions: Sequence[GossipAction]) -> None:
+        now_ms = self.clock.now_ms()
+        ring_changed = False
+        for action in actions:
+            if isinstance(action, Send):
+                envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
+                self._send_envelope(action.to, envelope)
+            elif isinstance(action, NodeUp | NodeDown):
+                self._on_liveness(action.endpoint, isinstance(action, NodeUp), now_ms)
+            elif isinstance(action, StateChanged):
+                ring_changed = True
+                if action.app_state is ApplicationState.SCHEMA:
+                    self._on_peer_schema(action.endpoint, action.value, now_ms)
+        if ring_changed:
+            self._refresh_ring()
+
+    def _on_liveness(self, endpoint: str, up: bool, now_ms: int) -> None:
+        info = self.members.get(endpoint)
+        if info is None:
+            return
+        if up:
+            self.hints.on_node_up(info.host.host_id, now_ms)
+        else:
+            self.hints.on_node_down(info.host.host_id, now_ms)
+        self._emit("STATUS_CHANGE", "UP" if up else "DOWN", info.rpc_address)
+
+    def _emit(self, event_type: str, change: str, address: str) -> None:
+        if self._events is not None:
+            self._events(event_type, change, address)
+
+    def _refresh_ring(self) -> None:
+        members = ring_members(self.gossiper.endpoint_states())
+        changed = [
+            info
+            for endpoint, info in members.items()
+            if endpoint != self.settings.endpoint and self.members.get(endpoint) != info
+        ]
+        new_nodes = [info for info in changed if info.host.endpoint not in self.members]
+        self.members = members
+        self.token_metadata = token_metadata_of(members.values())
+        for info in changed:
+            if info.schema_version is not None:
+                self.hints.on_schema_version(info.host.host_id, info.schema_version)
+            if self.gossiper.is_alive(info.host.endpoint):
+                self.hints.on_node_up(info.host.host_id, self.clock.now_ms())
+        if changed:
+            rows = [peer_mutation(info, self.clock.now_us()) for info in changed]
+            self._offload(lambda: self._apply_system(rows), self._log_failure("system.peers"))
+        for info in new_nodes:
+            self._emit("TOPOLOGY_CHANGE", "NEW_NODE", info.rpc_address)
+
+    def _apply_system(self, rows: list[Mutation]) -> None:
+        self.store.apply(rows, now_s=self.clock.now_ms() // 1000)
+
+    @staticmethod
+    def _log_failure(what: str) -> Callable[[object, BaseException | None], None]:
+        def done(_result: object, error: BaseException | None) -> None:
+            if error is not None:
+                _log.error("%s failed", what, exc_info=error)
+
+        return done
+
+    def live(self, host: Host) -> bool:
+        return host == self.host or self.gossiper.is_alive(host.endpoint)
+
+    def schema_agreement(self) -> bool:
+        """Every live ring member gossips our schema version."""
+        ours = str(self.processor.schema_version)
+        for endpoint in self.gossiper.live_endpoints():
+            state = self.gossiper.endpoint_state(endpoint)
+            versioned = None if state is None else state.get(ApplicationState.SCHEMA)
+            if versioned is None or versioned.value != ours:
+                return False
+        return True
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def on_local_schema_change(self) -> None:
+        """After a DDL here: gossip the new version and push our schema to every live peer."""
+        version = self.processor.schema_version
+        self.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
+        self.hints.set_local_schema_version(version)
+        targets = self.gossiper.live_endpoints()
+
+        def send(mutations: list[Mutation] | None, error: BaseException | None) -> None:
+            if error is not None or mutations is None:
+                _log.error("schema push failed", exc_info=error)
+                return
+            payload = _codec.encode_mutations_payload(mutations)
+            for endpoint in targets:
+                self._send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
+
+        self._offload(self._schema_mutations, send)
+
+    def _schema_mutations(self) -> list[Mutation]:
+        mutations: list[Mutation] = []
+        for name in SYSTEM_SCHEMA_TABLE_NAMES:
+            state: bytes | None = None
+            while True:
+                page = self.store.scan_mutations(
+                    (SYSTEM_SCHEMA_KEYSPACE_NAME, name),
+                    _MIN_TOKEN,
+                    _MIN_TOKEN,
+                    page_size=256,
+                    paging_state=state,
+                )
+                mutations.extend(page.mutations)
+                state = page.paging_state
+                if state is None:
+                    break
+        return mutations
+
+    def _on_peer_schema(self, endpoint: str, version: str, now_ms: int) -> None:
+        if endpoint == self.settings.endpoint or version == str(self.processor.schema_version):
+            return
+        if now_ms - self._last_pull_ms.get(endpoint, -SCHEMA_PULL_INTERVAL_MS) < 500:
+            return
+        self._last_pull_ms[endpoint] = now_ms
+        self._send(endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
+
+    def _merge_schema(self, mutations: list[Mutation]) -> None:
+        def work() -> bool:
+            if mutations:
+                self.store.apply(mutations, now_s=self.clock.now_ms() // 1000)
+            changed = self.processor.reload_schema()
+            if changed and self._on_schema_merged is not None:
+                self._on_schema_merged()
+            return changed
+
+        def done(changed: bool | None, error: BaseException | None) -> None:
+            if error is not None:
+                _log.error("schema merge failed", exc_info=error)
+            elif changed:
+                version = self.processor.schema_version
+                self.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
+                self.hints.set_local_schema_version(version)
+
+        self._schema_offload(work, done)
+
+    def _recheck_schema(self) -> None:
+        """Pull from any live peer still gossiping another version (periodic safety net)."""
+        now_ms = self.clock.now_ms()
+        for endpoint in self.gossiper.live_endpoints():
+            state = self.gossiper.endpoint_state(endpoint)
+            versioned = None if state is None else state.get(ApplicationState.SCHEMA)
+            if versioned is not None:
+                last = self._last_pull_ms.get(endpoint, -SCHEMA_PULL_INTERVAL_MS)
+                if now_ms - last >= SCHEMA_PULL_INTERVAL_MS:
+                    self._on_peer_schema(endpoint, versioned.value, now_ms)
+
+    # -- the coordinator -------------------------------------------------------------------
+
+    def strategy_of(self, keyspace: str) -> ReplicationStrategy:
+        replication = self.processor.schema.keyspaces.get(keyspace)
+        if replication is None:  # system_distributed*: everywhere / local-style keyspaces
+            factor = max(1, min(3, len(self.token_metadata)))
+            return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
+        dcs = sorted({info.host.dc for info in self.members.values()})
+        return replication_strategy(dict(replication.replication), dcs)
+
+    def replicas_of(self, keyspace: str, token: int) -> TokenReplicas:
+        strategy = self.strategy_of(keyspace)
+        return TokenReplicas.of(token, self.token_metadata, strategy, self.host.dc)
+
+    def write(
+        self,
+        batch: Sequence[Mutation],
+        captures: dict[int, CdcCapture],
+        consistency: ConsistencyLevel,
+        done: WriteDone,
+    ) -> None:
+        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled."""
+        try:
+            plans = []
+            for index, mutation in enumerate(batch):
+                token = base_token(mutation)
+                replicas = self.replicas_of(mutation.keyspace, token)
+                capture = captures.get(index)
+                if capture is not None:
+                    check_cdc_colocation(
+                        token,
+                        StreamId.from_bytes(capture.stream_id),
+                        self.token_metadata,
+                        replicas.strategy,
+                    )
+                unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
+                plans.append((unit, replicas))
+        except Exception as error:
+            done(error)
+            return
+        group = WriteGroup(len(plans), done)
+        for unit, replicas in plans:
+            try:
+                request_id, actions = self.coordinator.begin_write(
+                    unit, replicas, consistency, self.live, self.clock.now_ms()
+                )
+            except Exception as error:
+                group.complete(error)
+                continue
+            self._writes[request_id] = group
+            self._execute(actions)
+
+    def read(
+        self,
+        keyspace: str,
+        table: str,
+        partition_key: tuple[bytes, ...],
+        consistency: ConsistencyLevel,
+        done: ReadDone,
+    ) -> None:
+        """Coordinate a read of one raw partition; ``done(partition, error)``."""
+        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA)
+        try:
+            mutation = Mutation(keyspace, table, partition_key)
+            replicas = self.replicas_of(keyspace, base_token(mutation))
+            request_id, actions = self.coordinator.begin_read(
+                replicas, consistency, self.live, lambda partition: partition
+            )
+        except Exception as error:
+            done(None, error)
+            return
+        self._reads[request_id] = PendingRead(command, done)
+        self._execute(actions)
+
+    def _handle(self, event: CoordinatorEvent) -> None:
+        try:
+            actions = self.coordinator.handle(event)
+        except RingflowError:
+            _log.exception("coordinator refused %s", event)
+            return
+        self._execute(actions)
+
+    def _execute(self, actions: Sequence[CoordinatorAction]) -> None:
+        for action in actions:
+            if isinstance(action, SendMutation):
+                self._send_unit(action.replica, action.request_id, action.unit, repair=False)
+            elif isinstance(action, SendRepair):
+                unit = WriteUnit((action.mutation,))
+                self._send_unit(action.replica, action.request_id, unit, repair=True)
+            elif isinstance(action, SendRead):
+                self._send_read(action)
+            elif isinstance(action, StoreHint):
+                self._store_hint(action)
+            elif isinstance(action, ArmTimeout):
+                self._arm(action)
+            elif isinstance(action, Complete):
+                self._complete_write(action)
+            elif isinstance(action, Respond):
+                self._respond(action)
+
+    def _arm(self, action: ArmTimeout) -> None:
+        request_id = action.request_id
+
+        def fire() -> None:
+            self._timers.pop(request_id, None)
+            self._handle(RequestTimedOut(request_id))
+
+        self._timers[request_id] = self.clock.call_later(action.delay_ms, fire)
+
+    def _complete_write(self, action: Complete) -> None:
+        group = self._writes.pop(action.request_id, None)
+        if group is not None:
+            group.complete(action.error)
+
+    def _respond(self, action: Respond[object]) -> None:
+        pending = self._reads.pop(action.request_id, None)
+        timer = self._timers.pop(action.request_id, None)
+        if timer is not None:
+            timer.cancel()
+        if pending is None:
+            return
+        result = action.result
+        pending.done(result if isinstance(result, Mutation) else None, action.error)
+
+    def _send_unit(self, replica: Host, request_id: int, unit: WriteUnit, *, repair: bool) -> None:
+        acked: CoordinatorEvent = (
+            RepairAcked(request_id, replica) if repair else MutationAcked(request_id, replica)
+        )
+        failed: CoordinatorEvent = (
+            RepairFailed(request_id, replica) if repair else MutationFailed(request_id, replica)
+        )
+        if replica == self.host:
+
+            def done(_result: object, error: BaseException | None) -> None:
+                self._handle(failed if error is not None else acked)
+
+            self._offload(lambda: self._apply_unit(unit), done)
+        elif not self._send(
+            replica.endpoint, Verb.MUTATION_REQ, request_id, _codec.encode_unit(unit)
+        ):
+            self._handle(failed)
+
+    def _apply_unit(self, unit: WriteUnit) -> None:
+        self.store.apply(unit.mutations, now_s=self.clock.now_ms() // 1000, cdc=unit.captures)
+
+    def _send_read(self, action: SendRead) -> None:
+        pending = self._reads.get(action.request_id)
+        if pending is None:
+            return
+        command = _codec.ReadCommand(
+            pending.command.keyspace,
+            pending.command.table,
+            pending.command.partition_key,
+            action.kind,
+        )
+        replica, request_id = action.replica, action.request_id
+        if replica == self.host:
+
+            def done(result: bytes | None, error: BaseException | None) -> None:
+                if error is not None or result is None:
+                    self._handle(ReadReplicaFailed(request_id, replica))
+                else:
+                    self._on_read_response(request_id, replica, result)
+
+            self._offload(lambda: self._serve_read(command), done)
+        elif not self._send(
+            replica.endpoint, Verb.READ_REQ, request_id, _codec.encode_read(command)
+        ):
+            self._handle(ReadReplicaFailed(request_id, replica))
+
+    def _serve_read(self, command: _codec.ReadCommand) -> bytes:
+        partition = self.store.read_mutation(
+            (command.keyspace, command.table), command.partition_key
+        )
+        digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
+        return _codec.encode_read_response(command.kind, partition, digest)
+
+    def _on_read_response(self, request_id: int, replica: Host, payload: bytes) -> None:
+        kind, partition, digest = _codec.decode_read_response(payload)
+        if kind is ReadKind.DIGEST:
+            self._handle(DigestReceived(request_id, replica, digest))
+        else:
+            self._handle(DataReceived(request_id, replica, partition))
+
+    # -- hints -----------------------------------------------------------------------------
+
+    def _store_hint(self, action: StoreHint) -> None:
+        created_ms = self.clock.now_ms()
+        unit, target, request_id = action.unit, action.target, action.request_id
+
+        def work() -> int:
+            return self.store.store_hint(
+                target.host_id, unit.mutations, created_ms, captures=unit.captures
+            )
+
+        def done(_hint_id: int | None, error: BaseException | None) -> None:
+            if error is not None:
+                _log.error("storing a hint for %s failed", target, exc_info=error)
+                return
+            self._handle(HintStored(request_id, target, created_ms))
+
+        self._offload(work, done)
+
+    def _run_hints(self, actions: Sequence[HintAction]) -> None:
+        for action in actions:
+            if isinstance(action, ReplayHints):
+                self._fetch_hints(action.target_id)
+            elif isinstance(action, DeliverHint):
+                self._deliver_hint(action)
+            elif isinstance(action, DeleteHint):
+                self._fetched.pop(action.hint_id, None)
+                self._delete_hint(action.hint_id)
+
+    def _delete_hint(self, hint_id: int) -> None:
+        self._offload(lambda: self.store.delete_hint(hint_id), self._log_failure("hint delete"))
+
+    def _fetch_hints(self, target_id: uuid.UUID) -> None:
+        def done(hints: list[Hint] | None, error: BaseException | None) -> None:
+            if error is not None or hints is None:
+                hints = []
+            for hint in hints:
+                self._fetched[hint.hint_id] = hint
+            actions = self.hints.on_hints_fetched(
+                target_id, hints, self.clock.now_ms(), self._gc_grace_s
+            )
+            self._run_hints(actions)
+
+        self._offload(lambda: self.store.hints_for(target_id, HINT_FETCH_LIMIT), done)
+
+    def _gc_grace_s(self, keyspace: str, table: str) -> int:
+        found = self.processor.schema.tables.get((keyspace, table))
+        return 864_000 if found is None else found.options.gc_grace_seconds
+
+    def _deliver_hint(self, action: DeliverHint) -> None:
+        hint = self._fetched.get(action.hint_id)
+        captures = () if hint is None else hint.captures
+        unit = WriteUnit(action.mutations, captures)
+        target = next(
+            (i.host for i in self.members.values() if i.host.host_id == action.target_id), None
+        )
+        sent = target is not None and self._send(
+            target.endpoint, Verb.HINT_REQ, action.hint_id, _codec.encode_unit(unit)
+        )
+        if not sent:
+            self._run_hints(self.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
+
+    def _on_hint_answer(self, source: str, hint_id: int, delivered: bool) -> None:
+        info = self.members.get(source)
+        if info is None:
+            return
+        target_id = info.host.host_id
+        try:
+            if delivered:
+                actions = self.hints.on_hint_delivered(target_id, hint_id)
+            else:
+                actions = self.hints.on_hint_delivery_failed(target_id, hint_id)
+        except RingflowError:
+            _log.debug("late hint answer %s from %s ignored", hint_id, source)
+            return
+        self._run_hints(actions)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _on_message(self, source: str, payload: bytes) -> None:
+        decoder = self._decoders.setdefault(source, EnvelopeDecoder())
+        try:
+            decoder.feed(payload)
+            while (envelope := decoder.next_envelope()) is not None:
+                self._dispatch(envelope)
+        except RingflowError as error:
+            self.protocol_errors += 1
+            self._decoders.pop(source, None)
+            _log.warning("bad message from %s: %s", source, error)
+
+    def _dispatch(self, envelope: Envelope) -> None:
+        verb, source = envelope.verb, envelope.from_endpoint
+        if type(envelope.payload) in GOSSIP_VERBS:
+            now_ms = self.clock.now_ms()
+            message = envelope.payload
+            assert not isinstance(message, bytes)
+            self._run_gossip(self.gossiper.receive(source, message, now_ms))
+            return
+        payload = envelope.payload
+        assert isinstance(payload, bytes)
+        handler = self._HANDLERS.get(verb)
+        if handler is None:
+            _log.warning("unexpected verb %s from %s", verb.name, source)
+            return
+        handler(self, source, envelope.request_id, payload)
+
+    def _on_mutation_req(self, source: str, request_id: int, payload: bytes) -> None:
+        self._replica_write(source, request_id, payload, Verb.MUTATION_REQ, Verb.MUTATION_RSP)
+
+    def _on_hint_req(self, source: str, request_id: int, payload: bytes) -> None:
+        self._replica_write(source, request_id, payload, Verb.HINT_REQ, Verb.HINT_RSP)
+
+    def _replica_write(
+        self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
+    ) -> None:
+        unit = _codec.decode_unit(payload)
+
+        def done(_result: object, error: BaseException | None) -> None:
+            if error is None:
+                self._send(source, answer, request_id, b"")
+            else:
+                self._fail(source, request_id, verb, f"{type(error).__name__}: {error}")
+
+        self._offload(lambda: self._apply_unit(unit), done)
+
+    def _on_mutation_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        host = self._host_at(source)
+        if host is None:
+            return
+        if request_id in self._reads:
+            self._handle(RepairAcked(request_id, host))
+        else:
+            self._handle(MutationAcked(request_id, host))
+
+    def _on_read_req(self, source: str, request_id: int, payload: bytes) -> None:
+        command = _codec.decode_read(payload)
+
+        def done(result: bytes | None, error: BaseException | None) -> None:
+            if error is None and result is not None:
+                self._send(source, Verb.READ_RSP, request_id, result)
+            else:
+                self._fail(source, request_id, Verb.READ_REQ, f"{error}")
+
+        self._offload(lambda: self._serve_read(command), done)
+
+    def _on_read_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        host = self._host_at(source)
+        if host is not None:
+            self._on_read_response(request_id, host, payload)
+
+    def _on_hint_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        self._on_hint_answer(source, request_id, True)
+
+    def _on_failure_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        verb_value, reason = msgpack.unpackb(payload, raw=False)
+        host = self._host_at(source)
+        _log.info("%s %s failed on %s: %s", Verb(verb_value).name, request_id, source, reason)
+        if verb_value == Verb.HINT_REQ:
+            self._on_hint_answer(source, request_id, False)
+        elif host is None:
+            return
+        elif verb_value == Verb.READ_REQ:
+            self._handle(ReadReplicaFailed(request_id, host))
+        elif request_id in self._reads:
+            self._handle(RepairFailed(request_id, host))
+        else:
+            self._handle(MutationFailed(request_id, host))
+
+    def _on_schema_push(self, source: str, request_id: int, payload: bytes) -> None:
+        self._merge_schema(_codec.decode_mutations_payload(payload))
+
+    def _on_schema_pull(self, source: str, request_id: int, payload: bytes) -> None:
+        def done(mutations: list[Mutation] | None, error: BaseException | None) -> None:
+            if error is None and mutations is not None:
+                body = _codec.encode_mutations_payload(mutations)
+                self._send(source, Verb.SCHEMA_PULL_RSP, request_id, body)
+
+        self._offload(self._schema_mutations, done)
+
+    def _on_schema_pull_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        self._merge_schema(_codec.decode_mutations_payload(payload))
+
+    def _host_at(self, endpoint: str) -> Host | None:
+        info = self.members.get(endpoint)
+        return None if info is None else info.host
+
+    _HANDLERS: ClassVar[dict[Verb, Callable[[ClusterNode, str, int, bytes], None]]] = {
+        Verb.MUTATION_REQ: _on_mutation_req,
+        Verb.MUTATION_RSP: _on_mutation_rsp,
+        Verb.READ_REQ: _on_read_req,
+        Verb.READ_RSP: _on_read_rsp,
+        Verb.HINT_REQ: _on_hint_req,
+        Verb.HINT_RSP: _on_hint_rsp,
+        Verb.FAILURE_RSP: _on_failure_rsp,
+        Verb.SCHEMA_PUSH_REQ: _on_schema_push,
+        Verb.SCHEMA_PULL_REQ: _on_schema_pull,
+        Verb.SCHEMA_PULL_RSP: _on_schema_pull_rsp,
+    }

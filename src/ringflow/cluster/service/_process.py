@@ -1,0 +1,282 @@
+"""The asyncio shell of a cluster node process: store, CQL server, cluster service, status file.
+
+``run_cluster_node`` opens the node like ``ringflow.node.run_node`` does, then adds the cluster:
+
+* three single-thread executors: *statements* (the ``QueryProcessor``; a statement blocks there
+  while the coordinator waits for replicas), *storage* (replica verbs, hints, ``system.peers``)
+  and *schema* (merging a peer's schema, which needs the processor's lock);
+* ``AsyncioNetwork`` on ``address:7000`` and ``SystemClock`` for the ``ClusterNode``;
+* the ``ClusterDataPlane`` installed in the processor, so every write and partition read is
+  coordinated at its consistency level;
+* native-protocol STATUS/TOPOLOGY EVENTs pushed through the ``CqlServer``;
+* a DDL answer that waits (bounded) for schema agreement;
+* ``status.json`` in the data directory, rewritten every second: what ``ringflow cluster
+  status`` prints (so no extra RPC port is needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cluster.service._settings import ClusterSettings
+from ringflow.cql import (
+    EventType,
+    Inet,
+    StatusChangeEvent,
+    StatusChangeType,
+    TopologyChangeEvent,
+    TopologyChangeType,
+)
+from ringflow.cql._executor import SessionState
+from ringflow.cql._server import CqlServer, Handled, Statement
+from ringflow.node import NodeConfig, open_node
+from ringflow.node._startup import Node, ProcessorBackend, write_local_row
+from ringflow.ring import Host
+from ringflow.runtime import AsyncioNetwork, SystemClock
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+STATUS_FILE_NAME = "status.json"
+SCRATCH_FILE_NAME = "coordinator-scratch.db"
+SCHEMA_AGREEMENT_TIMEOUT_S = 10.0
+
+
+class ExecutorOffload:
+    """``Offload`` onto one executor; results come back on the event loop."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
+    ) -> None:
+        self._loop = loop
+        self._executor = executor
+
+    def __call__(
+        self, work: Callable[[], _T], done: Callable[[_T | None, BaseException | None], None]
+    ) -> None:
+        future = self._loop.run_in_executor(self._executor, work)
+
+        def finished(f: asyncio.Future[_T]) -> None:
+            if f.cancelled():
+                done(None, asyncio.CancelledError())
+            elif (error := f.exception()) is not None:
+                done(None, error)
+            else:
+                done(f.result(), None)
+
+        future.add_done_callback(finished)
+
+
+class ClusterBackend(ProcessorBackend):
+    """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004)."""
+
+    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(node.processor)
+        self._loop = loop
+        self.cluster: ClusterNode | None = None
+
+    def handle(self, session: SessionState, statement: Statement) -> Handled:
+        handled = super().handle(session, statement)
+        if handled.schema_changes and self.cluster is not None:
+            self._await_agreement(self.cluster)
+        return handled
+
+    def _await_agreement(self, cluster: ClusterNode) -> None:
+        deadline = time.monotonic() + SCHEMA_AGREEMENT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            probe = asyncio.run_coroutine_threadsafe(_agreement(cluster), self._loop)
+            if probe.result(timeout=SCHEMA_AGREEMENT_TIMEOUT_S):
+                return
+            time.sleep(0.05)
+        _log.warning("no schema agreement after %s s", SCHEMA_AGREEMENT_TIMEOUT_S)
+
+
+async def _agreement(cluster: ClusterNode) -> bool:
+    return cluster.schema_agreement()
+
+
+def _event_sink(
+    server: CqlServer[SessionState], native_port: int
+) -> Callable[[str, str, str], None]:
+    def push(event_type: str, change: str, address: str) -> None:
+        node = Inet(ipaddress.ip_address(address), native_port)
+        if event_type == "STATUS_CHANGE":
+            server.push(StatusChangeEvent(StatusChangeType(change), node), EventType.STATUS_CHANGE)
+        else:
+            event = TopologyChangeEvent(TopologyChangeType(change), node)
+            server.push(event, EventType.TOPOLOGY_CHANGE)
+
+    return push
+
+
+def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
+    """What this node knows of the cluster (``ringflow cluster status`` prints it)."""
+    nodes = []
+    for endpoint, info in sorted(cluster.members.items()):
+        state = cluster.gossiper.endpoint_state(endpoint)
+        schema = None if state is None else state.get(ApplicationState.SCHEMA)
+        generation = None if state is None else state.get(ApplicationState.CDC_GENERATION_ID)
+        nodes.append(
+            {
+                "address": info.rpc_address,
+                "state": "UN" if cluster.live(info.host) else "DN",
+                "host_id": str(info.host.host_id),
+                "dc": info.host.dc,
+                "rack": info.host.rack,
+                "tokens": len(info.tokens),
+                "schema_version": None if schema is None else schema.value,
+                "cdc_generation": None if generation is None else generation.value,
+            }
+        )
+    return {
+        "address": node.config.address,
+        "host_id": str(node.record.host_id),
+        "pid": os.getpid(),
+        "load_bytes": _load_bytes(node.config.data_dir),
+        "schema_version": str(node.processor.schema_version),
+        "schema_agreement": cluster.schema_agreement(),
+        "written_ms": cluster.clock.now_ms(),
+        "nodes": nodes,
+    }
+
+
+def _load_bytes(data_dir: Path) -> int:
+    return sum(p.stat().st_size for p in data_dir.glob("store*") if p.is_file())
+
+
+def _write_status(path: Path, document: dict[str, object]) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(document, indent=1))
+    os.replace(temporary, path)
+
+
+async def run_cluster_node(
+    config: NodeConfig,
+    *,
+    seeds: Sequence[str],
+    gossip_interval_ms: int = 1000,
+    write_timeout_ms: int = 2000,
+    read_timeout_ms: int = 5000,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run one cluster node until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    rng = random.Random()
+    pools = [
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"ringflow-{name}")
+        for name in ("statements", "storage", "schema")
+    ]
+    statements, storage, schema = pools
+    try:
+        node = await loop.run_in_executor(storage, lambda: open_node(config, rng=rng))
+        try:
+            settings = ClusterSettings(
+                endpoint=f"{config.address}:{INTERNODE_PORT}",
+                rpc_address=config.address,
+                seeds=tuple(f"{seed}:{INTERNODE_PORT}" for seed in seeds),
+                cluster_name=node.record.cluster_name,
+                gossip_interval_ms=gossip_interval_ms,
+                write_timeout_ms=write_timeout_ms,
+                read_timeout_ms=read_timeout_ms,
+            )
+            await _serve(node, settings, (statements, storage, schema), stop, on_ready, rng)
+        finally:
+            await loop.run_in_executor(storage, node.close)
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True)
+
+
+async def _serve(
+    node: Node,
+    settings: ClusterSettings,
+    pools: tuple[concurrent.futures.Executor, ...],
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None,
+    rng: random.Random,
+) -> None:
+    loop = asyncio.get_running_loop()
+    statements, storage, schema = pools
+    config, record = node.config, node.record
+    backend = ClusterBackend(node, loop)
+    server = CqlServer(
+        backend,
+        statements,
+        host=config.address,
+        port=config.native_port,
+        limits=config.limits,
+        shard_count=record.shard_count,
+        ignore_msb=record.ignore_msb,
+    )
+    network = AsyncioNetwork(rng=random.Random(rng.getrandbits(64)))
+    host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
+
+    def schema_merged() -> None:
+        version = node.processor.schema_version
+        write_local_row(node.store, config, record, version, time.time_ns() // 1000)
+
+    cluster = ClusterNode(
+        settings,
+        host=host,
+        tokens=record.tokens,
+        store=node.store,
+        processor=node.processor,
+        clock=SystemClock(loop),
+        network=network,
+        rng_seed=rng.getrandbits(64),
+        offload=ExecutorOffload(loop, storage),
+        schema_offload=ExecutorOffload(loop, schema),
+        events=_event_sink(server, config.native_port),
+        extra_states={
+            ApplicationState.CDC_GENERATION_ID: node.generation.id.to_gossip(),
+            ApplicationState.SHARD_COUNT: str(record.shard_count),
+            ApplicationState.IGNORE_MSB: str(record.ignore_msb),
+        },
+        on_schema_merged=schema_merged,
+    )
+    backend.cluster = cluster
+    plane = ClusterDataPlane(cluster, loop, node.store, config.data_dir / SCRATCH_FILE_NAME)
+    node.processor.use_data_plane(plane)
+
+    def schema_changed(_change: object) -> None:
+        loop.call_soon_threadsafe(cluster.on_local_schema_change)
+
+    node.processor.on_schema_change(schema_changed)
+    cluster.start()
+    await server.start()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop.set)
+    status_path = config.data_dir / STATUS_FILE_NAME
+    try:
+        if on_ready is not None:
+            on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                _write_status(status_path, status_document(cluster, node))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal_number)
+        cluster.stop()
+        await server.close()
+        await network.aclose()
+        await loop.run_in_executor(storage, plane.close)

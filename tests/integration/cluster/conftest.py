@@ -1,0 +1,141 @@
+"""A 3-node RF=3 cluster of real ``ringflow cluster run-node`` processes, shared by the module.
+
+Nodes listen on 127.a.b.(c..c+2), a random loopback block (other engineers' tests use other
+addresses at the same time), gossip every 200 ms so failure detection takes seconds, and are
+always stopped (SIGTERM, then SIGKILL) in teardown. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cassandra")
+
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import (
+    FallthroughRetryPolicy,
+    RoundRobinPolicy,
+    TokenAwarePolicy,
+    WhiteListRoundRobinPolicy,
+)
+
+START_TIMEOUT_S = 60.0
+NODES = 3
+
+
+def ringflow(*arguments: str, timeout_s: float = 90.0) -> str:
+    script = Path(sys.executable).parent / "ringflow"
+    result = subprocess.run(
+        [str(script), *arguments], capture_output=True, text=True, timeout=timeout_s
+    )
+    assert result.returncode == 0, f"ringflow {arguments} failed: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def free_block(count: int) -> str:
+    rng = random.Random()
+    while True:
+        base = f"127.{rng.randint(2, 253)}.{rng.randint(2, 253)}.{rng.randint(2, 240)}"
+        prefix, last = base.rsplit(".", 1)
+        addresses = [f"{prefix}.{int(last) + i}" for i in range(count)]
+        try:
+            for address in addresses:
+                for port in (9042, 7000):
+                    with socket.socket() as probe:
+                        probe.bind((address, port))
+        except OSError:
+            continue
+        return base
+
+
+@dataclass
+class LocalCluster:
+    data: Path
+    addresses: list[str]
+
+    def kill(self, address: str) -> None:
+        ringflow("cluster", "kill", address, "--data", str(self.data))
+
+    def restart(self, address: str) -> None:
+        ringflow("cluster", "restart", address, "--data", str(self.data))
+
+    def wait_ready(self) -> None:
+        # ``start`` on a laid-out cluster restarts nothing running and waits for UP + schema.
+        ringflow("cluster", "start", "--data", str(self.data), "--timeout", str(START_TIMEOUT_S))
+
+    def session(self, *, only: str | None = None, timeout_s: float = 15.0) -> Session:
+        """A driver session: token-aware over all nodes, or pinned to ``only``."""
+        policy = (
+            WhiteListRoundRobinPolicy([only])
+            if only is not None
+            else TokenAwarePolicy(RoundRobinPolicy())
+        )
+        profile = ExecutionProfile(
+            load_balancing_policy=policy,
+            retry_policy=FallthroughRetryPolicy(),
+            request_timeout=timeout_s,
+        )
+        contact = only or self.addresses[0]
+        cluster = Cluster(
+            [contact],
+            protocol_version=4,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connect_timeout=10,
+        )
+        self._drivers.append(cluster)
+        return cluster.connect()
+
+    def __post_init__(self) -> None:
+        self._drivers: list[Cluster] = []
+
+    def close_drivers(self) -> None:
+        for cluster in self._drivers:
+            cluster.shutdown()
+        self._drivers.clear()
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data = tmp_path_factory.mktemp("cluster")
+    first = free_block(NODES)
+    prefix, last = first.rsplit(".", 1)
+    addresses = [f"{prefix}.{int(last) + i}" for i in range(NODES)]
+    cluster = LocalCluster(data, addresses)
+    try:
+        ringflow(
+            "cluster", "start", "--nodes", str(NODES), "--data", str(data),
+            "--first-address", first, "--gossip-interval-ms", "200",
+            "--timeout", str(START_TIMEOUT_S),
+        )  # fmt: skip
+        yield cluster
+    finally:
+        cluster.close_drivers()
+        try:
+            ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
+        finally:
+            for log in sorted(data.glob("node*/node.log")):
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                print(f"--- {log}", *tail, sep="\n")
+
+
+def wait_until(condition: object, timeout_s: float, what: str) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except Exception as error:  # the cluster is converging: retry until the deadline
+            last = error
+        time.sleep(0.3)
+    raise AssertionError(f"{what}: not true after {timeout_s} s (last error: {last!r})")

@@ -1,0 +1,59 @@
+"""The cluster service's data-verb payloads and CDC-carrying hints round-trip exactly, and a
+malformed payload is a peer's protocol error, nothing else."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ringflow.cdc import CdcCapture
+from ringflow.cluster import InternodeProtocolError, ReadKind, WriteUnit
+from ringflow.cluster.service import _codec
+from ringflow.schema import Cell, Mutation, Row
+from ringflow.storage import Store
+
+CAPTURE = CdcCapture(bytes(range(16)), 12345)
+
+
+def _mutation(n: int) -> Mutation:
+    row = Row((), None, None, {"v": Cell.live(n, b"x")})
+    return Mutation("ks", "t", (str(n).encode(),), rows=(row,))
+
+
+def test_write_unit_round_trips_with_its_captures() -> None:
+    unit = WriteUnit((_mutation(1), _mutation(2)), ((1, CAPTURE),))
+    assert _codec.decode_unit(_codec.encode_unit(unit)) == unit
+
+
+def test_read_command_and_answers_round_trip() -> None:
+    command = _codec.ReadCommand("ks", "t", (b"a", b"b"), ReadKind.DIGEST)
+    assert _codec.decode_read(_codec.encode_read(command)) == command
+    data = _codec.encode_read_response(ReadKind.DATA, _mutation(3), b"")
+    assert _codec.decode_read_response(data) == (ReadKind.DATA, _mutation(3), b"")
+    empty = _codec.encode_read_response(ReadKind.DATA, None, b"")
+    assert _codec.decode_read_response(empty) == (ReadKind.DATA, None, b"")
+    digest = _codec.encode_read_response(ReadKind.DIGEST, None, b"d" * 16)
+    assert _codec.decode_read_response(digest) == (ReadKind.DIGEST, None, b"d" * 16)
+
+
+@pytest.mark.parametrize("payload", [b"", b"\xc1", b"\x93\x01\x02\x03", b"\x92\x90\x91\x01"])
+def test_malformed_payloads_are_protocol_errors(payload: bytes) -> None:
+    for decode in (_codec.decode_unit, _codec.decode_read, _codec.decode_read_response):
+        with pytest.raises(InternodeProtocolError):
+            decode(payload)
+
+
+def test_hints_keep_cdc_captures_across_reopen(tmp_path: Path) -> None:
+    target = uuid.UUID(int=7)
+    store = Store(tmp_path / "s.sqlite")
+    with_cdc = store.store_hint(target, [_mutation(1), _mutation(2)], 10, captures={1: CAPTURE})
+    plain = store.store_hint(target, [_mutation(3)], 11)
+    store.close()
+    store = Store(tmp_path / "s.sqlite")
+    hints = {hint.hint_id: hint for hint in store.hints_for(target, 10)}
+    assert hints[with_cdc].captures == ((1, CAPTURE),)
+    assert hints[with_cdc].mutations == (_mutation(1), _mutation(2))
+    assert hints[plain].captures == () and hints[plain].mutations == (_mutation(3),)
+    store.close()
