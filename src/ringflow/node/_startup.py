@@ -128,7 +128,7 @@ class Node:
     config: NodeConfig
     record: NodeRecord
     store: Store
-    generation: CdcGeneration
+    generation: CdcGeneration | None
     cdc: CdcMetadata
     processor: QueryProcessor
     lock: DataDirLock
@@ -155,10 +155,21 @@ def load_or_create_record(config: NodeConfig, rng: random.Random) -> NodeRecord:
     return record
 
 
-def open_node(config: NodeConfig, *, clock: Clock = system_clock_us, rng: random.Random) -> Node:
+def open_node(
+    config: NodeConfig,
+    *,
+    clock: Clock = system_clock_us,
+    rng: random.Random,
+    cdc: CdcMetadata | None = None,
+    create_generation: bool = True,
+) -> Node:
     """Open (or create) the node in ``config.data_dir``. Blocking: call it on the storage
     thread. Holds the data directory's lock until ``Node.close``; the store is closed and
-    the lock released again if anything fails."""
+    the lock released again if anything fails.
+
+    A cluster node passes ``create_generation=False``: it only reloads the generation named by
+    ``system.cdc_local`` (None before the cluster made one; ``ringflow.cluster.service.
+    _cdc_generations`` creates and loads the cluster's generation) and its own ``cdc``."""
     prepare_data_dir(config.data_dir)
     lock = DataDirLock(config.data_dir)
     try:
@@ -170,9 +181,14 @@ def open_node(config: NodeConfig, *, clock: Clock = system_clock_us, rng: random
     try:
         ensure_system_tables(store)
         now_us = clock()
-        generation = ensure_cdc_generation(store, record, now_us=now_us, rng=rng)
-        cdc = CdcMetadata()
-        cdc.insert(generation.id.timestamp_ms, generation.description, now_us)
+        generation: CdcGeneration | None
+        if create_generation:
+            generation = ensure_cdc_generation(store, record, now_us=now_us, rng=rng)
+        else:
+            generation = load_local_generation(store, now_us)
+        cdc = CdcMetadata() if cdc is None else cdc
+        if generation is not None:
+            cdc.insert(generation.id.timestamp_ms, generation.description, now_us)
         identity = NodeIdentity(
             host_id=record.host_id,
             cluster_name=record.cluster_name,
@@ -254,13 +270,13 @@ def create_first_generation(
     rows = generation_description_v2_rows(generation_id.uuid, description)
     table = store.table(*GENERATION_TABLE)
     for chunk in _chunks(rows, ROWS_PER_WRITE_MAX):
-        store.apply([_internal_rows_mutation(table, chunk, now_us)], now_s=now_us // 1_000_000)
+        store.apply([internal_rows_mutation(table, chunk, now_us)], now_s=now_us // 1_000_000)
     commit = cdc_local_row(generation_id.timestamp_ms, generation_id.uuid, timestamp_us=now_us)
     store.apply([commit], now_s=now_us // 1_000_000)
     return CdcGeneration(generation_id, description)
 
 
-def _internal_rows_mutation(
+def internal_rows_mutation(
     table: Table, rows: Sequence[GenerationDescriptionV2Row], now_us: int
 ) -> Mutation:
     """Rows of ``cdc_generation_descriptions_v2``; ``num_ranges`` is static, set apart."""
@@ -282,15 +298,30 @@ def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
     local = store.read_row(CDC_LOCAL_TABLE, [key], (), now_s=now_s)
     if local is None or "streams_timestamp" not in local.values or "uuid" not in local.values:
         return None
-    table = store.table(*GENERATION_TABLE)
     cdc_local = store.table(*CDC_LOCAL_TABLE)
     timestamp_ms = _milliseconds(_value(cdc_local, local.values, "streams_timestamp"))
     generation_uuid = _value(cdc_local, local.values, "uuid")
     if not isinstance(generation_uuid, uuid.UUID):
         raise InternalError(f"system.cdc_local: uuid {generation_uuid!r} is not a UUID")
+    rows = read_generation_v2_rows(store, generation_uuid, now_us)
+    try:
+        description = description_from_generation_v2_rows(rows)
+    except Exception as error:
+        raise InternalError(
+            f"system.cdc_local names CDC generation {generation_uuid}, whose stored "
+            f"description is unusable: {error}"
+        ) from error
+    return CdcGeneration(GenerationIdV2(timestamp_ms, generation_uuid), description)
+
+
+def read_generation_v2_rows(
+    store: Store, generation_uuid: uuid.UUID, now_us: int
+) -> list[GenerationDescriptionV2Row]:
+    """The local internal v2 rows of one generation (empty if none are stored here)."""
+    table = store.table(*GENERATION_TABLE)
     partition = [serialize(table.column("id").type, generation_uuid)]
-    stored = store.read_partition(table, partition, now_s=now_s)
-    rows = [
+    stored = store.read_partition(table, partition, now_s=now_us // 1_000_000)
+    return [
         GenerationDescriptionV2Row(
             generation_uuid,
             _int(_value(table, row.values, "range_end", row.clustering[0])),
@@ -301,14 +332,6 @@ def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
         for row in stored
         if not row.static_only
     ]
-    try:
-        description = description_from_generation_v2_rows(rows)
-    except Exception as error:
-        raise InternalError(
-            f"system.cdc_local names CDC generation {generation_uuid}, whose stored "
-            f"description is unusable: {error}"
-        ) from error
-    return CdcGeneration(GenerationIdV2(timestamp_ms, generation_uuid), description)
 
 
 def _value(

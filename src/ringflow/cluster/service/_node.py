@@ -106,6 +106,7 @@ INTERNODE_PORT = 7000
 HINT_FETCH_LIMIT = 64
 SCHEMA_PULL_INTERVAL_MS = 2_000
 _MIN_TOKEN = -(2**63)
+EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
 
 
 class ClusterNode:
@@ -182,7 +183,13 @@ class ClusterNode:
         self._listener: object | None = None
         self._stopped = False
         self.protocol_errors = 0
+        self.tick_listeners: list[Callable[[int], None]] = []
+        """Called with ``now_ms`` after each gossip round (the CDC generation service)."""
         self._refresh_ring()
+
+    @property
+    def offload(self) -> Offload:
+        return self._offload
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -222,6 +229,8 @@ class ClusterNode:
             self._run_gossip(self.gossiper.tick(now_ms))
             self._run_hints(self.hints.tick(now_ms))
             self._recheck_schema()
+            for listener in self.tick_listeners:
+                listener(now_ms)
         except RingflowError:
             _log.exception("gossip round failed")
         self._schedule_tick()
@@ -400,6 +409,9 @@ class ClusterNode:
 
     def strategy_of(self, keyspace: str) -> ReplicationStrategy:
         replication = self.processor.schema.keyspaces.get(keyspace)
+        if keyspace == EVERYWHERE_KEYSPACE:  # EverywhereStrategy: every ring member
+            factor = max(1, len(self.token_metadata.hosts))
+            return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
         if replication is None:  # system_distributed*: everywhere / local-style keyspaces
             factor = max(1, min(3, len(self.token_metadata)))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})

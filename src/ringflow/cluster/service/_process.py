@@ -10,6 +10,9 @@
   coordinated at its consistency level;
 * native-protocol STATUS/TOPOLOGY EVENTs pushed through the ``CqlServer``;
 * a DDL answer that waits (bounded) for schema agreement;
+* the cluster's CDC generation (``CdcGenerationService``): the node opens with
+  ``create_generation=False`` (it only reloads the one ``system.cdc_local`` names) and learns or,
+  as the highest host id, creates the one generation of the whole cluster;
 * ``status.json`` in the data directory, rewritten every second: what ``ringflow cluster
   status`` prints (so no extra RPC port is needed).
 """
@@ -31,6 +34,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster.service._cdc_generations import (
+    CdcGenerationService,
+    SynchronizedCdcMetadata,
+)
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._settings import ClusterSettings
@@ -185,7 +192,11 @@ async def run_cluster_node(
     ]
     statements, storage, schema = pools
     try:
-        node = await loop.run_in_executor(storage, lambda: open_node(config, rng=rng))
+        cdc = SynchronizedCdcMetadata()
+        node = await loop.run_in_executor(
+            storage,
+            lambda: open_node(config, rng=rng, cdc=cdc, create_generation=False),
+        )
         try:
             settings = ClusterSettings(
                 endpoint=f"{config.address}:{INTERNODE_PORT}",
@@ -245,11 +256,23 @@ async def _serve(
         schema_offload=ExecutorOffload(loop, schema),
         events=_event_sink(server, config.native_port),
         extra_states={
-            ApplicationState.CDC_GENERATION_ID: node.generation.id.to_gossip(),
             ApplicationState.SHARD_COUNT: str(record.shard_count),
             ApplicationState.IGNORE_MSB: str(record.ignore_msb),
+            **(
+                {}
+                if node.generation is None
+                else {ApplicationState.CDC_GENERATION_ID: node.generation.id.to_gossip()}
+            ),
         },
         on_schema_merged=schema_merged,
+    )
+    generations = CdcGenerationService(
+        cluster,
+        node.cdc,
+        rng=random.Random(rng.getrandbits(64)),
+        initial=node.generation,
+        settle_ms=settings.cdc_settle_ms,
+        ring_delay_ms=settings.cdc_ring_delay_ms,
     )
     backend.cluster = cluster
     plane = ClusterDataPlane(cluster, loop, node.store, config.data_dir / SCRATCH_FILE_NAME)
@@ -260,6 +283,7 @@ async def _serve(
 
     node.processor.on_schema_change(schema_changed)
     cluster.start()
+    generations.start()
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)

@@ -43,6 +43,10 @@ class ClusterSettings:
     read_timeout_ms: int = 5_000
     hint_dispatch_interval_ms: int = 1_000
     max_outstanding_requests: int = 1024
+    cdc_ring_delay_ms: int = 0
+    """0: the first CDC generation starts when created; else now + 2 * ring delay + leeway."""
+    cdc_settle_ms: int | None = None
+    """Stable gossip membership needed before proposing it (None: max(2 s, 5 rounds))."""
 
 
 WriteDone = Callable[[BaseException | None], None]
