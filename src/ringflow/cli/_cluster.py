@@ -7,8 +7,9 @@ the balanced allocator (cassandra-core.md §4.2), saved as each node's record be
 start, so ``ringflow.node`` keeps them. Each node runs ``run-node`` in its own session (log in
 ``<data>/<node>/node.log``, pid in ``pid``); every node lists the first node of each DC as a
 seed. ``start`` returns when every node reports every other one UP with one schema version
-(read from the nodes' ``status.json``), or fails after ``--timeout``. ``kill`` sends SIGKILL
-(a crash), ``restart`` starts a killed node again with its data, ``stop`` sends SIGTERM to all.
+and the same CDC generation loaded (read from the nodes' ``status.json``), or fails after
+``--timeout``. ``kill`` sends SIGKILL (a crash), ``restart`` starts a killed node again with its
+data, ``stop`` sends SIGTERM to all.
 """
 
 from __future__ import annotations
@@ -199,12 +200,31 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
 
 
 def _pid(directory: Path) -> int | None:
+    """The pid of the node running in ``directory``, or None if it is not running."""
     try:
         pid = int((directory / PID_FILE).read_text())
         os.kill(pid, 0)
     except (OSError, ValueError):
         return None
-    return pid
+    return None if _is_zombie(pid) else pid
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed process nobody has reaped yet still answers ``kill(pid, 0)``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
+def _wait_gone(directory: Path, timeout_s: float) -> None:
+    """Block until the node in ``directory`` has exited (a kill is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while _pid(directory) is not None:
+        if time.monotonic() > deadline:
+            raise ConfigurationError(f"the node in {directory} did not exit within {timeout_s} s")
+        time.sleep(0.05)
 
 
 def _spawn(data: Path, layout: dict[str, object], node: dict[str, object]) -> int:
@@ -250,20 +270,24 @@ def _statuses(data: Path, layout: dict[str, object]) -> list[dict[str, object] |
 
 
 def cluster_ready(data: Path, layout: dict[str, object]) -> bool:
-    """Every running node sees every other one UP, all with one schema version."""
+    """Every running node sees every other one UP, all with one schema version and one CDC
+    generation loaded (so CDC writes are accepted as soon as ``start`` returns)."""
     statuses = _statuses(data, layout)
-    if any(status is None for status in statuses):
-        return False
     expected = len(_nodes(layout))
-    versions = set()
+    versions: set[object] = set()
+    generations: set[object] = set()
     for status in statuses:
-        assert status is not None
+        if status is None:
+            return False
         nodes = status["nodes"]
-        assert isinstance(nodes, list)
-        if len(nodes) != expected or any(n["state"] != "UN" for n in nodes):
+        if not isinstance(nodes, list) or len(nodes) != expected:
+            return False
+        if any(node["state"] != "UN" for node in nodes):
             return False
         versions.add(status["schema_version"])
-    return len(versions) == 1
+        # A node gossips its CDC generation id once it has loaded that generation.
+        generations.update(node.get("cdc_generation") for node in nodes)
+    return len(versions) == 1 and len(generations) == 1 and None not in generations
 
 
 def wait_ready(data: Path, layout: dict[str, object], timeout_s: float) -> None:
@@ -271,7 +295,8 @@ def wait_ready(data: Path, layout: dict[str, object], timeout_s: float) -> None:
     while not cluster_ready(data, layout):
         if time.monotonic() > deadline:
             raise ConfigurationError(
-                f"the cluster in {data} was not UP with schema agreement after {timeout_s} s; "
+                f"the cluster in {data} was not UP with schema agreement and one CDC generation "
+                f"after {timeout_s} s; "
                 "see the nodes' node.log"
             )
         time.sleep(0.2)
@@ -359,6 +384,7 @@ def run_node_kill(arguments: argparse.Namespace) -> int:
     node = _node_at(layout, arguments.address)
     if not _signal_node(arguments.data, node, signal.SIGKILL):
         raise ConfigurationError(f"node {arguments.address} is not running")
+    _wait_gone(arguments.data / str(node["dir"]), timeout_s=10.0)
     print(f"killed {arguments.address}", flush=True)
     return EXIT_OK
 
