@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/ringflow ring --nodes 10 --vnodes 16 --rf 3 --dcs dc1:6,dc2:4 --allocator balanced --plot ring.png
+	$(VENV)/bin/ringflow demo
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

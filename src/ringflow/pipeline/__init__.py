@@ -14,6 +14,14 @@ Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` 
 ``reliability-and-style.md`` §A4 (replay equivalence).
 """
 
+from ringflow.pipeline._cdc_offsets import (
+    CdcOffset,
+)
+from ringflow.pipeline._cdc_source import (
+    CDC_FORMAT,
+    RingflowCdcDataSource,
+    read_changes,
+)
 from ringflow.pipeline._changes import (
     BATCH_SEQ_NO_FIELD,
     OPERATION_FIELD,
@@ -34,6 +42,10 @@ from ringflow.pipeline._changes import (
     table_from_json,
     table_to_json,
     validate_change,
+)
+from ringflow.pipeline._cluster_client import (
+    ClusterOptions,
+    cluster_options,
 )
 from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
 from ringflow.pipeline._hub import (
@@ -80,9 +92,16 @@ from ringflow.pipeline._spark_types import (
     spark_type,
     to_spark_value,
 )
+from ringflow.pipeline._table_source import (
+    TABLE_FORMAT,
+    RingflowTableDataSource,
+    read_table,
+    table_options,
+)
 
 __all__ = [
     "BATCH_SEQ_NO_FIELD",
+    "CDC_FORMAT",
     "DEFAULT_CONF",
     "DEFAULT_HUB_BATCH_ROWS",
     "DEFAULT_ROWS_PER_FILE",
@@ -93,10 +112,13 @@ __all__ = [
     "OPERATION_NAME_FIELD",
     "POSTGRES_FORMAT",
     "STREAM_ID_FIELD",
+    "TABLE_FORMAT",
     "TIME_FIELD",
     "TIME_US_FIELD",
     "TTL_FIELD",
+    "CdcOffset",
     "Change",
+    "ClusterOptions",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -104,6 +126,8 @@ __all__ = [
     "LiveRow",
     "PipelineConfigError",
     "PostgresDataSource",
+    "RingflowCdcDataSource",
+    "RingflowTableDataSource",
     "TableState",
     "apply_changes",
     "apply_to_hub",
@@ -117,6 +141,7 @@ __all__ = [
     "change_to_row",
     "changes_sorted",
     "check_change_schema",
+    "cluster_options",
     "committed_files",
     "format_duration",
     "from_spark_value",
@@ -129,12 +154,15 @@ __all__ = [
     "parse_duration",
     "pg_type",
     "postgres_options",
+    "read_changes",
     "read_lake",
     "read_lake_changes",
     "read_postgres_live",
+    "read_table",
     "register_data_sources",
     "spark_type",
     "table_from_json",
+    "table_options",
     "table_to_json",
     "to_spark_value",
     "validate_change",

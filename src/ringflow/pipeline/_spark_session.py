@@ -15,9 +15,11 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from ringflow.pipeline._cdc_source import RingflowCdcDataSource
 from ringflow.pipeline._hub import HubDataSource
 from ringflow.pipeline._lake import LakeDataSource
 from ringflow.pipeline._postgres import PostgresDataSource
+from ringflow.pipeline._table_source import RingflowTableDataSource
 
 DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "2",
@@ -28,6 +30,8 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.adaptive.enabled": "false",
+    # The table reader pushes partition-key equality down (PySpark 4 asks for this opt-in).
+    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
 
@@ -37,6 +41,8 @@ def register_data_sources(spark: SparkSession) -> None:
     spark.dataSource.register(LakeDataSource)
     spark.dataSource.register(PostgresDataSource)
     spark.dataSource.register(HubDataSource)
+    spark.dataSource.register(RingflowTableDataSource)
+    spark.dataSource.register(RingflowCdcDataSource)
 
 
 def local_spark_session(

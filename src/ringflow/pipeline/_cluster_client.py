@@ -1,0 +1,261 @@
+"""Driver sessions of the ringflow sources: options, connection, table schema, clear errors.
+
+The sources read a ringflow cluster through the Scylla Python driver (``cassandra``), as any
+Scylla client does. This module owns the options every source shares (``contact_points``,
+``port``, ``keyspace``, ``table``, ``consistency``, ``page_size``, timeouts), opening a bounded
+session (connect and request timeouts, protocol v4, token-aware routing), and turning the
+driver's schema metadata into a :class:`ringflow.schema.Table` so the change model
+(:mod:`ringflow.pipeline._changes`) and the type mapping (:mod:`._spark_types`) apply.
+
+Errors are the operator's: an unreachable contact point, an unknown keyspace or table, a bad
+option, all raise :class:`PipelineConfigError` on the driver program when the DataFrame is
+created (``schema()``), before any Spark job starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
+from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import dict_factory
+from cassandra.util import Date, Time
+
+from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.schema import (
+    CdcOptions,
+    ClusteringOrder,
+    CqlType,
+    SchemaError,
+    Table,
+    TableOptions,
+    UserType,
+    parse_type,
+)
+from ringflow.schema._system_rows import parse_cdc_extension
+
+DEFAULT_PORT = 9042
+DEFAULT_CONSISTENCY = "LOCAL_QUORUM"
+DEFAULT_PAGE_SIZE = 1000
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+MAX_PAGE_SIZE = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """Where and how to read: the options shared by the ringflow sources (picklable)."""
+
+    contact_points: tuple[str, ...]
+    keyspace: str
+    table: str
+    port: int = DEFAULT_PORT
+    consistency: str = DEFAULT_CONSISTENCY
+    page_size: int = DEFAULT_PAGE_SIZE
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.keyspace}.{self.table}"
+
+
+def option_int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """An integer option ``>= minimum``; PipelineConfigError naming it otherwise."""
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise PipelineConfigError(f"option {name!r} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise PipelineConfigError(f"option {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def option_float(options: Mapping[str, str], name: str, default: float) -> float:
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise PipelineConfigError(f"option {name!r} must be a number, got {text!r}") from None
+    if value <= 0:
+        raise PipelineConfigError(f"option {name!r} must be positive, got {value}")
+    return value
+
+
+def cluster_options(options: Mapping[str, str]) -> ClusterOptions:
+    """The shared options of a source, validated (module docstring)."""
+    points = tuple(
+        p.strip() for p in str(options.get("contact_points", "")).split(",") if p.strip()
+    )
+    if not points:
+        raise PipelineConfigError("option 'contact_points' is required (comma-separated hosts)")
+    keyspace, table = options.get("keyspace"), options.get("table")
+    if not keyspace or not table:
+        raise PipelineConfigError("options 'keyspace' and 'table' are required")
+    consistency = str(options.get("consistency", DEFAULT_CONSISTENCY)).upper()
+    if consistency not in ConsistencyLevel.name_to_value:
+        known = sorted(ConsistencyLevel.name_to_value)
+        raise PipelineConfigError(f"option 'consistency' {consistency!r} is not one of {known}")
+    return ClusterOptions(
+        points,
+        str(keyspace),
+        str(table),
+        option_int(options, "port", DEFAULT_PORT),
+        consistency,
+        min(option_int(options, "page_size", DEFAULT_PAGE_SIZE), MAX_PAGE_SIZE),
+        option_float(options, "connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
+        option_float(options, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S),
+    )
+
+
+def make_cluster(options: ClusterOptions, *, metadata: bool = True) -> Cluster:
+    """A driver cluster (not yet connected) with bounded timeouts and rows as dicts (CDC
+    column names such as ``cdc$time`` are not identifiers, so named tuples would rename them).
+    ``metadata=False`` skips reading the schema and token map on connect: the executors' reads
+    need neither, and it makes a task's connection cheap."""
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+        request_timeout=options.request_timeout_s,
+        consistency_level=ConsistencyLevel.name_to_value[options.consistency],
+        row_factory=dict_factory,
+    )
+    return Cluster(
+        list(options.contact_points),
+        port=options.port,
+        protocol_version=4,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=options.connect_timeout_s,
+        control_connection_timeout=options.connect_timeout_s,
+        max_schema_agreement_wait=int(options.connect_timeout_s),
+        schema_metadata_enabled=metadata,
+        token_metadata_enabled=metadata,
+    )
+
+
+def connect(options: ClusterOptions, *, metadata: bool = True) -> tuple[Cluster, Session]:
+    """A connected cluster and session; PipelineConfigError if no contact point answers."""
+    cluster = make_cluster(options, metadata=metadata)
+    try:
+        session = cluster.connect()
+    except (NoHostAvailable, OSError) as error:
+        cluster.shutdown()
+        raise PipelineConfigError(
+            f"cannot reach ringflow at {','.join(options.contact_points)} port {options.port}: "
+            f"{error}"
+        ) from None
+    return cluster, session
+
+
+@contextlib.contextmanager
+def open_session(options: ClusterOptions) -> Iterator[tuple[Cluster, Session]]:
+    """:func:`connect`, shut down on exit."""
+    cluster, session = connect(options)
+    try:
+        yield cluster, session
+    finally:
+        cluster.shutdown()
+
+
+def load_table(cluster: Cluster, keyspace: str, table: str) -> Table:
+    """The ringflow Table of ``keyspace.table`` from the driver's schema metadata."""
+    keyspace_meta = cluster.metadata.keyspaces.get(keyspace)
+    if keyspace_meta is None:
+        raise PipelineConfigError(f"unknown keyspace {keyspace!r}")
+    table_meta = keyspace_meta.tables.get(table)
+    if table_meta is None:
+        raise PipelineConfigError(f"unknown table {keyspace}.{table}")
+    try:
+        user_types = _user_types(keyspace, keyspace_meta.user_types)
+        return _table_of(table_meta, user_types)
+    except SchemaError as error:
+        raise PipelineConfigError(
+            f"cannot read the schema of {keyspace}.{table}: {error}"
+        ) from None
+
+
+def _user_types(keyspace: str, metadata: Mapping[str, Any]) -> dict[str, UserType]:
+    """The keyspace's UDTs; a UDT may use those defined before it (driver order)."""
+    found: dict[str, UserType] = {}
+    pending = dict(metadata)
+    while pending:
+        progressed = False
+        for name, udt in list(pending.items()):
+            try:
+                types = tuple(parse_type(t, found) for t in udt.field_types)
+            except SchemaError:
+                continue
+            found[name] = UserType(keyspace, name, tuple(udt.field_names), types, frozen=False)
+            del pending[name]
+            progressed = True
+        if not progressed:
+            raise SchemaError(f"cannot resolve user types {sorted(pending)}")
+    return found
+
+
+def _table_of(meta: Any, user_types: Mapping[str, UserType]) -> Table:
+    def cql_type(column: Any) -> CqlType:
+        return parse_type(column.cql_type, user_types)
+
+    extensions = getattr(meta, "extensions", None) or {}
+    cdc = CdcOptions()
+    if extensions.get("cdc"):
+        cdc = CdcOptions.from_map(parse_cdc_extension(bytes(extensions["cdc"])))
+    key_names = {c.name for c in (*meta.partition_key, *meta.clustering_key)}
+    others = [c for c in meta.columns.values() if c.name not in key_names]
+    return Table.create(
+        meta.keyspace_name,
+        meta.name,
+        partition_key=[(c.name, cql_type(c)) for c in meta.partition_key],
+        clustering=[
+            (c.name, cql_type(c), ClusteringOrder.DESC if c.is_reversed else ClusteringOrder.ASC)
+            for c in meta.clustering_key
+        ],
+        static=[(c.name, cql_type(c)) for c in others if c.is_static],
+        regular=[(c.name, cql_type(c)) for c in others if not c.is_static],
+        options=TableOptions(cdc=cdc),
+        table_id=getattr(meta, "id", None) or None,
+    )
+
+
+def plain_value(value: object) -> object:
+    """A driver value in the codec's Python form (what :mod:`._spark_types` reads): driver
+    ``Date``/``Time`` as days/nanoseconds, sorted sets and maps as builtins, recursively."""
+    if value is None or isinstance(value, str | bytes | int | float | bool):
+        return value
+    if isinstance(value, Date):
+        return int(value.days_from_epoch)
+    if isinstance(value, Time):
+        return int(value.nanosecond_time)
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value
+    if isinstance(value, Mapping):
+        return {_hashable(plain_value(k)): plain_value(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(plain_value(v) for v in value)
+    if isinstance(value, list | set | frozenset) or type(value).__name__ == "SortedSet":
+        return [plain_value(v) for v in value]  # type: ignore[attr-defined]
+    return value
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return tuple(value.items())
+    return value
