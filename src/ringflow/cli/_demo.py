@@ -1,0 +1,541 @@
+"""``ringflow demo``: the whole story on one machine, from an empty directory to a verified copy.
+
+1. Start an edge node (127.0.0.1, CDC on) and a hub node (127.0.0.11) as real processes, and a
+   throwaway PostgreSQL server (``_demo_cluster``, ``_demo_postgres``).
+2. Create ``shop.orders`` (CDC enabled) on the edge and the same table on the hub.
+3. Run a write workload through the Scylla driver with prepared statements: inserts (some with
+   a 2 h TTL), updates (some with a 1 s TTL, expired long before the check), set additions,
+   column, row and range deletes. (Short TTLs go on UPDATEs, not INSERTs: the hub sink cannot
+   replay the expired row marker of an INSERT whose TTL ran out before replication, so a
+   short-TTL INSERT over an older row would leave the row alive on the hub.)
+4. Half-way, SIGKILL the edge node, restart it on the same data directory and go on; writes
+   that failed while it was down are retried (acked writes survive the crash: the commit log).
+5. Replicate the table's CDC log to the hub, a Parquet change lake and PostgreSQL with the
+   ``ringflow replicate`` job in ``once`` mode, after the confidence window has passed.
+6. Verify each destination equals the edge table (keys, values and write timestamps: the edge
+   and the hub through ``WRITETIME``, the lake through ``materialize``, PostgreSQL through its
+   ``_live`` view and ``_wt_`` columns), print a report and plot the lag to ``lag.png``.
+7. Stop everything, also on Ctrl-C or an error.
+
+One edge node for now: the 3-node RF 3 edge with a node kill comes with the cluster issue.
+Exit code 0 only when every destination matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from ringflow.cli import EXIT_FAILURE, EXIT_OK
+from ringflow.cli._demo_cluster import DemoNode, NodeGroup
+from ringflow.cli._demo_postgres import PostgresServer
+
+if TYPE_CHECKING:
+    from ringflow.cli import Subcommands
+    from ringflow.pipeline._replicate import ReplicationPlan, ReplicationSummary
+    from ringflow.schema import Table
+
+EDGE_ADDRESS = "127.0.0.1"
+HUB_ADDRESS = "127.0.0.11"
+KEYSPACE, TABLE = "shop", "orders"
+CONFIDENCE_MS = 3000
+QUERY_WINDOW_MS = 5000
+MAX_WINDOW_MS = 10000
+ORDERS_PER_CUSTOMER = 40
+SHORT_TTL_S = 1
+LONG_TTL_S = 7200
+RETRY_TIMEOUT_S = 90.0
+# 4 vnodes, not 16: the CDC source plans one Spark task per vnode and each task opens its own
+# driver session, which dominates a micro-batch on two cores.
+NODE_ARGS = ("--num-tokens", "4")
+ATOMIC = ("status", "qty", "amount", "placed")
+COLUMNS = (*ATOMIC, "tags")
+DDL = (
+    "CREATE TABLE {ks}.{t} (customer int, order_id int, status text, qty int, amount double, "
+    "placed timestamp, tags set<text>, PRIMARY KEY (customer, order_id)){cdc}"
+)
+STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser(
+        "demo",
+        help="the whole story: edge + hub + PostgreSQL, workload, crash, replicate, verify",
+        description="Start an edge node, a hub node and PostgreSQL, write a workload (with a "
+        "kill -9 of the edge half-way), replicate to the hub, a Parquet lake and PostgreSQL, "
+        "and verify every destination equals the edge table.",
+    )
+    parser.add_argument("--rows", type=int, default=1500, help="write operations (default 1500)")
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temp dir)")
+    parser.add_argument("--seed", type=int, default=7, help="workload random seed")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.set_defaults(handler=run)
+
+
+# --- the workload ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WorkloadStats:
+    """What the workload did."""
+
+    by_kind: dict[str, int] = field(default_factory=dict)
+    retried: int = 0
+    seconds: float = 0.0
+    last_write_ms: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+
+class Workload:
+    """Prepared statements of the demo table and one random operation at a time."""
+
+    def __init__(self, session: Any, rows: int, seed: int) -> None:
+        self.session = session
+        self.rng = random.Random(seed)
+        self.customers = max(8, rows // 25)
+        table = f"{KEYSPACE}.{TABLE}"
+        columns = "customer, order_id, status, qty, amount, placed, tags"
+        prepare = session.prepare
+        self.insert = prepare(f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        self.insert_ttl = prepare(
+            f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+        )
+        where = "WHERE customer = ? AND order_id = ?"
+        self.update = prepare(f"UPDATE {table} SET status = ?, qty = ? {where}")
+        self.update_ttl = prepare(f"UPDATE {table} USING TTL ? SET status = ?, qty = ? {where}")
+        self.add_tag = prepare(f"UPDATE {table} SET tags = tags + ? {where}")
+        self.delete_column = prepare(f"DELETE amount FROM {table} {where}")
+        self.delete_row = prepare(f"DELETE FROM {table} {where}")
+        self.delete_range = prepare(
+            f"DELETE FROM {table} WHERE customer = ? AND order_id >= ? AND order_id < ?"
+        )
+
+    def next_operation(self) -> tuple[str, Any, tuple[object, ...]]:
+        """(kind, statement, values) of one random write."""
+        rng = self.rng
+        key = (rng.randrange(self.customers), rng.randrange(ORDERS_PER_CUSTOMER))
+        roll = rng.random()
+        if roll < 0.62:
+            row = (
+                *key,
+                rng.choice(STATUSES),
+                rng.randint(1, 9),
+                round(rng.uniform(1, 500), 2),
+                datetime_now_ms(),
+                {rng.choice(("gift", "express", "bulk", "fragile"))},
+            )
+            if roll < 0.07:
+                return "update ttl 1s", self.update_ttl, (SHORT_TTL_S, *row[2:4], *key)
+            if roll < 0.14:
+                return "insert ttl 2h", self.insert_ttl, (*row, LONG_TTL_S)
+            return "insert", self.insert, row
+        if roll < 0.77:
+            return "update", self.update, (rng.choice(STATUSES), rng.randint(1, 9), *key)
+        if roll < 0.84:
+            return "add tag", self.add_tag, ({rng.choice(("vip", "late", "promo"))}, *key)
+        if roll < 0.89:
+            return "delete column", self.delete_column, key
+        if roll < 0.97:
+            return "delete row", self.delete_row, key
+        low = rng.randrange(ORDERS_PER_CUSTOMER - 4)
+        return "delete range", self.delete_range, (key[0], low, low + rng.randint(1, 4))
+
+
+def datetime_now_ms() -> Any:
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _execute_retrying(session: Any, statement: Any, values: tuple[object, ...]) -> int:
+    """Execute, retrying (bounded) while the node is down; the number of failed attempts."""
+    deadline = time.monotonic() + RETRY_TIMEOUT_S
+    failures = 0
+    while True:
+        try:
+            session.execute(statement, values, timeout=5.0)
+            return failures
+        except Exception:  # the driver's NoHostAvailable / OperationTimedOut / connection errors
+            failures += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def run_workload(
+    console: Console, session: Any, edge: DemoNode, rows: int, seed: int
+) -> WorkloadStats:
+    """``rows`` writes with a progress bar; kill -9 and restart the edge node half-way."""
+    workload = Workload(session, rows, seed)
+    stats = WorkloadStats()
+    started = time.monotonic()
+    columns = (
+        TextColumn("[bold]workload"),
+        BarColumn(bar_width=32),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("workload", total=rows, note="")
+        for step in range(rows):
+            if step == rows // 2:
+                bar.update(task, note="[red]kill -9 edge node")
+                edge.kill()
+                console.print(f"[red]kill -9[/] edge node {edge.endpoint} after {step} writes")
+                kind, statement, values = workload.next_operation()
+                failed = _attempt_once(session, statement, values)
+                edge.start()
+                console.print(f"[green]restarted[/] edge node on {edge.data_dir}")
+                bar.update(task, note="")
+                stats.retried += failed + _execute_retrying(session, statement, values)
+            else:
+                kind, statement, values = workload.next_operation()
+                stats.retried += _execute_retrying(session, statement, values)
+            stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
+            bar.advance(task)
+    stats.seconds = time.monotonic() - started
+    stats.last_write_ms = time.time_ns() // 1_000_000
+    return stats
+
+
+def _attempt_once(session: Any, statement: Any, values: tuple[object, ...]) -> int:
+    """One write while the node is down: 1 if it failed (it is retried after the restart)."""
+    try:
+        session.execute(statement, values, timeout=2.0)
+    except Exception:
+        return 1
+    return 0
+
+
+# --- reading and comparing --------------------------------------------------------------------
+
+Row = tuple[dict[str, object], dict[str, int]]
+
+
+def _plain(value: object) -> object:
+    if hasattr(value, "items"):
+        return dict(value.items())
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        return value
+    return list(value)
+
+
+def read_cql_table(session: Any, table: Table) -> dict[tuple[object, ...], Row]:
+    """The table through the driver: values and WRITETIME of the atomic columns."""
+    from ringflow.pipeline._materialize import canonical_value
+
+    times = ", ".join(f"WRITETIME({c}) AS wt_{c}" for c in ATOMIC)
+    query = f"SELECT customer, order_id, {', '.join(COLUMNS)}, {times} FROM {KEYSPACE}.{TABLE}"
+    result: dict[tuple[object, ...], Row] = {}
+    for row in session.execute(query, timeout=60.0):
+        values = {
+            c: canonical_value(table.column(c).type, _plain(row[c]))
+            for c in COLUMNS
+            if row[c] is not None
+        }
+        wts = {c: int(row[f"wt_{c}"]) for c in ATOMIC if row[c] is not None}
+        result[(row["customer"], row["order_id"])] = (values, wts)
+    return result
+
+
+def live_rows(rows: Mapping[tuple[object, ...], Any]) -> dict[tuple[object, ...], Row]:
+    """materialize / read_postgres_live rows in the compare form (atomic write times)."""
+    result: dict[tuple[object, ...], Row] = {}
+    for key, live in rows.items():
+        values = {k: v for k, v in live.values.items() if v is not None}
+        times = {k: int(t) for k, t in live.write_times_us.items() if k in ATOMIC and k in values}
+        result[tuple(key)] = (values, times)
+    return result
+
+
+def compare(
+    expected: Mapping[tuple[object, ...], Row], actual: Mapping[tuple[object, ...], Row]
+) -> tuple[int, list[str]]:
+    """(rows compared, up to 5 examples of mismatches; the count is ``len`` of all)."""
+    problems: list[str] = []
+    for key in sorted(set(expected) | set(actual), key=repr):
+        if key not in actual:
+            problems.append(f"{key}: missing")
+        elif key not in expected:
+            problems.append(f"{key}: extra")
+        elif expected[key][0] != actual[key][0]:
+            problems.append(f"{key}: values {expected[key][0]} != {actual[key][0]}")
+        elif expected[key][1] != actual[key][1]:
+            problems.append(f"{key}: write times {expected[key][1]} != {actual[key][1]}")
+    return len(expected), problems
+
+
+# --- the story ------------------------------------------------------------------------------------
+
+
+def _cql_session(node: DemoNode) -> tuple[Any, Any]:
+    from cassandra.cluster import Cluster
+    from cassandra.policies import ConstantReconnectionPolicy
+    from cassandra.query import dict_factory
+
+    cluster = Cluster(
+        [node.address],
+        port=node.port,
+        protocol_version=4,
+        connect_timeout=10,
+        reconnection_policy=ConstantReconnectionPolicy(0.3, None),
+    )
+    session = cluster.connect()
+    session.row_factory = dict_factory
+    return cluster, session
+
+
+def _create_schema(edge_session: Any, hub_session: Any) -> None:
+    replication = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    for session, cdc in ((edge_session, " WITH cdc = {'enabled': true}"), (hub_session, "")):
+        session.execute(f"CREATE KEYSPACE {KEYSPACE} WITH replication = {replication}")
+        session.execute(DDL.format(ks=KEYSPACE, t=TABLE, cdc=cdc))
+
+
+@contextmanager
+def _workdir(path: Path | None) -> Iterator[Path]:
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path.absolute()
+        return
+    temporary = Path(tempfile.mkdtemp(prefix="ringflow-demo-"))
+    try:
+        yield temporary
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+@dataclass(slots=True)
+class Stage:
+    """Where everything runs."""
+
+    workdir: Path
+    edge: DemoNode
+    hub: DemoNode
+    postgres: PostgresServer
+    sessions: dict[str, Any] = field(default_factory=dict)
+    clusters: list[Any] = field(default_factory=list)
+
+
+def _print_places(console: Console, stage: Stage) -> None:
+    places = RichTable(title="ringflow demo", show_header=True)
+    places.add_column("what")
+    places.add_column("where")
+    places.add_row("edge node (CDC on)", f"{stage.edge.endpoint}  data {stage.edge.data_dir}")
+    places.add_row("hub node", f"{stage.hub.endpoint}  data {stage.hub.data_dir}")
+    places.add_row("PostgreSQL", stage.postgres.url)
+    places.add_row("Parquet lake", str(stage.workdir / "lake"))
+    places.add_row("Spark checkpoints", str(stage.workdir / "checkpoints"))
+    console.print(places)
+
+
+def _replicate(
+    console: Console, stage: Stage, master: str, wait_until_ms: int
+) -> tuple[ReplicationPlan, ReplicationSummary]:
+    from ringflow.pipeline._replicate import (
+        cdc_options,
+        plan_replication,
+        replication_spark,
+        run_replication,
+    )
+
+    options = cdc_options(
+        stage.edge.endpoint,
+        f"{KEYSPACE}.{TABLE}",
+        confidence_window_ms=CONFIDENCE_MS,
+        query_window_ms=QUERY_WINDOW_MS,
+        max_window_ms=MAX_WINDOW_MS,
+    )
+    urls = [
+        f"ringflow://{stage.hub.endpoint}?consistency=ONE",
+        f"parquet:{stage.workdir / 'lake'}",
+        stage.postgres.url,
+    ]
+    plan = plan_replication(options, urls, stage.workdir / "checkpoints")
+    console.print("[bold]starting Spark[/] (local mode) ...")
+    spark = replication_spark("ringflow-demo", master)
+    try:
+        wait_s = (wait_until_ms - time.time_ns() // 1_000_000) / 1000
+        if wait_s > 0:
+            console.print(f"waiting {wait_s:.1f}s for the {CONFIDENCE_MS / 1000:.0f}s window")
+            time.sleep(wait_s)
+        console.print("[bold]replicating[/] to the hub, the lake and PostgreSQL (--once)")
+        summary = run_replication(spark, plan, once=True, console=console, timeout_s=600)
+    finally:
+        spark.stop()
+    if summary.interrupted:
+        raise KeyboardInterrupt
+    return plan, summary
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One destination's comparison with the edge table."""
+
+    name: str
+    compared: int
+    problems: list[str]
+    read_s: float
+
+
+def verify(stage: Stage, plan: ReplicationPlan) -> list[Verdict]:
+    """Each destination against the edge table at one pinned ``now``."""
+    from ringflow.pipeline import materialize, read_lake_changes, read_postgres_live
+
+    table = plan.table
+    now_s = int(time.time())
+    edge = read_cql_table(stage.sessions["edge"], table)
+    readers: dict[str, Callable[[], dict[tuple[object, ...], Row]]] = {
+        "hub": lambda: read_cql_table(stage.sessions["hub"], table),
+        "lake": lambda: live_rows(
+            materialize(
+                table, read_lake_changes(stage.workdir / "lake", f"{KEYSPACE}.{TABLE}"), now_s
+            )
+        ),
+        "postgres": lambda: live_rows(
+            read_postgres_live(stage.postgres.url, f"{KEYSPACE}_{TABLE}", table, now_s)
+        ),
+    }
+    verdicts = []
+    for name, read in readers.items():
+        started = time.monotonic()
+        compared, problems = compare(edge, read())
+        verdicts.append(Verdict(name, compared, problems, time.monotonic() - started))
+    return verdicts
+
+
+def _report(
+    console: Console,
+    workload: WorkloadStats,
+    summary: ReplicationSummary,
+    verdicts: list[Verdict],
+) -> None:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(workload.by_kind.items()))
+    rate = workload.total / workload.seconds if workload.seconds else 0.0
+    console.print(
+        f"workload: {workload.total:,} writes in {workload.seconds:.1f}s ({rate:,.0f}/s; {kinds}); "
+        f"{workload.retried} failed attempt(s) during the crash, retried"
+    )
+    by_channel = {c.channel: c for c in summary.channels}
+    report = RichTable(title="verification: each destination vs the edge table")
+    for name in ("destination", "rows compared", "mismatches", "changes", "changes/s", "lag"):
+        report.add_column(name, justify="left" if name == "destination" else "right")
+    for verdict in verdicts:
+        channel = by_channel.get(verdict.name)
+        lag = "-" if channel is None or channel.lag_ms is None else f"{channel.lag_ms / 1000:.1f}s"
+        colour = "green" if not verdict.problems else "red"
+        report.add_row(
+            verdict.name,
+            f"{verdict.compared:,}",
+            f"[{colour}]{len(verdict.problems)}",
+            f"{channel.rows:,}" if channel else "-",
+            f"{channel.rate:,.0f}" if channel else "-",
+            lag,
+        )
+    console.print(report)
+    for verdict in verdicts:
+        for problem in verdict.problems[:5]:
+            console.print(f"[red]{verdict.name}[/]: {problem}")
+
+
+def plot_lag(summary: ReplicationSummary, path: Path) -> None:
+    """Lag (batch end - source watermark) per channel over the run, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    origin = summary.started_unix_s
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for channel in summary.channels:
+        if channel.lag_samples:
+            xs = [t - origin for t, _ in channel.lag_samples]
+            ys = [lag for _, lag in channel.lag_samples]
+            axes.plot(xs, ys, marker="o", label=f"{channel.channel} ({channel.rows:,} changes)")
+    axes.axhline(CONFIDENCE_MS / 1000, color="grey", linestyle="--", label="confidence window")
+    axes.set_xlabel("seconds since the replication started (Spark running)")
+    axes.set_ylabel("lag: batch end - source watermark (s)")
+    axes.set_title("ringflow replicate --once: catching up with the edge")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> bool:
+    _print_places(console, stage)
+    for name, node in (("edge", stage.edge), ("hub", stage.hub)):
+        cluster, session = _cql_session(node)
+        stage.clusters.append(cluster)
+        stage.sessions[name] = session
+    _create_schema(stage.sessions["edge"], stage.sessions["hub"])
+    console.print(f"created {KEYSPACE}.{TABLE} (CDC enabled) on the edge and on the hub")
+    workload = run_workload(
+        console, stage.sessions["edge"], stage.edge, arguments.rows, arguments.seed
+    )
+    plan, summary = _replicate(
+        console, stage, arguments.master, workload.last_write_ms + CONFIDENCE_MS + 500
+    )
+    from ringflow.pipeline._replicate import print_summary
+
+    print_summary(console, summary)
+    verdicts = verify(stage, plan)
+    _report(console, workload, summary, verdicts)
+    plot = stage.workdir / "lag.png"
+    plot_lag(summary, plot)
+    console.print(f"lag plot: {plot}")
+    return all(not v.problems for v in verdicts) and summary.ok
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run(arguments: argparse.Namespace) -> int:
+    console = Console()
+    started = time.monotonic()
+    # Ctrl-C and SIGTERM both unwind through the clean-ups below (a shell may have started us
+    # with SIGINT ignored, hence the explicit handlers).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    with _workdir(arguments.workdir) as workdir, NodeGroup() as nodes:
+        postgres = PostgresServer()
+        try:
+            console.print(f"[bold]ringflow demo[/] in {workdir}")
+            edge = nodes.start("edge", EDGE_ADDRESS, workdir / "edge" / "data", *NODE_ARGS)
+            hub = nodes.start("hub", HUB_ADDRESS, workdir / "hub" / "data", *NODE_ARGS)
+            postgres.start()
+            stage = Stage(workdir, edge, hub, postgres)
+            try:
+                ok = _story(console, stage, arguments)
+            finally:
+                for cluster in stage.clusters:
+                    cluster.shutdown()
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted: stopping everything")
+            return 130
+        finally:
+            postgres.stop()
+    verdict = "[green]OK: every destination equals the edge table" if ok else "[red]MISMATCH"
+    console.print(f"{verdict}[/] ({time.monotonic() - started:.0f}s)")
+    return EXIT_OK if ok else EXIT_FAILURE

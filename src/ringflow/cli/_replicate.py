@@ -1,0 +1,106 @@
+"""``ringflow replicate``: stream a table's CDC log from an edge cluster to hubs, lakes and
+PostgreSQL (the job of :mod:`ringflow.pipeline._replicate`).
+
+    ringflow replicate --source 127.0.0.1[:port] --table ks.t \\
+        --to ringflow://127.0.0.11[:port] --to parquet:DIR --to postgresql://u@127.0.0.1:5432/db \\
+        --checkpoint DIR [--once | --continuous] [--master local[*]]
+
+The source and every destination are checked before Spark starts: an unreachable source or
+sink, a table without CDC or a malformed ``--to`` exit with code 2 and one line naming it. A
+channel failing while running exits with code 1. ``--once`` (the default) replicates what the
+source can give now (up to now - confidence window) and ends; ``--continuous`` runs until
+Ctrl-C (exit 0; an interrupted ``--once`` run exits 130). Each channel keeps its own
+checkpoint in ``DIR/<channel>``, so running the command again continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from ringflow.cli import EXIT_FAILURE, EXIT_OK
+
+if TYPE_CHECKING:
+    from ringflow.cli import Subcommands
+
+EXIT_INTERRUPTED = 130  # a --once run stopped by Ctrl-C before its target (as shells report)
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser(
+        "replicate",
+        help="replicate a table's changes to hubs, Parquet lakes and PostgreSQL (Spark)",
+        description="Stream the CDC log of one table to every --to destination, one Spark "
+        "Structured Streaming query (channel) per destination.",
+    )
+    parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
+    parser.add_argument("--table", required=True, help="the CDC-enabled table: keyspace.table")
+    parser.add_argument(
+        "--to",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="ringflow://host[:port][/ks.table], parquet:DIR or postgresql://user@host:port/db "
+        "(repeatable)",
+    )
+    parser.add_argument("--checkpoint", required=True, help="checkpoint root (one dir a channel)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="replicate what is there, then stop")
+    mode.add_argument("--continuous", action="store_true", help="run until Ctrl-C")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--consistency", default="ONE", help="source read consistency")
+    parser.add_argument(
+        "--confidence-window-ms",
+        type=int,
+        help="how far behind now the source reads (default: the source's, 30 s)",
+    )
+    parser.add_argument("--query-window-ms", type=int, help="source query window (default 30 s)")
+    parser.add_argument("--max-window-ms", type=int, help="at most this much time a batch")
+    parser.add_argument("--timeout", type=float, help="stop after this many seconds")
+    parser.set_defaults(handler=run)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._replicate import (
+        cdc_options,
+        plan_replication,
+        print_summary,
+        run_replication,
+    )
+
+    console = Console()
+    options = cdc_options(
+        arguments.source,
+        arguments.table,
+        consistency=arguments.consistency,
+        confidence_window_ms=arguments.confidence_window_ms,
+        query_window_ms=arguments.query_window_ms,
+        max_window_ms=arguments.max_window_ms,
+    )
+    plan = plan_replication(options, arguments.to, arguments.checkpoint)
+    console.print(f"source {arguments.table} at {arguments.source}; channels:")
+    for destination in plan.destinations:
+        console.print(f"  {destination.channel:<10} -> {destination.display}")
+    from pyspark.sql import SparkSession
+
+    from ringflow.pipeline._replicate import replication_spark
+
+    owned = SparkSession.getActiveSession() is None  # embedded callers keep their session
+    spark = replication_spark("ringflow-replicate", arguments.master)
+    try:
+        summary = run_replication(
+            spark,
+            plan,
+            once=not arguments.continuous,
+            console=console,
+            timeout_s=arguments.timeout,
+        )
+    finally:
+        if owned:
+            spark.stop()
+    print_summary(console, summary)
+    if summary.interrupted:
+        return EXIT_OK if arguments.continuous else EXIT_INTERRUPTED
+    return EXIT_OK if summary.ok else EXIT_FAILURE
