@@ -231,3 +231,29 @@ def test_bad_options_fail_before_any_job(
     ]:
         with pytest.raises(Exception, match=message):
             frame.write.format("ringflow-hub").options(**options).mode("append").save()
+
+
+def test_an_expired_insert_does_not_leave_an_older_row_alive(
+    hub: tuple[NodeProcess, Session],
+) -> None:
+    """An insert whose TTL ran out before replication shadows an older live insert of the same
+    row (same columns) on the hub, as its expired marker and cells do on the source: the row is
+    gone, not left as a row of nulls kept alive by the older marker."""
+    node, session = hub
+    _table(session, "expired")
+    now = time.time_ns() // 1000
+    key = {"tenant": "e", "bucket": 1, "seq": 1, "tag": "a"}
+    older = Change(
+        "shop", "items", CdcOperation.INSERT, timeuuid_from_micros(now - 60_000_000, 1), key,
+        values={"amount": 1},
+    )  # fmt: skip
+    expired = Change(
+        "shop", "items", CdcOperation.INSERT, timeuuid_from_micros(now - 30_000_000, 2), key,
+        values={"amount": 2}, ttl_s=5,
+    )  # fmt: skip
+    apply_to_hub(_options(node, "expired"), [older, expired])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and ("e", 1, 1, "a") in _read_hub(session, "expired"):
+        time.sleep(0.2)
+    assert ("e", 1, 1, "a") not in _read_hub(session, "expired")
+    assert materialize(TABLE, [older, expired], int(time.time())) == {}

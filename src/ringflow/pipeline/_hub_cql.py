@@ -30,7 +30,8 @@ overrides a ``default_time_to_live`` of the target). A TTL'd change is written w
 instant and a later replay does not extend their life (with the log's original TTL every replay
 would win the tie on expiry and live longer). A change whose TTL has already run out is written
 as what its cells now are: tombstones at its timestamp (atomic columns null, collection elements
-and UDT fields removed); its row marker is dropped (CQL cannot write a dead marker).
+and UDT fields removed); an expired insert's row marker is written with a 1-second TTL at its
+timestamp (CQL cannot write a dead marker, but the expiring one still shadows older markers).
 
 Non-frozen lists (approximation): a list element's path is a timeuuid minted by the coordinator
 (ringflow: the write time with random low bits), and CQL can neither write an element under a
@@ -190,7 +191,7 @@ class HubCql:
             return [self._delete(change, self.table.primary_key_columns)]
         ttl = _remaining_ttl(change, now_s)
         if ttl is not None and ttl <= 0:
-            change, ttl = expired_as_tombstones(self.table, change), None
+            return self._expired(change)
         if change.operation is CdcOperation.INSERT:
             return self._insert(change, ttl or 0)
         update = self._update(change, ttl or 0, self._assignments(change))
@@ -214,6 +215,19 @@ class HubCql:
             lambda: f"DELETE FROM {self.name} USING TIMESTAMP ? WHERE {self._where(columns)}",
         )
         return HubStatement(text, (change.time_us, *self._key_values(change, columns)))
+
+    def _expired(self, change: Change) -> list[HubStatement]:
+        """A change whose TTL ran out before replication: its cells as tombstones and, for an
+        insert, its row marker as one that expires a second from now. CQL cannot write a dead
+        marker, but an expiring one at the same timestamp still supersedes every older live
+        marker, so an older insert cannot keep the row alive on the hub."""
+        tombstones = expired_as_tombstones(self.table, change)
+        update = self._update(tombstones, 0, self._assignments(tombstones))
+        statements = [] if update is None else [update]
+        if change.operation is CdcOperation.INSERT:
+            marker_only = replace(change, values={}, deleted=frozenset(), deleted_elements={})
+            statements.extend(self._insert(marker_only, _EXPIRED_MARKER_TTL_S))
+        return statements
 
     def _insert(self, change: Change, ttl: int) -> list[HubStatement]:
         key_columns = self.table.primary_key_columns
@@ -366,6 +380,9 @@ def _udt_assignments(column: Column, change: Change) -> list[tuple[str, str, obj
         elif index in removed:
             result.append((column.name, f"field:{name}", None))
     return result
+
+
+_EXPIRED_MARKER_TTL_S = 1
 
 
 def _remaining_ttl(change: Change, now_s: int) -> int | None:
