@@ -474,13 +474,22 @@ class ClusterNode:
             mutation = Mutation(keyspace, table, partition_key)
             replicas = self.replicas_of(keyspace, base_token(mutation))
             request_id, actions = self.coordinator.begin_read(
-                replicas, consistency, self.live, lambda partition: partition
+                replicas,
+                consistency,
+                self.live,
+                lambda partition: partition,
+                proximity=self._read_proximity(replicas.natural),
             )
         except Exception as error:
             done(None, error)
             return
         self._reads[request_id] = PendingRead(command, done)
         self._execute(actions)
+
+    def _read_proximity(self, replicas: Sequence[Host]) -> list[Host]:
+        """Replicas nearest first: this node when it is one (a local read costs no message,
+        as Cassandra reads locally), then its DC, then the others in ring order."""
+        return sorted(replicas, key=lambda host: (host != self.host, host.dc != self.host.dc))
 
     def _handle(self, event: CoordinatorEvent) -> None:
         try:
@@ -653,6 +662,20 @@ class ClusterNode:
         )
         if not sent:
             self._run_hints(self.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
+            return
+        # An answer lost with the connection (or a target that crashed mid-delivery) must not
+        # leave the target's replay stuck in flight: give up on it after the write timeout.
+        self.clock.call_later(
+            self.settings.write_timeout_ms,
+            lambda: self._hint_unanswered(action.target_id, action.hint_id),
+        )
+
+    def _hint_unanswered(self, target_id: uuid.UUID, hint_id: int) -> None:
+        try:
+            actions = self.hints.on_hint_delivery_failed(target_id, hint_id)
+        except RingflowError:
+            return  # answered in time: nothing in flight any more
+        self._run_hints(actions)
 
     def _on_hint_answer(self, source: str, hint_id: int, delivered: bool) -> None:
         info = self.members.get(source)
