@@ -68,6 +68,7 @@ from ringflow.cql._error_responses import (
     ReadTimeoutResponse,
     UnavailableResponse,
     UnpreparedResponse,
+    WriteFailureResponse,
     WriteTimeoutResponse,
 )
 from ringflow.cql._exec_common import (
@@ -180,39 +181,47 @@ def response_for_error(
     if isinstance(error, RingflowError):
         if error.code in _SIMPLE_ERROR_CODES:
             return ErrorResponse(error.code, str(error)), False
-        if error.code == ErrorCode.READ_FAILURE:
-            return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
         coordinated = _coordinator_error_response(error)
         if coordinated is not None:
             return coordinated, False
+        if error.code == ErrorCode.READ_FAILURE:  # a local read failure (e.g. too many tombstones)
+            return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
     return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
 
 
+# Errors a cluster data plane raises, by code: the response type and the error's attribute
+# names giving its fields, in order (duck-typed: ``ringflow.cluster`` depends on this package).
+_COORDINATOR_ERRORS: dict[ErrorCode, tuple[Callable[..., Response], tuple[str, ...]]] = {
+    ErrorCode.UNAVAILABLE: (UnavailableResponse, ("consistency", "required", "alive")),
+    ErrorCode.WRITE_TIMEOUT: (
+        WriteTimeoutResponse,
+        ("consistency", "received", "block_for", "write_type"),
+    ),
+    ErrorCode.READ_TIMEOUT: (
+        ReadTimeoutResponse,
+        ("consistency", "received", "block_for", "data_present"),
+    ),
+    ErrorCode.WRITE_FAILURE: (
+        WriteFailureResponse,
+        ("consistency", "received", "block_for", "failure_count", "write_type"),
+    ),
+    ErrorCode.READ_FAILURE: (
+        ReadFailureResponse,
+        ("consistency", "received", "block_for", "failure_count", "data_present"),
+    ),
+}
+
+
 def _coordinator_error_response(error: RingflowError) -> Response | None:
-    """Unavailable / WriteTimeout / ReadTimeout raised by a cluster data plane (duck-typed:
-    ``ringflow.cluster`` depends on this package, not the reverse)."""
+    """Unavailable, timeouts and failures raised by a cluster data plane, with their fields."""
+    entry = _COORDINATOR_ERRORS.get(error.code)
+    if entry is None:
+        return None
+    response_type, names = entry
     fields = vars(error)
-    if error.code == ErrorCode.UNAVAILABLE and "required" in fields:
-        return UnavailableResponse(
-            str(error), fields["consistency"], fields["required"], fields["alive"]
-        )
-    if error.code == ErrorCode.WRITE_TIMEOUT and "write_type" in fields:
-        return WriteTimeoutResponse(
-            str(error),
-            fields["consistency"],
-            fields["received"],
-            fields["block_for"],
-            fields["write_type"],
-        )
-    if error.code == ErrorCode.READ_TIMEOUT and "data_present" in fields:
-        return ReadTimeoutResponse(
-            str(error),
-            fields["consistency"],
-            fields["received"],
-            fields["block_for"],
-            fields["data_present"],
-        )
-    return None
+    if not all(name in fields for name in names):
+        return None
+    return response_type(str(error), *(fields[name] for name in names))
 
 
 class DataPlane(Protocol):
