@@ -249,45 +249,24 @@ def _packed_atom(head: tuple[int, int, bytes, bytes], row: Row) -> AtomRow:
     return (*head, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0, NO_DELETION_TIME, value)
 
 
-def _plain_row_cells(info: TableInfo, row: Row) -> int:
-    """The atom count of a clustered row that is only valid simple cells of regular columns
-    (a CDC log row), checked as :func:`_row_atoms` would but without building its atoms;
-    -1 for any other row, which :func:`_row_atoms` then checks (and explains)."""
-    cells = row.cells
-    if row.liveness is not None or row.deletion is not None:
-        return -1
-    if not cells.keys() <= info.regular_columns.keys() or not info.multicell.isdisjoint(cells):
-        return -1
-    for cell in cells.values():
-        if type(cell) is not Cell or not _cell_is_valid(cell, False):
-            return -1
-    return len(cells)
-
-
 def _flatten_packed(info: TableInfo, mutation: Mutation) -> FlatMutation:
-    """:func:`flatten_mutation` for a table with packed rows: one atom per row, the row's cells
-    validated like any table's (the common log row without building per-cell atoms)."""
+    """:func:`flatten_mutation` for a table with packed rows: one atom per row, its cells
+    checked (and counted) exactly like a per-cell table's."""
     token, pk = partition_position(info, mutation.partition_key)
     tid = info.tid
     atoms: list[AtomRow] = []
-    cells = 0
+    checked: list[AtomRow] = []  # the per-cell atoms, for their checks and count only
     if mutation.static_row is not None:
-        checked: list[AtomRow] = []
         _static_row_atoms(info, (tid, token, pk), mutation.static_row, checked)
-        cells += len(checked)
         atoms.append(_packed_atom((tid, token, pk, STATIC_CK), mutation.static_row))
     for row in mutation.rows:
         ck = _clustering_key(info, row)
-        count = _plain_row_cells(info, row)
-        if count < 0:
-            checked = []
-            _row_atoms(info, (tid, token, pk, ck), row, info.regular_columns, checked)
-            count = len(checked)
-        cells += count
+        _row_atoms(info, (tid, token, pk, ck), row, info.regular_columns, checked)
         atoms.append(_packed_atom((tid, token, pk, ck), row))
     partition_atoms = _partition_atoms(info, (tid, token, pk), mutation)
     size_bytes = _size_bytes(mutation, pk, atoms, partition_atoms)
-    return FlatMutation(token, pk, atoms, partition_atoms, size_bytes, cells + len(partition_atoms))
+    cells = len(checked) + len(partition_atoms)
+    return FlatMutation(token, pk, atoms, partition_atoms, size_bytes, cells)
 
 
 def flatten_mutation(info: TableInfo, mutation: Mutation) -> FlatMutation:

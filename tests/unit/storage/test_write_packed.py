@@ -1,10 +1,9 @@
 """Packed tables (the CDC logs) are validated and sized exactly like per-cell tables, and a batch's
 queued writes are flushed before an image read only when they touch the partition read.
 
-The packed flatten checks a plain log row without building its per-cell atoms; any other row
-goes through the per-cell checks. Either way: the same error for a bad row, the same cell count
-(for the batch limit) and the same size estimate (for the mutation limit) as the estimate over
-the atoms written.
+The packed flatten (its own function) must give the same error for a bad row, the same cell
+count (for the batch limit) as a per-cell table, and the size estimate (for the mutation limit)
+over the atoms it writes.
 """
 
 from __future__ import annotations
