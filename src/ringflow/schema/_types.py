@@ -9,6 +9,7 @@ a clear message (ringflow does not support counters).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -74,10 +75,11 @@ class NativeType(CqlType):
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
-class ListType(CqlType):
-    element: CqlType
-    frozen: bool = False
+class _Collection(CqlType):
+    """What list, set and map share: multi-cell unless frozen."""
+
+    __slots__ = ()
+    frozen: bool
 
     @property
     def is_multicell(self) -> bool:
@@ -88,48 +90,32 @@ class ListType(CqlType):
         return True
 
     def frozen_form(self) -> CqlType:
-        return ListType(self.element, frozen=True)
+        return dataclasses.replace(self, frozen=True)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True, slots=True)
+class ListType(_Collection):
+    element: CqlType
+    frozen: bool = False
 
     def cql_name(self) -> str:
         return _frozen(f"list<{self.element.cql_name()}>", self.frozen)
 
 
 @dataclass(frozen=True, slots=True)
-class SetType(CqlType):
+class SetType(_Collection):
     element: CqlType
     frozen: bool = False
-
-    @property
-    def is_multicell(self) -> bool:
-        return not self.frozen
-
-    @property
-    def is_collection(self) -> bool:
-        return True
-
-    def frozen_form(self) -> CqlType:
-        return SetType(self.element, frozen=True)
 
     def cql_name(self) -> str:
         return _frozen(f"set<{self.element.cql_name()}>", self.frozen)
 
 
 @dataclass(frozen=True, slots=True)
-class MapType(CqlType):
+class MapType(_Collection):
     key: CqlType
     value: CqlType
     frozen: bool = False
-
-    @property
-    def is_multicell(self) -> bool:
-        return not self.frozen
-
-    @property
-    def is_collection(self) -> bool:
-        return True
-
-    def frozen_form(self) -> CqlType:
-        return MapType(self.key, self.value, frozen=True)
 
     def cql_name(self) -> str:
         return _frozen(f"map<{self.key.cql_name()}, {self.value.cql_name()}>", self.frozen)
