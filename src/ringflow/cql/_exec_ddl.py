@@ -7,10 +7,9 @@ schema change(s) to announce. The processor applies it; nothing here touches the
 Rules (Cassandra ``cql3/statements/schema/*``, Scylla ``cdc/log.cc`` for the log table,
 re-expressed):
 
-* Table and keyspace changes are :class:`ringflow.schema.Migration` s (TimeUUID versions from the
-  coordinator's timestamps) applied to the state. The migration model has no change for ALTER
-  KEYSPACE, CREATE TYPE or DROP TYPE yet: those replace the keyspace in the state directly
-  (the chain version does not move; the content digest does).
+* Every keyspace, type and table change is a :class:`ringflow.schema.Migration` (TimeUUID
+  versions from the coordinator's timestamps) applied to the state; the outcome carries the
+  migrations so that the processor stores them with the ``system_schema`` rows.
 * Replication maps are validated with ``ringflow.ring.replication_strategy`` (ConfigurationError,
   0x2300, on a bad one); unknown keyspace or table options are Invalid. Cassandra table options
   ringflow does not model (compaction, caching, compression, bloom filter, ...) are accepted and
@@ -78,6 +77,7 @@ from ringflow.schema import (
     CDC_LOG_SUFFIX,
     NATIVE_TYPE_NAMES,
     AddColumn,
+    AlterKeyspace,
     AlterTableOptions,
     CdcOptions,
     ClusteringOrder,
@@ -86,12 +86,15 @@ from ringflow.schema import (
     CqlType,
     CreateKeyspace,
     CreateTable,
+    CreateType,
     DropColumn,
     DropKeyspace,
     DropTable,
+    DropType,
     Keyspace,
     ListType,
     MapType,
+    Migration,
     SchemaAlreadyExists,
     SchemaState,
     SetType,
@@ -137,6 +140,7 @@ class DdlOutcome:
     keyspaces: frozenset[str] = frozenset()
     dropped_keyspaces: frozenset[str] = frozenset()
     truncate: tuple[Table, ...] = ()
+    migrations: tuple[Migration, ...] = ()
 
 
 @dataclass(slots=True)
@@ -147,6 +151,7 @@ class DdlContext:
     rng: random.Random
     datacenters: tuple[str, ...]
     migrated: list[Change] = field(default_factory=list)
+    migrations: list[Migration] = field(default_factory=list)
 
     def migrate(self, change: Change) -> None:
         timestamp = self.timestamps.next()
@@ -158,11 +163,7 @@ class DdlContext:
         migration = self.state.next_migration(change, timestamp, self.rng.getrandbits(64))
         self.state = self.state.apply(migration)
         self.migrated.append(change)
-
-    def replace_keyspace(self, keyspace: Keyspace) -> None:
-        keyspaces = {**self.state.keyspaces, keyspace.name: keyspace}
-        self.state = dataclasses.replace(self.state, keyspaces=keyspaces)
-        self.state.validate()
+        self.migrations.append(migration)
 
     def new_id(self) -> uuid.UUID:
         return uuid.UUID(int=self.rng.getrandbits(128), version=4)
@@ -295,7 +296,7 @@ def _alter_keyspace(statement: Statement, context: DdlContext) -> DdlOutcome:
             return _void(context)
         raise InvalidRequest(f"Keyspace '{name}' does not exist")
     keyspace = _keyspace_options(name, statement.properties, context.datacenters, base)
-    context.replace_keyspace(keyspace)
+    context.migrate(AlterKeyspace(name, keyspace.replication, keyspace.durable_writes))
     return _changed(
         context, SchemaChange(SchemaChangeType.UPDATED, SchemaChangeTarget.KEYSPACE, name)
     )
@@ -582,9 +583,7 @@ def _create_type(statement: Statement, context: DdlContext) -> DdlOutcome:
             )
         names.append(definition.name)
         types.append(field_type)
-    user_type = UserType(keyspace.name, name, tuple(names), tuple(types))
-    user_types = {**keyspace.user_types, name: user_type}
-    context.replace_keyspace(dataclasses.replace(keyspace, user_types=user_types))
+    context.migrate(CreateType(UserType(keyspace.name, name, tuple(names), tuple(types))))
     change = SchemaChange(SchemaChangeType.CREATED, SchemaChangeTarget.TYPE, keyspace.name, name)
     return _changed(context, change)
 
@@ -617,8 +616,7 @@ def _drop_type(statement: Statement, context: DdlContext) -> DdlOutcome:
                 f"Cannot drop user type {keyspace.name}.{name} as it is still used by user type "
                 f"{other.name}"
             )
-    user_types = {k: v for k, v in keyspace.user_types.items() if k != name}
-    context.replace_keyspace(dataclasses.replace(keyspace, user_types=user_types))
+    context.migrate(DropType(keyspace.name, name))
     change = SchemaChange(SchemaChangeType.DROPPED, SchemaChangeTarget.TYPE, keyspace.name, name)
     return _changed(context, change)
 
@@ -640,4 +638,5 @@ def execute_ddl(statement: Statement, context: DdlContext) -> DdlOutcome:
     handler = DDL_HANDLERS.get(type(statement))
     if handler is None:
         raise InvalidRequest(f"not a schema statement: {type(statement).__name__}")
-    return handler(statement, context)
+    outcome = handler(statement, context)
+    return dataclasses.replace(outcome, migrations=tuple(context.migrations))

@@ -17,13 +17,21 @@ Rules:
   ``types`` and ``dropped_columns`` rows plus the table definitions the store keeps for its
   registered tables (exact, with ids and UDTs); a table the rows describe but the store lost (a
   crash between TRUNCATE's drop and re-registration) is rebuilt from its ``system_schema.tables``
-  and ``columns`` rows and registered again. The migration chain itself is not persisted: a
-  restarted node's chain starts again from the genesis version; the content digest
-  (``schema_digest``) is unchanged.
+  and ``columns`` rows and registered again.
+* The migration chain is durable too: each DDL writes its migrations to
+  ``system.schema_migrations`` (one partition, clustered by version) in the same store batch
+  as its ``system_schema`` rows. :func:`load_schema` follows the stored chain from the genesis
+  version, replays it (every chain and DDL rule checked) and keeps the replayed state when it
+  agrees with the rows, so a restarted node's chain version continues where it was. A store
+  without migrations (older data) loads from the rows alone, chain at genesis; a store whose
+  rows have moved past its chain (a cluster node merges peers' ``system_schema`` rows, which
+  carry no migrations) loads the rows' schema and keeps its chain, so later local DDL still
+  follows the stored chain version.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import uuid
@@ -48,10 +56,11 @@ from ringflow.cql._exec_common import (
 )
 from ringflow.cql._exec_ddl import build_table
 from ringflow.cql._parser import parse_statement
-from ringflow.errors import InternalError, InvalidRequest
+from ringflow.errors import AlreadyExists, InternalError, InvalidRequest
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import (
     CDC_LOG_SUFFIX,
+    GENESIS_VERSION,
     CdcOptions,
     ClusteringOrder,
     Column,
@@ -59,6 +68,7 @@ from ringflow.schema import (
     CqlType,
     DroppedColumn,
     Keyspace,
+    Migration,
     Mutation,
     SchemaError,
     SchemaState,
@@ -69,13 +79,17 @@ from ringflow.schema import (
     parse_type,
 )
 from ringflow.schema._system_rows import (
+    SCHEMA_MIGRATIONS_TABLE,
     CompactionFor,
+    decode_change,
     default_compaction,
     dropped_keyspace_mutations,
+    expand_user_types,
     parse_cdc_extension,
     system_schema_mutations,
 )
 from ringflow.schema._system_tables import (
+    SYSTEM_KEYSPACE_NAME,
     SYSTEM_KEYSPACES,
     SYSTEM_TABLES,
     system_table,
@@ -384,8 +398,92 @@ def _load_tables(
     return tables
 
 
+def load_migrations(store: Store, now_s: int) -> tuple[Migration, ...]:
+    """The migration chain ``system.schema_migrations`` holds, oldest first (followed from the
+    genesis version by ``previous_version``, not by time); SchemaError if the stored migrations
+    fork, leave a gap or cannot be decoded."""
+    table = system_table(SYSTEM_KEYSPACE_NAME, SCHEMA_MIGRATIONS_TABLE)
+    by_previous: dict[uuid.UUID, Migration] = {}
+    count = 0
+    for row in _all_rows(store, SYSTEM_KEYSPACE_NAME, SCHEMA_MIGRATIONS_TABLE, now_s):
+        version = _text_of(row, table, "version")
+        previous = _text_of(row, table, "previous_version")
+        change = _text_of(row, table, "change")
+        if not (
+            isinstance(version, uuid.UUID)
+            and isinstance(previous, uuid.UUID)
+            and isinstance(change, bytes)
+        ):
+            raise SchemaError(f"stored migration {version} is incomplete")
+        migration = Migration(version, previous, decode_change(change))
+        if previous in by_previous:
+            raise SchemaError(
+                f"stored migrations {by_previous[previous].version} and {version} both follow "
+                f"{previous}"
+            )
+        by_previous[previous] = migration
+        count += 1
+    chain: list[Migration] = []
+    current = GENESIS_VERSION
+    while current in by_previous:
+        chain.append(by_previous[current])
+        current = chain[-1].version
+    if len(chain) != count:
+        raise SchemaError(f"{count - len(chain)} stored migrations do not follow the chain")
+    return tuple(chain)
+
+
+def replay_migrations(migrations: Iterable[Migration]) -> SchemaState:
+    """The state ``migrations`` build from the empty schema, checking the chain and every DDL
+    rule as they were checked when first applied."""
+    state = SchemaState()
+    for migration in migrations:
+        state = state.apply(migration)
+    return state
+
+
+def _agrees(replayed: SchemaState, described: SchemaState) -> bool:
+    """True if the replayed chain built what the ``system_schema`` rows and the store's tables
+    describe (dropped columns compare with user types expanded, as the rows keep them)."""
+    if replayed.keyspaces != described.keyspaces or replayed.tables != described.tables:
+        return False
+    if replayed.dropped_columns.keys() != described.dropped_columns.keys():
+        return False
+    return all(
+        dropped.dropped_at_us == described.dropped_columns[key].dropped_at_us
+        and expand_user_types(dropped.type)
+        == expand_user_types(described.dropped_columns[key].type)
+        for key, dropped in replayed.dropped_columns.items()
+    )
+
+
 def load_schema(store: Store, now_s: int) -> SchemaState:
-    """The user schema a store holds (see the module docstring)."""
+    """The user schema a store holds (see the module docstring): the stored migration chain
+    replayed, checked against the ``system_schema`` rows; the rows alone for a store without
+    migrations; the rows with the stored chain when the rows have moved past it (schema
+    merged from a peer)."""
+    described = _described_schema(store, now_s)
+    try:
+        migrations = load_migrations(store, now_s)
+    except SchemaError as error:
+        _log.error("stored schema migrations are unusable, chain restarts: %s", error)
+        return described
+    if not migrations:
+        return described
+    try:
+        replayed = replay_migrations(migrations)
+    except (SchemaError, AlreadyExists) as error:
+        _log.info("stored migrations do not replay alone (%s): schema from system_schema", error)
+        replayed = None
+    if replayed is not None and _agrees(replayed, described):
+        return replayed
+    state = dataclasses.replace(described, migrations=migrations)
+    state.validate()
+    return state
+
+
+def _described_schema(store: Store, now_s: int) -> SchemaState:
+    """The user schema the ``system_schema`` rows and the store's tables describe."""
     keyspaces = _load_keyspaces(store, now_s)
     _load_types(store, keyspaces, now_s)
     tables = _load_tables(store, keyspaces, now_s)

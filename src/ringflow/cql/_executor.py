@@ -32,6 +32,7 @@ Rules:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -119,12 +120,14 @@ from ringflow.schema import (
     BIGINT,
     CDC_LOG_SUFFIX,
     Cell,
+    Migration,
     Mutation,
     SchemaAlreadyExists,
     SchemaState,
     Table,
     merge_mutations,
     schema_digest,
+    schema_migration_rows,
 )
 from ringflow.storage import Store, UnknownTable
 
@@ -608,13 +611,22 @@ class QueryProcessor:
             self._store.drop_table(table.keyspace, table.name)
             self._store.register_table(table)
         self._state = outcome.state
-        self._write_schema_rows(outcome.keyspaces, outcome.dropped_keyspaces)
+        self._write_schema_rows(outcome.keyspaces, outcome.dropped_keyspaces, outcome.migrations)
         for change in outcome.changes:
             self._invalidate_prepared(change)
             self._notify(change)
 
-    def _write_schema_rows(self, keyspaces: frozenset[str] | None, dropped: frozenset[str]) -> None:
-        if keyspaces is not None and not keyspaces and not dropped:
+    def _write_schema_rows(
+        self,
+        keyspaces: frozenset[str] | None,
+        dropped: frozenset[str],
+        migrations: Sequence[Migration] = (),
+    ) -> None:
+        """Rewrite the ``system_schema`` partitions of ``keyspaces`` (all if None) and
+        ``dropped``, and store ``migrations``: in one store batch while they fit in one (a
+        DDL's do); otherwise the migrations ride in the last chunk, so a stored migration
+        always has its rows."""
+        if keyspaces is not None and not keyspaces and not dropped and not migrations:
             return
         timestamp = self._timestamps.next()
         rows = dropped_keyspace_rows(sorted(dropped), timestamp)
@@ -622,9 +634,12 @@ class QueryProcessor:
             rows += schema_rows(
                 self._state, None if keyspaces is None else sorted(keyspaces), timestamp
             )
+        rows += schema_migration_rows(migrations, timestamp)
         chunk = self._store.limits.max_batch_mutations
-        for start in range(0, len(rows), chunk):
-            self._store.apply(rows[start : start + chunk], now_s=timestamp // 1_000_000)
+        starts = range(len(rows) - chunk, 0, -chunk)  # the last chunk is a full one
+        bounds = [0, *sorted(starts), len(rows)] if len(rows) > chunk else [0, len(rows)]
+        for start, end in itertools.pairwise(bounds):
+            self._store.apply(rows[start:end], now_s=timestamp // 1_000_000)
 
     def _invalidate_prepared(self, change: SchemaChange) -> None:
         if change.target is SchemaChangeTarget.TABLE:

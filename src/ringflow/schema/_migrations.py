@@ -4,8 +4,9 @@ Seed 004 (live schema updates) and cassandra-core.md §9 ("Old 0.7 design"): eve
 :class:`Migration` carrying its own version (a TimeUUID) and the version it follows. A
 :class:`SchemaState` applies a migration only if it is not applied already and follows the
 current version ("Previous version mismatch. cannot apply."), then checks the change's own rules
-(keyspace exists, table does not, column exists, key columns cannot be dropped, ...). A node's
-chain version is the last applied migration's version; the content digest that 4.x nodes gossip is
+(keyspace exists, table does not, column exists, key columns cannot be dropped, a user type in
+use by a table or another type cannot be dropped, ...). A node's chain version is the last
+applied migration's version; the content digest that 4.x nodes gossip is
 :func:`ringflow.schema.schema_digest`. Rectification (announce / push) compares chains:
 :func:`missing_migrations`, :func:`answer_announce`, :func:`receive_push`.
 
@@ -74,6 +75,24 @@ class SchemaAlreadyExists(AlreadyExists):
         self.table = table
 
 
+class UserTypeAlreadyExists(SchemaAlreadyExists):
+    """CREATE TYPE of a type the keyspace has already (the type's name rides in ``table``)."""
+
+    def __init__(self, keyspace: str, name: str) -> None:
+        super().__init__(keyspace, name)
+        self.args = (f"cannot create type {keyspace}.{name}: it already exists",)
+
+
+class UserTypeInUse(SchemaError):
+    """DROP TYPE of a type a table's column or another user type still uses."""
+
+    def __init__(self, keyspace: str, name: str, user: str) -> None:
+        super().__init__(f"cannot drop type {keyspace}.{name}: it is still used by {user}")
+        self.keyspace = keyspace
+        self.name = name
+        self.user = user
+
+
 # --- the changes ------------------------------------------------------------------------------
 
 
@@ -125,9 +144,43 @@ class AlterTableOptions:
     options: TableOptions
 
 
+@dataclass(frozen=True, slots=True)
+class AlterKeyspace:
+    """``ALTER KEYSPACE ... WITH``: the keyspace's complete new replication map and
+    durable_writes (its user types stay)."""
+
+    name: str
+    replication: Mapping[str, str]
+    durable_writes: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replication", MappingProxyType(dict(self.replication)))
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.replication.items())), self.durable_writes))
+
+
+@dataclass(frozen=True, slots=True)
+class CreateType:
+    """``CREATE TYPE``: a user type of ``user_type.keyspace``."""
+
+    user_type: UserType
+
+
+@dataclass(frozen=True, slots=True)
+class DropType:
+    """``DROP TYPE``: a user type no table or other type uses."""
+
+    keyspace: str
+    name: str
+
+
 SchemaChange = (
     CreateKeyspace
+    | AlterKeyspace
     | DropKeyspace
+    | CreateType
+    | DropType
     | CreateTable
     | DropTable
     | AddColumn
@@ -371,8 +424,61 @@ def _alter_table_options(state: SchemaState, migration: Migration) -> SchemaStat
     return _with_table(state, dataclasses.replace(table, options=change.options))
 
 
+def _alter_keyspace(state: SchemaState, migration: Migration) -> SchemaState:
+    change = _change(migration, AlterKeyspace)
+    keyspace = state.keyspace(change.name)
+    altered = Keyspace(
+        keyspace.name, dict(change.replication), change.durable_writes, keyspace.user_types
+    )
+    return dataclasses.replace(state, keyspaces={**state.keyspaces, keyspace.name: altered})
+
+
+def _create_type(state: SchemaState, migration: Migration) -> SchemaState:
+    user_type = _change(migration, CreateType).user_type
+    keyspace = state.keyspace(user_type.keyspace)
+    if user_type.name in keyspace.user_types:
+        raise UserTypeAlreadyExists(keyspace.name, user_type.name)
+    for field_name, field_type in zip(user_type.field_names, user_type.field_types, strict=True):
+        for used in _user_types_in(field_type):
+            known = keyspace.user_types.get(used.name)
+            if used.keyspace != keyspace.name or known is None:
+                raise SchemaError(
+                    f"type {keyspace.name}.{user_type.name}: field {field_name!r} uses type "
+                    f"{used.keyspace}.{used.name}, unknown in keyspace {keyspace.name}"
+                )
+    user_types = {**keyspace.user_types, user_type.name: user_type}
+    altered = dataclasses.replace(keyspace, user_types=user_types)
+    return dataclasses.replace(state, keyspaces={**state.keyspaces, keyspace.name: altered})
+
+
+def _drop_type(state: SchemaState, migration: Migration) -> SchemaState:
+    change = _change(migration, DropType)
+    keyspace = state.keyspace(change.keyspace)
+    if change.name not in keyspace.user_types:
+        raise SchemaError(f"cannot drop type {keyspace.name}.{change.name}: it does not exist")
+    for table in state.tables_of(keyspace.name):
+        for column in table.columns:
+            if _uses_user_type(column.type, keyspace.name, change.name):
+                raise UserTypeInUse(keyspace.name, change.name, f"table {table.name}")
+    for other in keyspace.user_types.values():
+        if other.name != change.name and any(
+            _uses_user_type(t, keyspace.name, change.name) for t in other.field_types
+        ):
+            raise UserTypeInUse(keyspace.name, change.name, f"type {other.name}")
+    user_types = {k: v for k, v in keyspace.user_types.items() if k != change.name}
+    altered = dataclasses.replace(keyspace, user_types=user_types)
+    return dataclasses.replace(state, keyspaces={**state.keyspaces, keyspace.name: altered})
+
+
+def _uses_user_type(cql_type: CqlType, keyspace: str, name: str) -> bool:
+    return any((t.keyspace, t.name) == (keyspace, name) for t in _user_types_in(cql_type))
+
+
 _HANDLERS: Mapping[type, Callable[[SchemaState, Migration], SchemaState]] = {
     CreateKeyspace: _create_keyspace,
+    AlterKeyspace: _alter_keyspace,
+    CreateType: _create_type,
+    DropType: _drop_type,
     DropKeyspace: _drop_keyspace,
     CreateTable: _create_table,
     DropTable: _drop_table,

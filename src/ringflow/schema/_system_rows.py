@@ -39,10 +39,27 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import msgpack
 
 from ringflow.schema._codec import cells_from_collection_value, encode_clustering, serialize
 from ringflow.schema._errors import SchemaError
-from ringflow.schema._migrations import SchemaState
+from ringflow.schema._migrations import (
+    AddColumn,
+    AlterKeyspace,
+    AlterTableOptions,
+    CreateKeyspace,
+    CreateTable,
+    CreateType,
+    DropColumn,
+    DropKeyspace,
+    DropTable,
+    DropType,
+    Migration,
+    SchemaState,
+)
+from ringflow.schema._migrations import SchemaChange as MigrationChange
 from ringflow.schema._mutation import Cell, ComplexColumn, DeletionTime, LivenessInfo, Mutation, Row
 from ringflow.schema._system_tables import (
     SYSTEM_KEYSPACE_NAME,
@@ -52,8 +69,25 @@ from ringflow.schema._system_tables import (
     SYSTEM_TABLES,
     system_table,
 )
-from ringflow.schema._table import CDC_LOG_SUFFIX, CdcOptions, Column, ColumnKind, Keyspace, Table
-from ringflow.schema._types import CqlType, ListType, MapType, SetType, TupleType, UserType
+from ringflow.schema._table import (
+    CDC_LOG_SUFFIX,
+    CdcOptions,
+    ClusteringOrder,
+    Column,
+    ColumnKind,
+    Keyspace,
+    Table,
+    TableOptions,
+)
+from ringflow.schema._types import (
+    CqlType,
+    ListType,
+    MapType,
+    NativeType,
+    SetType,
+    TupleType,
+    UserType,
+)
 
 RELEASE_VERSION = "3.0.8"
 """What ringflow reports as its Cassandra release: Scylla's value (see the module docstring)."""
@@ -477,3 +511,210 @@ def parse_cdc_extension(data: bytes) -> dict[str, str]:
     if position != len(data):
         raise SchemaError(f"malformed cdc extension: trailing bytes in {data!r}")
     return entries
+
+
+# --- system.schema_migrations ----------------------------------------------------------------
+
+SCHEMA_MIGRATIONS_TABLE = "schema_migrations"
+SCHEMA_MIGRATIONS_KEY = "migrations"
+"""The one partition of ``system.schema_migrations``: every migration, clustered by version."""
+
+MIGRATION_CHANGE_ENCODING_VERSION = 1
+"""The first byte of a stored change: ``0x01`` then a msgpack ``[kind, fields...]`` array."""
+
+
+class MigrationDecodeError(SchemaError):
+    """A stored migration change that cannot be read back."""
+
+
+def schema_migration_rows(migrations: Sequence[Migration], timestamp_us: int) -> list[Mutation]:
+    """The ``system.schema_migrations`` rows of ``migrations`` (none if there are none)."""
+    if not migrations:
+        return []
+    rows = [
+        {
+            "key": SCHEMA_MIGRATIONS_KEY,
+            "version": migration.version,
+            "previous_version": migration.previous_version,
+            "change": encode_change(migration.change),
+        }
+        for migration in migrations
+    ]
+    return [table_mutation(_system(SCHEMA_MIGRATIONS_TABLE), rows, timestamp_us)]
+
+
+def encode_change(change: MigrationChange) -> bytes:
+    """The versioned binary form of a schema change (inverse: :func:`decode_change`)."""
+    body: list[object]
+    if isinstance(change, CreateKeyspace):
+        body = ["create_keyspace", _keyspace_body(change.keyspace)]
+    elif isinstance(change, AlterKeyspace):
+        body = ["alter_keyspace", change.name, dict(change.replication), change.durable_writes]
+    elif isinstance(change, DropKeyspace):
+        body = ["drop_keyspace", change.name]
+    elif isinstance(change, CreateType):
+        body = ["create_type", _type_body(change.user_type)]
+    elif isinstance(change, DropType):
+        body = ["drop_type", change.keyspace, change.name]
+    elif isinstance(change, CreateTable):
+        body = ["create_table", _table_body(change.table)]
+    elif isinstance(change, DropTable):
+        body = ["drop_table", change.keyspace, change.name]
+    elif isinstance(change, AddColumn):
+        body = ["add_column", change.keyspace, change.table, _column_body(change.column)]
+    elif isinstance(change, DropColumn):
+        body = ["drop_column", change.keyspace, change.table, change.name]
+    elif isinstance(change, AlterTableOptions):
+        body = ["alter_table_options", change.keyspace, change.table, _options_body(change.options)]
+    else:
+        raise SchemaError(f"no stored form for schema change {change!r}")
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return bytes([MIGRATION_CHANGE_ENCODING_VERSION]) + packed
+
+
+def decode_change(data: bytes) -> MigrationChange:
+    """The schema change :func:`encode_change` wrote; MigrationDecodeError if unreadable."""
+    if not data or data[0] != MIGRATION_CHANGE_ENCODING_VERSION:
+        version = data[0] if data else None
+        raise MigrationDecodeError(f"stored schema change: unknown encoding version {version!r}")
+    try:
+        kind, *fields = msgpack.unpackb(data[1:], raw=False, use_list=True)
+        return _decode_change(str(kind), fields)
+    except MigrationDecodeError:
+        raise
+    except (ValueError, TypeError, KeyError, SchemaError, msgpack.UnpackException) as error:
+        raise MigrationDecodeError(f"stored schema change is unreadable: {error}") from None
+
+
+def _decode_change(kind: str, fields: list[Any]) -> MigrationChange:
+    if kind == "create_keyspace":
+        return CreateKeyspace(_keyspace_from(fields[0]))
+    if kind == "alter_keyspace":
+        return AlterKeyspace(str(fields[0]), dict(fields[1]), bool(fields[2]))
+    if kind == "drop_keyspace":
+        return DropKeyspace(str(fields[0]))
+    if kind == "create_type":
+        user_type = _type_from(fields[0])
+        if not isinstance(user_type, UserType):
+            raise MigrationDecodeError("stored CREATE TYPE holds no user type")
+        return CreateType(user_type)
+    if kind == "drop_type":
+        return DropType(str(fields[0]), str(fields[1]))
+    if kind == "create_table":
+        return CreateTable(_table_from(fields[0]))
+    if kind == "drop_table":
+        return DropTable(str(fields[0]), str(fields[1]))
+    if kind == "add_column":
+        return AddColumn(str(fields[0]), str(fields[1]), _column_from(fields[2]))
+    if kind == "drop_column":
+        return DropColumn(str(fields[0]), str(fields[1]), str(fields[2]))
+    if kind == "alter_table_options":
+        return AlterTableOptions(str(fields[0]), str(fields[1]), _options_from(fields[2]))
+    raise MigrationDecodeError(f"stored schema change of unknown kind {kind!r}")
+
+
+def _type_body(cql_type: CqlType) -> object:
+    if isinstance(cql_type, NativeType):
+        return cql_type.name
+    if isinstance(cql_type, ListType | SetType):
+        kind = "list" if isinstance(cql_type, ListType) else "set"
+        return [kind, cql_type.frozen, _type_body(cql_type.element)]
+    if isinstance(cql_type, MapType):
+        return ["map", cql_type.frozen, _type_body(cql_type.key), _type_body(cql_type.value)]
+    if isinstance(cql_type, TupleType):
+        return ["tuple", [_type_body(element) for element in cql_type.elements]]
+    if isinstance(cql_type, UserType):
+        types = [_type_body(t) for t in cql_type.field_types]
+        return [
+            "udt",
+            cql_type.frozen,
+            cql_type.keyspace,
+            cql_type.name,
+            list(cql_type.field_names),
+            types,
+        ]
+    raise SchemaError(f"no stored form for type {cql_type!r}")
+
+
+def _type_from(data: Any) -> CqlType:
+    if isinstance(data, str):
+        return NativeType(data)
+    kind = data[0]
+    if kind == "list":
+        return ListType(_type_from(data[2]), bool(data[1]))
+    if kind == "set":
+        return SetType(_type_from(data[2]), bool(data[1]))
+    if kind == "map":
+        return MapType(_type_from(data[2]), _type_from(data[3]), bool(data[1]))
+    if kind == "tuple":
+        return TupleType(tuple(_type_from(element) for element in data[1]))
+    if kind == "udt":
+        types = tuple(_type_from(t) for t in data[5])
+        return UserType(str(data[2]), str(data[3]), tuple(data[4]), types, bool(data[1]))
+    raise MigrationDecodeError(f"stored type of unknown kind {kind!r}")
+
+
+def _keyspace_body(keyspace: Keyspace) -> object:
+    types = [_type_body(keyspace.user_types[name]) for name in sorted(keyspace.user_types)]
+    return [keyspace.name, dict(keyspace.replication), keyspace.durable_writes, types]
+
+
+def _keyspace_from(data: Any) -> Keyspace:
+    user_types = {}
+    for body in data[3]:
+        user_type = _type_from(body)
+        if not isinstance(user_type, UserType):
+            raise MigrationDecodeError("stored keyspace holds a user type that is not one")
+        user_types[user_type.name] = user_type
+    return Keyspace(str(data[0]), dict(data[1]), bool(data[2]), user_types)
+
+
+def _column_body(column: Column) -> object:
+    return [
+        column.name,
+        _type_body(column.type),
+        column.kind.value,
+        column.position,
+        column.order.value,
+    ]
+
+
+def _column_from(data: Any) -> Column:
+    name, type_body, kind, position, order = data
+    return Column(
+        str(name), _type_from(type_body), ColumnKind(kind), int(position), ClusteringOrder(order)
+    )
+
+
+def _options_body(options: TableOptions) -> object:
+    return [
+        dict(options.cdc.to_map()),
+        options.default_time_to_live_s,
+        options.gc_grace_seconds,
+        options.comment,
+    ]
+
+
+def _options_from(data: Any) -> TableOptions:
+    return TableOptions(CdcOptions.from_map(data[0]), int(data[1]), int(data[2]), str(data[3]))
+
+
+def _table_body(table: Table) -> object:
+    return [
+        table.keyspace,
+        table.name,
+        table.id.bytes,
+        [_column_body(column) for column in table.columns],
+        _options_body(table.options),
+    ]
+
+
+def _table_from(data: Any) -> Table:
+    keyspace, name, table_id, columns, options = data
+    return Table(
+        str(keyspace),
+        str(name),
+        tuple(_column_from(column) for column in columns),
+        _options_from(options),
+        uuid.UUID(bytes=bytes(table_id)),
+    )

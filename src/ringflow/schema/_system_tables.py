@@ -1,6 +1,7 @@
 """The system keyspaces' table definitions: the exact schemas drivers, cqlsh and CDC clients read.
 
-Owns the shape of ``system`` (``local``, ``peers``, ``cdc_local``) and ``system_schema``
+Owns the shape of ``system`` (``local``, ``peers``, ``cdc_local``, and ringflow's own
+``schema_migrations``: the migration chain, one partition ordered by version) and ``system_schema``
 (``keyspaces``, ``scylla_keyspaces``, ``tables``, ``columns``, ``dropped_columns``, ``types``,
 ``functions``, ``aggregates``, ``views``, ``indexes``, ``triggers``) as Scylla defines them
 (``db/system_keyspace.cc`` ``local()``/``peers()``, ``db/schema_tables.cc`` ``v3::*``), which is
@@ -144,6 +145,15 @@ _SPECS: tuple[_TableSpec, ...] = (
         (),
         (("streams_timestamp", "timestamp"), ("uuid", "uuid")),
         "CDC-specific information that the local node stores",
+        _LOCAL_GC,
+    ),
+    _TableSpec(
+        _S,
+        "schema_migrations",
+        (("key", "text"),),
+        (("version", "timeuuid"),),
+        (("change", "blob"), ("previous_version", "timeuuid")),
+        "the schema migrations this node applied (ringflow)",
         _LOCAL_GC,
     ),
     _TableSpec(

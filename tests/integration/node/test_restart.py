@@ -30,6 +30,12 @@ def _snapshot(session: Session) -> dict[str, object]:
         "generations": [row.time for row in generations],
         "base": sorted(tuple(row) for row in session.execute("SELECT * FROM crash.t")),
         "log": session.execute("SELECT count(*) FROM crash.t_scylla_cdc_log").one()[0],
+        "migrations": [
+            row.version
+            for row in session.execute(
+                "SELECT version FROM system.schema_migrations WHERE key = 'migrations'"
+            )
+        ],
     }
 
 
@@ -73,6 +79,7 @@ def test_acknowledged_writes_schema_and_identity_survive_kill_9(tmp_path: Path) 
     finally:
         first.kill()
     assert before["log"] == ROWS + 1
+    assert len(before["migrations"]) == 3  # type: ignore[arg-type]  # keyspace, table, CDC log
     assert len(before["base"]) == ROWS  # type: ignore[arg-type]
 
     second = NodeProcess(data, address).start()

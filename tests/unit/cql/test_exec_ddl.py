@@ -394,3 +394,54 @@ def test_a_table_lost_by_the_store_is_rebuilt_from_system_schema(node: ExecNode)
     assert node.processor.schema.tables[("ks", "t")] == before
     assert node.store.table("ks", "t") == before
     node.processor.validate()
+
+
+def test_the_migration_chain_survives_a_restart(node: ExecNode) -> None:
+    versions = [node.processor.schema.version]
+
+    def step(statement: str) -> None:
+        node.ok(statement)
+        assert node.processor.schema.version != versions[-1], statement
+        versions.append(node.processor.schema.version)
+
+    step("ALTER KEYSPACE ks WITH durable_writes = false")
+    step("CREATE TYPE addr (street text, zip int)")
+    step("CREATE TYPE gone (x int)")
+    step("DROP TYPE gone")
+    step("CREATE TABLE t (k int PRIMARY KEY, a frozen<addr>, v int) WITH cdc = {'enabled': true}")
+    step("ALTER TABLE t DROP v")
+    step("ALTER TABLE t ADD w text")
+    step("CREATE TABLE u (k int PRIMARY KEY)")
+    step("DROP TABLE u")
+    assert node.error("DROP TYPE addr").code == ErrorCode.INVALID
+    before, digest = node.processor.schema, node.processor.schema_version
+    assert len(before.migrations) > len(versions) - 1  # the CDC log's own migrations too
+    node.restart()
+    assert node.processor.schema == before
+    assert node.processor.schema.chain == before.chain
+    assert node.processor.schema_version == digest
+    node.processor.validate()
+    node.ok("USE ks")
+    node.ok("CREATE TABLE after (k int PRIMARY KEY)")
+    assert node.processor.schema.migrations[-1].previous_version == before.version
+    again = node.processor.schema
+    node.restart()
+    assert node.processor.schema == again
+    assert node.processor.reload_schema() is False
+
+
+def test_a_store_without_migrations_loads_from_system_schema(node: ExecNode) -> None:
+    node.ok("CREATE TYPE addr (street text, zip int)")
+    node.ok("CREATE TABLE t (k int PRIMARY KEY, a frozen<addr>)")
+    before, digest = node.processor.schema, node.processor.schema_version
+    node.store.drop_table("system", "schema_migrations")  # a store written before migrations
+    node.restart()
+    after = node.processor.schema
+    assert after.migrations == ()
+    assert (after.keyspaces, after.tables) == (before.keyspaces, before.tables)
+    assert node.processor.schema_version == digest
+    node.ok("USE ks")
+    node.ok("DROP TABLE t")
+    node.restart()
+    assert len(node.processor.schema.migrations) == 1
+    assert ("ks", "t") not in node.processor.schema.tables

@@ -3,6 +3,7 @@ rectification by announce / push."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import uuid
@@ -19,6 +20,7 @@ from ringflow.schema import (
     INT,
     TEXT,
     AddColumn,
+    AlterKeyspace,
     AlterTableOptions,
     CdcOptions,
     ClusteringOrder,
@@ -27,14 +29,17 @@ from ringflow.schema import (
     CqlType,
     CreateKeyspace,
     CreateTable,
+    CreateType,
     DropColumn,
     DropKeyspace,
     DroppedColumn,
     DropTable,
+    DropType,
     Keyspace,
     MapType,
     Migration,
     MigrationAlreadyApplied,
+    MigrationDecodeError,
     MigrationOutOfOrder,
     RectifyAction,
     SchemaAlreadyExists,
@@ -44,7 +49,11 @@ from ringflow.schema import (
     Table,
     TableOptions,
     UserType,
+    UserTypeAlreadyExists,
+    UserTypeInUse,
     answer_announce,
+    decode_change,
+    encode_change,
     missing_migrations,
     name_uuid_from_bytes,
     receive_push,
@@ -534,3 +543,92 @@ def test_replaying_a_chain_rebuilds_the_same_schema(changes: list[SchemaChange])
     assert replayed.discarded == ()
     assert replayed.state == state
     assert schema_digest(replayed.state) == schema_digest(state)
+
+
+# --- ALTER KEYSPACE, CREATE TYPE, DROP TYPE -----------------------------------------------------
+
+ADDRESS = UserType("ks", "address", ("street", "zip"), (TEXT, INT))
+
+
+def test_alter_keyspace_replaces_replication_and_keeps_user_types() -> None:
+    state = build(CreateType(ADDRESS), state=BASE)
+    before = schema_digest(state)
+    nts = {"class": "NetworkTopologyStrategy", "dc1": "3"}
+    altered = apply_next(state, AlterKeyspace("ks", nts, False))
+    assert dict(altered.keyspaces["ks"].replication) == nts
+    assert altered.keyspaces["ks"].durable_writes is False
+    assert altered.keyspaces["ks"].user_types == {"address": ADDRESS}
+    assert altered.tables == state.tables
+    assert altered.version != state.version
+    assert schema_digest(altered) != before
+    with pytest.raises(SchemaError, match="does not exist"):
+        apply_next(state, AlterKeyspace("nope", nts), tick=7)
+    assert AlterKeyspace("ks", nts) == AlterKeyspace("ks", dict(nts))
+    assert hash(AlterKeyspace("ks", nts)) == hash(AlterKeyspace("ks", dict(nts)))
+
+
+def test_create_type_rules() -> None:
+    state = apply_next(BASE, CreateType(ADDRESS))
+    assert state.keyspaces["ks"].user_types == {"address": ADDRESS}
+    assert state.version == state.migrations[-1].version
+    assert schema_digest(state) != schema_digest(BASE)
+    with pytest.raises(UserTypeAlreadyExists) as existing:
+        apply_next(state, CreateType(ADDRESS), tick=5)
+    assert isinstance(existing.value, AlreadyExists)
+    assert (existing.value.keyspace, existing.value.table) == ("ks", "address")
+    with pytest.raises(SchemaError, match="does not exist"):
+        apply_next(state, CreateType(UserType("nope", "x", ("a",), (INT,))), tick=7)
+    nested = UserType("ks", "person", ("name", "home"), (TEXT, ADDRESS.frozen_form()))
+    with pytest.raises(SchemaError, match="unknown in keyspace ks"):
+        apply_next(BASE, CreateType(nested))
+    with_person = apply_next(state, CreateType(nested), tick=6)
+    assert set(with_person.keyspaces["ks"].user_types) == {"address", "person"}
+
+
+def test_drop_type_rules() -> None:
+    nested = UserType("ks", "person", ("name", "home"), (TEXT, ADDRESS.frozen_form()))
+    state = build(CreateType(ADDRESS), CreateType(nested), state=BASE)
+    with pytest.raises(SchemaError, match="does not exist"):
+        apply_next(state, DropType("ks", "nope"), tick=3)
+    with pytest.raises(SchemaError, match="does not exist"):
+        apply_next(state, DropType("nope", "address"), tick=4)
+    with pytest.raises(UserTypeInUse, match="type person") as by_type:
+        apply_next(state, DropType("ks", "address"), tick=5)
+    assert (by_type.value.keyspace, by_type.value.name) == ("ks", "address")
+    used = apply_next(state, AddColumn("ks", "t", regular("who", nested.frozen_form())), tick=1)
+    with pytest.raises(UserTypeInUse, match="table t"):
+        apply_next(used, DropType("ks", "person"), tick=2)
+    dropped = build(DropType("ks", "person"), DropType("ks", "address"), state=state)
+    assert dropped.keyspaces["ks"].user_types == {}
+    assert schema_digest(dropped) == schema_digest(BASE)
+    assert dropped.version != BASE.version
+
+
+def test_every_change_round_trips_through_its_stored_form() -> None:
+    cdc_table = dataclasses.replace(
+        table(v_type=ADDRESS, name="u", id_number=2),
+        options=TableOptions(CdcOptions(enabled=True, postimage=True), 7, 8, "c"),
+    )
+    changes: list[SchemaChange] = [
+        CreateKeyspace(keyspace(user_types={"address": ADDRESS})),
+        AlterKeyspace("ks", {"class": "NetworkTopologyStrategy", "dc1": "3"}, False),
+        DropKeyspace("ks"),
+        CreateType(UserType("ks", "p", ("a", "l"), (ADDRESS.frozen_form(), MapType(TEXT, INT)))),
+        DropType("ks", "p"),
+        CreateTable(table(order=ClusteringOrder.DESC)),
+        CreateTable(cdc_table),
+        DropTable("ks", "t"),
+        AddColumn("ks", "t", Column("st", INT, ColumnKind.STATIC)),
+        DropColumn("ks", "t", "v"),
+        AlterTableOptions("ks", "t", TableOptions(CdcOptions(enabled=True), 1, 2, "x")),
+    ]
+    for change in changes:
+        encoded = encode_change(change)
+        assert encoded[0] == 1
+        assert decode_change(encoded) == change
+    with pytest.raises(MigrationDecodeError):
+        decode_change(b"\x02" + encode_change(DropKeyspace("ks"))[1:])
+    with pytest.raises(MigrationDecodeError):
+        decode_change(b"\x01\xc1")
+    with pytest.raises(MigrationDecodeError):
+        decode_change(b"")

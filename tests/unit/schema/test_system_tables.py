@@ -258,7 +258,12 @@ def test_system_keyspaces_are_local_and_the_ones_kept_out_of_the_digest() -> Non
         assert keyspace.durable_writes
         assert is_system_keyspace(keyspace.name)
     assert not is_system_keyspace("shop")
-    assert [table.name for table in system_tables_of("system")] == ["cdc_local", "local", "peers"]
+    assert [table.name for table in system_tables_of("system")] == [
+        "cdc_local",
+        "local",
+        "peers",
+        "schema_migrations",
+    ]
     assert set(SYSTEM_SCHEMA_TABLE_NAMES) == {t.name for t in system_tables_of("system_schema")}
 
 
