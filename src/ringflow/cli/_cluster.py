@@ -39,7 +39,14 @@ from ringflow.node import (
     prepare_data_dir,
     save_record,
 )
-from ringflow.ring import Host, TokenMetadata, allocate_balanced, allocate_random
+from ringflow.ring import (
+    Host,
+    TokenMetadata,
+    allocate_balanced,
+    allocate_random,
+    ownership_report,
+    replication_strategy,
+)
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -73,6 +80,10 @@ def register(subcommands: Subcommands) -> None:
     ):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("--data", required=True, type=Path)
+        if name == "status":
+            sub.add_argument(
+                "--rf", type=int, default=3, help="replicas per DC for the effective ownership"
+            )
         sub.set_defaults(handler=handler)
     for name, handler, text in (
         ("kill", run_node_kill, "SIGKILL one node (a crash)"),
@@ -315,28 +326,49 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_status(data: Path, layout: dict[str, object]) -> str:
+def effective_ownership(layout: dict[str, object], rf: int) -> dict[str, float]:
+    """Each node's effective ownership (fraction of the ring it replicates) for a keyspace with
+    ``rf`` replicas in every DC (NetworkTopologyStrategy), as ``nodetool status <keyspace>``."""
+    tokens_by_host = {}
+    for node in _nodes(layout):
+        tokens = node["tokens"]
+        host = Host(
+            uuid.UUID(str(node["host_id"])),
+            str(node["address"]),
+            str(node["dc"]),
+            str(node["rack"]),
+        )
+        tokens_by_host[host] = [int(t) for t in tokens] if isinstance(tokens, list) else []
+    metadata = TokenMetadata(tokens_by_host)
+    options = {"class": "NetworkTopologyStrategy"}
+    options.update({dc: str(rf) for dc in metadata.datacenters()})
+    report = ownership_report(metadata, replication_strategy(options))
+    return {row.host.endpoint: row.effective_ownership for row in report.rows}
+
+
+def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
     """A nodetool-status-like table, from the first running node's view."""
     statuses = [s for s in _statuses(data, layout) if s is not None]
     lines = [
-        "Address    State Load(B)    Tokens Owns  Host ID                              Rack"
-        "   Schema                               CDC generation"
+        f"Address    State Load(B)    Tokens Owns (effective, RF {rf} per DC)  Host ID"
+        "                              Rack   Schema                               CDC generation"
     ]
     if not statuses:
         return "no node is running"
     view = statuses[0]
     loads = {s["address"]: s["load_bytes"] for s in statuses}
     nodes = view["nodes"]
-    assert isinstance(nodes, list)
-    total_tokens = sum(int(n["tokens"]) for n in nodes) or 1
+    if not isinstance(nodes, list):
+        raise ConfigurationError(f"malformed status document in {data}")
+    owns = effective_ownership(layout, rf)
     for node in _nodes(layout):
         seen = next((n for n in nodes if n["address"] == node["address"]), None)
         state = "DN" if seen is None else seen["state"]
         tokens = len(node["tokens"]) if isinstance(node["tokens"], list) else 0
-        owns = f"{100 * tokens / total_tokens:.0f}%"
+        share = f"{100 * owns.get(str(node['address']), 0.0):.1f}%"
         lines.append(
             f"{node['address']:<10} {state:<5} {loads.get(node['address'], '?')!s:<10} "
-            f"{tokens:<6} {owns:<5} {node['host_id']} {node['rack']:<6} "
+            f"{tokens:<6} {share:<33} {node['host_id']} {node['rack']:<6} "
             f"{None if seen is None else seen['schema_version']} "
             f"{None if seen is None else seen['cdc_generation']}"
         )
@@ -344,7 +376,7 @@ def format_status(data: Path, layout: dict[str, object]) -> str:
 
 
 def run_cluster_status(arguments: argparse.Namespace) -> int:
-    print(format_status(arguments.data, _load_layout(arguments.data)), flush=True)
+    print(format_status(arguments.data, _load_layout(arguments.data), arguments.rf), flush=True)
     return EXIT_OK
 
 
