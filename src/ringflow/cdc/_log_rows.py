@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from ringflow.cdc._log_images import (
     ImageState,
@@ -470,9 +471,54 @@ def _build(
 _FIRST_ROW = int32(0)
 
 
+class DeltaRow(NamedTuple):
+    """The one log row of the most common write without images (see :func:`_single_row_delta`),
+    before it becomes a ``Mutation``: every cell of it has ``timestamp_us``, ``ttl_s`` and
+    ``local_deletion_time_s`` and no path, in ``values`` order; no marker, no deletion."""
+
+    stream_id: bytes
+    clustering: tuple[bytes, bytes]
+    """``(cdc$time, cdc$batch_seq_no)``."""
+    values: dict[str, bytes]
+    timestamp_us: int
+    ttl_s: int
+    local_deletion_time_s: int
+
+
+def single_row_delta(
+    base: Table, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
+) -> DeltaRow | None:
+    """The log of ``mutation`` as one :class:`DeltaRow` when :func:`build_log_mutations` without
+    images would give one mutation of that one row (the same values, order and cells), else
+    None (then call :func:`build_log_mutations`). For a store that packs the row itself."""
+    _check_enabled(base)
+    _check_log(base, log)
+    plan = base_plan(base)
+    if plan.images:
+        return None
+    return _single_row_delta_row(plan, log, mutation, capture, now_s)
+
+
 def _single_row_delta(
     plan: BasePlan, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
 ) -> list[Mutation] | None:
+    """The log of the most common write without images as a mutation, or None (see
+    :func:`_single_row_delta_row`)."""
+    delta = _single_row_delta_row(plan, log, mutation, capture, now_s)
+    if delta is None:
+        return None
+    ts, ttl, deletion_time = delta.timestamp_us, delta.ttl_s, delta.local_deletion_time_s
+    cell_of = Cell._unchecked
+    log_cells: dict[str, ColumnData] = {
+        name: cell_of(ts, value, ttl, deletion_time) for name, value in delta.values.items()
+    }
+    log_row = Row._owning(delta.clustering, None, None, log_cells)
+    return [Mutation(log.keyspace, log.name, (delta.stream_id,), rows=(log_row,))]
+
+
+def _single_row_delta_row(
+    plan: BasePlan, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
+) -> DeltaRow | None:
     """The log of the most common write without images, or None for anything else.
 
     The write: one clustered row upserting simple cells of regular columns (and maybe a row
@@ -532,10 +578,5 @@ def _single_row_delta(
         return None  # _build names the missing column
     log_ttl_s = plan.ttl_s
     ttl, deletion_time = (log_ttl_s, now_s + log_ttl_s) if log_ttl_s > 0 else (0, NO_DELETION_TIME)
-    cell_of = Cell._unchecked
-    log_cells: dict[str, ColumnData] = {
-        name: cell_of(timestamp_us, value, ttl, deletion_time) for name, value in values.items()
-    }
     time = timeuuid_bytes(timestamp_us, capture.timeuuid_low_bits)
-    log_row = Row._owning((time, _FIRST_ROW), None, None, log_cells)
-    return [Mutation(log.keyspace, log.name, (capture.stream_id,), rows=(log_row,))]
+    return DeltaRow(capture.stream_id, (time, _FIRST_ROW), values, timestamp_us, ttl, deletion_time)

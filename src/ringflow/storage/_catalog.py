@@ -10,13 +10,23 @@ rows are stored packed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ringflow.schema import TIMEUUID, Column, CqlType, ListType, MapType, SetType, Table
+from ringflow.schema import (
+    TIMEUUID,
+    ClusteringOrder,
+    Column,
+    CqlType,
+    ListType,
+    MapType,
+    SetType,
+    Table,
+)
 from ringflow.schema._codec import clustering_encoder, codec_for
-from ringflow.storage._keys import ClusteringEncoder
+from ringflow.schema._comparable import NEXT_COMPONENT
+from ringflow.storage._keys import CLUSTERED_TAG, ClusteringEncoder, row_key
 
 PathOrder = Callable[[bytes], bytes]
 """Sort key of an element path: its byte-comparable form in the collection's order."""
@@ -44,6 +54,24 @@ def _path_order(cql_type: CqlType) -> PathOrder:
     return order
 
 
+def _trusted_row_key(table: Table, encode: ClusteringEncoder) -> Callable[[Sequence[bytes]], bytes]:
+    """``row_key(encode, clustering)`` for a full clustering the store built itself (its CDC
+    log rows): for the log tables' two ascending columns, the components' comparable forms
+    joined without the generic encoder's per-component loop; the same bytes. Raises on a bad
+    value like the encoder does, though not necessarily the same error."""
+    columns = table.clustering_columns
+    if len(columns) != 2 or any(c.order is not ClusteringOrder.ASC for c in columns):
+        return lambda clustering: row_key(encode, clustering)
+    first, second = (codec_for(column.type).comparable for column in columns)
+    head = CLUSTERED_TAG + NEXT_COMPONENT
+
+    def key(clustering: Sequence[bytes]) -> bytes:
+        one, two = clustering
+        return head + first(one) + NEXT_COMPONENT + second(two)
+
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
     """A registered table as the store sees it. Build with :meth:`of`."""
@@ -60,6 +88,8 @@ class TableInfo:
     clustering_arity: int
     packed_rows: bool = False
     """Rows are written as one packed atom each (see the layout module); CDC log tables."""
+    trusted_row_key: Callable[[Sequence[bytes]], bytes] | None = None
+    """``ck`` of a full, store-built clustering (see :func:`_trusted_row_key`)."""
 
     @classmethod
     def of(cls, tid: int, table: Table, packed_rows: bool = False) -> TableInfo:
@@ -68,10 +98,11 @@ class TableInfo:
         value_columns = (*table.static_columns, *table.regular_columns)
         multicell = {column.name: column for column in value_columns if column.type.is_multicell}
         types = tuple((column.type, column.order) for column in table.clustering_columns)
+        encode = clustering_encoder(types)
         return cls(
             tid=tid,
             table=table,
-            encode_clustering=clustering_encoder(types),
+            encode_clustering=encode,
             static_columns=MappingProxyType(static),
             regular_columns=MappingProxyType(regular),
             multicell=frozenset(multicell),
@@ -82,6 +113,7 @@ class TableInfo:
             partition_key_arity=len(table.partition_key_columns),
             clustering_arity=len(table.clustering_columns),
             packed_rows=packed_rows,
+            trusted_row_key=_trusted_row_key(table, encode),
         )
 
     @property

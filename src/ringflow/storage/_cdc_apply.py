@@ -18,10 +18,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringflow.cdc._log_images import RowImage
-from ringflow.cdc._log_rows import CdcCapture, build_log_mutations, image_rows_needed
+from ringflow.cdc._log_rows import (
+    CdcCapture,
+    build_log_mutations,
+    image_rows_needed,
+    single_row_delta,
+)
 from ringflow.schema import Mutation
 from ringflow.storage._catalog import TableInfo
-from ringflow.storage._write import FlatMutation, flatten_mutation
+from ringflow.storage._write import AtomRow, FlatMutation, delta_row_atom, flatten_built_log
 
 Clustering = tuple[bytes, ...]
 ImageReader = Callable[[int, bytes, Sequence[Clustering]], Mapping[Clustering, RowImage]]
@@ -32,6 +37,9 @@ class PendingWrites(Protocol):
     """The batch's buffered writes: ``add`` queues, ``flush`` sends the queue to SQLite."""
 
     def add(self, flat: FlatMutation) -> None: ...
+
+    def add_log_atom(self, atom: AtomRow) -> None:
+        """Queue one packed atom of a CDC log table (appended to ``log_appends`` on flush)."""
 
     def flush(self) -> None: ...
 
@@ -62,6 +70,13 @@ class CdcWriter:
         and everything without images stay queued (one executemany for the whole batch)."""
         base = self.base.table
         needed = image_rows_needed(base, mutation)
+        if not needed:  # the common delta-only write: its one log row packed straight
+            delta = single_row_delta(base, self.log.table, mutation, capture, now_s)
+            atom = None if delta is None else delta_row_atom(self.log, delta)
+            if atom is not None:
+                writes.add(flat)
+                writes.add_log_atom(atom)
+                return 1
         position = (flat.token, flat.partition_key)
         preimage = None
         if needed:
@@ -76,5 +91,5 @@ class CdcWriter:
             base, self.log.table, mutation, capture, now_s, preimage=preimage, postimage=postimage
         )
         for log_mutation in log_mutations:
-            writes.add(flatten_mutation(self.log, log_mutation))
+            writes.add(flatten_built_log(self.log, log_mutation))
         return len(log_mutations)

@@ -32,6 +32,19 @@ One database file per node, WAL mode. Theory of operation:
   different versions of one row are both kept and merged with the reconcile rules on read
   (``merge_rows``); compaction folds them back into one. Reads accept both forms in any table.
 
+* ``log_appends`` is the write-order front of the packed-row tables (the CDC log tables): a
+  packed atom written by ``Store.apply`` is appended there (a rowid table, so a batch's log rows
+  fill the rightmost leaf instead of one random ``atoms`` leaf each, one per stream) with the
+  same columns as ``atoms``. Before any read, scan or compaction of a packed-row table (an
+  image read of a packed base table included), and within the writing transaction once
+  ``LOG_APPEND_SETTLE_ROWS`` rows are pending, the store
+  *settles* the appends: ``SETTLE_LOG_APPENDS`` moves them into ``atoms`` in key order (one
+  sorted bulk upsert with the same last-write-wins rule, so each ``atoms`` leaf is written once
+  per settle rather than once per row) and empties ``log_appends``. So every read still sees
+  only ``atoms`` in key order (stream, then ``cdc$time``, then ``cdc$batch_seq_no``); the append
+  front only changes where a written log row waits until its first read. Stores written before
+  this table existed get it (empty) on open; dropping a table deletes its pending appends too.
+
 * ``partition_atoms`` holds partition deletions (kind 0) and range tombstones (kind 1), keyed by
   ``(tid, token, pk, kind, low, high)`` where ``[low, high)`` is the tombstone's ``ck`` interval;
   ``bounds`` keeps the original prefixes (msgpack) so the raw mutation can be given back.
@@ -96,6 +109,20 @@ CREATE TABLE IF NOT EXISTS atoms (
     value BLOB NOT NULL,
     PRIMARY KEY (tid, token, pk, ck, kind, col, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_appends (
+    seq INTEGER PRIMARY KEY,
+    tid INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    pk BLOB NOT NULL,
+    ck BLOB NOT NULL,
+    kind INTEGER NOT NULL,
+    col TEXT NOT NULL,
+    path BLOB NOT NULL,
+    ts INTEGER NOT NULL,
+    ttl INTEGER NOT NULL,
+    ldt INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS partition_atoms (
     tid INTEGER NOT NULL,
     token INTEGER NOT NULL,
@@ -143,6 +170,24 @@ WHERE excluded.ts > atoms.ts OR (excluded.ts = atoms.ts AND CASE excluded.kind
     WHEN {KIND_LIVENESS} THEN {_LIVENESS_WINS}
     ELSE excluded.ldt > atoms.ldt END)
 """
+
+APPEND_LOG_ATOM: Final = """
+INSERT INTO log_appends (tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+LOG_APPEND_SETTLE_ROWS: Final = 10_000
+"""Appended log atoms after which the writing transaction settles them (see above)."""
+
+# The appends in key order through the atoms upsert (``WHERE true`` makes SQLite parse the
+# ON CONFLICT clause as the upsert's, not as part of the SELECT); the same WHERE as UPSERT_ATOM.
+SETTLE_LOG_APPENDS: Final = UPSERT_ATOM.replace(
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "SELECT tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value FROM log_appends "
+    "WHERE true ORDER BY tid, token, pk, ck, kind, col, path, seq",
+)
+CLEAR_LOG_APPENDS: Final = "DELETE FROM log_appends"
+COUNT_LOG_APPENDS: Final = "SELECT COUNT(*) FROM log_appends"
+DELETE_TABLE_LOG_APPENDS: Final = "DELETE FROM log_appends WHERE tid = ?"
 
 UPSERT_PARTITION_ATOM: Final = """
 INSERT INTO partition_atoms (tid, token, pk, kind, low, high, ts, ldt, bounds)

@@ -70,23 +70,30 @@ from ringflow.storage._scan import (
     scan_rows,
 )
 from ringflow.storage._sqlite_layout import (
+    APPEND_LOG_ATOM,
+    CLEAR_LOG_APPENDS,
+    COUNT_LOG_APPENDS,
     DELETE_TABLE,
     DELETE_TABLE_ATOMS,
+    DELETE_TABLE_LOG_APPENDS,
     DELETE_TABLE_PARTITION_ATOMS,
     INSERT_TABLE,
+    KIND_PACKED_ROW,
     LAYOUT_VERSION,
+    LOG_APPEND_SETTLE_ROWS,
     SCHEMA,
     SELECT_PARTITION_ALL_ATOMS,
     SELECT_PARTITION_ATOMS,
     SELECT_PARTITION_SLICE,
     SELECT_PARTITION_SLICE_REVERSED,
     SELECT_TABLES,
+    SETTLE_LOG_APPENDS,
     UPDATE_TABLE,
     UPSERT_ATOM,
     UPSERT_PARTITION_ATOM,
 )
 from ringflow.storage._table_codec import table_from_record, table_to_record
-from ringflow.storage._write import FlatMutation, flatten_mutation, partition_position
+from ringflow.storage._write import AtomRow, FlatMutation, flatten_mutation, partition_position
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -118,6 +125,9 @@ class Store:
         self._open(synchronous, cache_size_kib, wal_autocheckpoint_pages)
         self._by_name: dict[tuple[str, str], TableInfo] = {}
         self._load_tables()
+        (appended,) = self._connection.execute(COUNT_LOG_APPENDS).fetchone()
+        self._appended: int = appended
+        """Rows in ``log_appends`` (an upper bound: a rolled-back append is still counted)."""
 
     def _open(self, synchronous: Synchronous, cache_size_kib: int, checkpoint_pages: int) -> None:
         connection = self._connection
@@ -211,6 +221,7 @@ class Store:
             info = self._info(keyspace, name)
             with self._transaction() as connection:
                 connection.execute(DELETE_TABLE_ATOMS, (info.tid,))
+                connection.execute(DELETE_TABLE_LOG_APPENDS, (info.tid,))
                 connection.execute(DELETE_TABLE_PARTITION_ATOMS, (info.tid,))
                 connection.execute(DELETE_TABLE, (info.tid,))
             del self._by_name[(keyspace, name)]
@@ -310,6 +321,7 @@ class Store:
         captures = dict(cdc or {})
         with self._lock:
             plan = self._plan(batch, captures)
+            settled = False
             with self._transaction() as connection:
                 writes = _WriteBuffer(connection)
                 writers: dict[int, CdcWriter] = {}  # by base tid, for this batch
@@ -324,6 +336,21 @@ class Store:
                         writer = writers[info.tid] = CdcWriter(info, self._log_info(info), reader)
                     writer.apply(mutation, flat, capture, now_s, writes)
                 writes.flush()
+                self._appended += writes.appended
+                if self._appended >= LOG_APPEND_SETTLE_ROWS:
+                    _settle(connection)
+                    settled = True
+            if settled:
+                self._appended = 0
+
+    # --- the log appends (see the layout module) -----------------------------------------------
+
+    def _settle_for(self, info: TableInfo) -> None:
+        """Move pending log appends into ``atoms`` before a read of a packed-row table."""
+        if info.packed_rows and self._appended:
+            with self._transaction() as connection:
+                _settle(connection)
+            self._appended = 0
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -385,6 +412,7 @@ class Store:
             info = self._info_of(table)
             token, pk = partition_position(info, tuple(partition_key))
             cap = self._row_cap(limit)
+            self._settle_for(info)
             unrestricted = start.is_unbounded and end.is_unbounded
             request = self._request(info, columns, now_s, unrestricted)
             low = start_key(info.encode_clustering, start)
@@ -437,6 +465,7 @@ class Store:
         with self._lock:
             info = self._info_of(table)
             token, pk = partition_position(info, tuple(partition_key))
+            self._settle_for(info)
             return self._raw_partition(info, token, pk)
 
     def _raw_partition(self, info: TableInfo, token: int, pk: bytes) -> Mutation | None:
@@ -469,6 +498,7 @@ class Store:
         with self._lock:
             info = self._info_of(table)
             page_size = self._page_size(page_size)
+            self._settle_for(info)
             scan = ScanRange(info.table.id, start_token_exclusive, end_token_inclusive)
             resume = None
             if paging_state is not None:
@@ -491,6 +521,7 @@ class Store:
         with self._lock:
             info = self._info_of(table)
             page_size = self._page_size(page_size)
+            self._settle_for(info)
             scan = ScanRange(info.table.id, start_token_exclusive, end_token_inclusive)
             resume = None
             if paging_state is not None:
@@ -516,6 +547,7 @@ class Store:
         with self._lock:
             info = self._info_of(table)
             page = self._page_size(partitions_per_transaction)
+            self._settle_for(info)
             gc_before_s = now_s - info.table.options.gc_grace_seconds
             scan = ScanRange(info.table.id, MIN_TOKEN, MIN_TOKEN)
             scanned = rewritten = removed = 0
@@ -604,6 +636,8 @@ class _ImageReader:
         self, token: int, pk: bytes, clusterings: Sequence[Clustering]
     ) -> dict[Clustering, RowImage]:
         info, now_s = self._info, self._now_s
+        if info.packed_rows:  # a packed base table: its queued rows may be in the appends
+            _settle(self._store._connection)  # inside the apply transaction; the count stays
         budget = TombstoneBudget(self._store.limits.max_tombstones_per_read)
         tombstones = self._store._tombstones(info, token, pk, budget)
         images: dict[Clustering, RowImage] = {}
@@ -626,13 +660,23 @@ class _WriteBuffer:
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
         self._pending: list[FlatMutation] = []
+        self._log_atoms: list[AtomRow] = []
+        self.appended = 0
+        """Packed atoms sent to ``log_appends`` so far."""
 
     def add(self, flat: FlatMutation) -> None:
         self._pending.append(flat)
 
+    def add_log_atom(self, atom: AtomRow) -> None:
+        self._log_atoms.append(atom)
+
     def flush(self) -> None:
-        _write(self._connection, self._pending)
+        self.appended += _write(self._connection, self._pending, append_packed=True)
         self._pending = []
+        if self._log_atoms:
+            self._connection.executemany(APPEND_LOG_ATOM, self._log_atoms)
+            self.appended += len(self._log_atoms)
+            self._log_atoms = []
 
     def flush_partition(self, tid: int, token: int, partition_key: bytes) -> None:
         """Flush if a queued write touches partition ``(token, partition_key)`` of ``tid``."""
@@ -648,16 +692,38 @@ def _tid(flat: FlatMutation) -> int | None:
     return rows[0][0] if rows else None
 
 
-def _write(connection: sqlite3.Connection, flats: Sequence[FlatMutation]) -> None:
-    """Upsert the rows of flattened mutations (last write wins in SQL)."""
+def _settle(connection: sqlite3.Connection) -> None:
+    """Move every pending log append into ``atoms`` (key order, last write wins)."""
+    connection.execute(SETTLE_LOG_APPENDS)
+    connection.execute(CLEAR_LOG_APPENDS)
+
+
+def _write(
+    connection: sqlite3.Connection, flats: Sequence[FlatMutation], *, append_packed: bool = False
+) -> int:
+    """Upsert the rows of flattened mutations (last write wins in SQL); with ``append_packed``,
+    packed-row atoms are appended to ``log_appends`` instead. Returns the number appended."""
     if not flats:
-        return
-    if len(flats) == 1:
+        return 0
+    appends: list[AtomRow] = []
+    if append_packed:
+        atoms = []
+        for flat in flats:
+            flat_atoms = flat.atoms
+            if flat_atoms and flat_atoms[0][4] == KIND_PACKED_ROW:
+                appends += flat_atoms
+            else:
+                atoms += flat_atoms
+        partition_atoms = [atom for flat in flats for atom in flat.partition_atoms]
+    elif len(flats) == 1:
         atoms, partition_atoms = flats[0].atoms, flats[0].partition_atoms
     else:
         atoms = [atom for flat in flats for atom in flat.atoms]
         partition_atoms = [atom for flat in flats for atom in flat.partition_atoms]
     if atoms:
         connection.executemany(UPSERT_ATOM, atoms)
+    if appends:
+        connection.executemany(APPEND_LOG_ATOM, appends)
     if partition_atoms:
         connection.executemany(UPSERT_PARTITION_ATOM, partition_atoms)
+    return len(appends)

@@ -16,6 +16,7 @@ from operator import itemgetter
 
 import msgpack
 
+from ringflow.cdc._log_rows import DeltaRow
 from ringflow.ring import RingError, murmur3_token, partition_key_bytes
 from ringflow.schema import (
     NO_DELETION_TIME,
@@ -31,7 +32,7 @@ from ringflow.storage._catalog import TableInfo
 from ringflow.storage._errors import InvalidMutation
 from ringflow.storage._keys import STATIC_CK, end_key, row_key, start_key
 from ringflow.storage._limits import ATOM_OVERHEAD_BYTES
-from ringflow.storage._mutation_codec import encode_row
+from ringflow.storage._mutation_codec import encode_row, encode_uniform_row
 from ringflow.storage._sqlite_layout import (
     KIND_CELL,
     KIND_CLUSTERING,
@@ -267,6 +268,91 @@ def _flatten_packed(info: TableInfo, mutation: Mutation) -> FlatMutation:
     size_bytes = _size_bytes(mutation, pk, atoms, partition_atoms)
     cells = len(checked) + len(partition_atoms)
     return FlatMutation(token, pk, atoms, partition_atoms, size_bytes, cells)
+
+
+def _cell_count(row: Row) -> int:
+    """The cells, marker and deletions of ``row``, counted like :func:`_row_atoms` does."""
+    count = (row.liveness is not None) + (row.deletion is not None)
+    for data in row.cells.values():
+        if isinstance(data, Cell):
+            count += 1
+        else:
+            count += (data.deletion is not None) + len(data.cells)
+    return count
+
+
+def flatten_built_log(info: TableInfo, mutation: Mutation) -> FlatMutation:
+    """:func:`flatten_mutation` of a mutation of a packed-row table that the store built itself
+    (its CDC log rows, ``build_log_mutations``), which are valid by construction: the same rows,
+    size and count, without the per-cell checks and the generic key walk. Anything outside the
+    builder's usual shape (static row, partition-level tombstones, an unusual key) takes
+    :func:`flatten_mutation`, which also reports anything invalid."""
+    trusted_row_key = info.trusted_row_key
+    key = mutation.partition_key
+    if (
+        not info.packed_rows
+        or trusted_row_key is None
+        or mutation.static_row is not None
+        or mutation.partition_deletion is not None
+        or mutation.range_tombstones
+        or len(key) != 1
+        or info.partition_key_arity != 1
+    ):
+        return flatten_mutation(info, mutation)
+    pk = key[0]
+    if type(pk) is not bytes or not pk:
+        return flatten_mutation(info, mutation)
+    try:
+        token = murmur3_token(pk)
+        tid = info.tid
+        atoms: list[AtomRow] = []
+        cells = 0
+        arity = info.clustering_arity
+        for row in mutation.rows:
+            clustering = row.clustering
+            if len(clustering) != arity:
+                return flatten_mutation(info, mutation)
+            value = encode_row(row)
+            digest = hashlib.blake2b(value, digest_size=8).digest()
+            atoms.append(
+                (tid, token, pk, trusted_row_key(clustering), KIND_PACKED_ROW, "", digest,
+                 NO_TIMESTAMP, 0, NO_DELETION_TIME, value)
+            )  # fmt: skip
+            cells += _cell_count(row)
+    except Exception:  # not the builder's output after all: the checked path
+        return flatten_mutation(info, mutation)
+    return FlatMutation(token, pk, atoms, [], _size_bytes(mutation, pk, atoms, []), cells)
+
+
+def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
+    """The one atom :func:`flatten_built_log` gives for the log mutation of ``delta``
+    (``cdc._log_rows.single_row_delta``; the log table ``info`` is packed), built straight from
+    it: no ``Mutation``, ``Row`` or ``Cell`` objects, no checks. None for anything unusual (the
+    caller then builds and flattens the mutation, which reports what is wrong)."""
+    trusted_row_key = info.trusted_row_key
+    pk = delta.stream_id
+    if (
+        not info.packed_rows
+        or trusted_row_key is None
+        or info.partition_key_arity != 1
+        or info.clustering_arity != 2
+        or type(pk) is not bytes
+        or not pk
+    ):
+        return None
+    try:
+        token = murmur3_token(pk)
+        clustering = delta.clustering
+        ck = trusted_row_key(clustering)
+        values = delta.values
+        value = encode_uniform_row(
+            clustering, values, delta.timestamp_us, delta.ttl_s, delta.local_deletion_time_s
+        )
+    except Exception:  # not the builder's usual output: the checked path
+        return None
+    digest = hashlib.blake2b(value, digest_size=8).digest()
+    return (info.tid, token, pk, ck, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0,
+            NO_DELETION_TIME, value)  # fmt: skip
 
 
 def flatten_mutation(info: TableInfo, mutation: Mutation) -> FlatMutation:
