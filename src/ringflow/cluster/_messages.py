@@ -108,6 +108,8 @@ class Verb(IntEnum):
     SCHEMA_VERSION_RSP = 25
     STREAM_REQ = 30
     STREAM_RSP = 31
+    RANGE_READ = 32
+    """A token-range read: the request and the replica's answer (tagged in the payload)."""
     FAILURE_RSP = 99
     """A replica's answer that the request failed (reason in the payload)."""
 

@@ -10,6 +10,10 @@ Owns the bytes inside an ``Envelope`` whose verb is not a gossip verb (the envel
 * READ_REQ: ``[keyspace, table, [partition key components], "data" | "digest"]``; READ_RSP:
   ``[kind, mutation bytes | digest | nil]``.
 * SCHEMA_PUSH_REQ / SCHEMA_PULL_RSP: ``[mutation bytes...]`` (``system_schema`` partitions).
+* RANGE_READ carries both directions: the request ``["req", keyspace, table, low, high,
+  limit]`` (the raw partitions of the token range ``(low, high]``, ``low < high``, at most
+  ``limit``) and the answer ``["rsp", [mutation bytes...], more]`` (``more``: the replica holds
+  further partitions in the range after the last one sent).
 """
 
 from __future__ import annotations
@@ -136,3 +140,82 @@ def decode_read_response(data: bytes) -> tuple[ReadKind, Mutation | None, bytes]
     if kind != "data":
         raise InternodeProtocolError(f"read response: unknown kind {kind!r:.40}")
     return ReadKind.DATA, None if body is None else _mutation(body, "read data"), b""
+
+
+RANGE_REQUEST = "req"
+RANGE_ANSWER = "rsp"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCommand:
+    """What a RANGE_READ asks a replica for: at most ``limit`` raw partitions of ``(low, high]``."""
+
+    keyspace: str
+    table: str
+    low: int
+    high: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeAnswer:
+    """A replica's partitions of a range in token order; ``more``: it stopped before the end."""
+
+    partitions: tuple[Mutation, ...]
+    more: bool
+
+
+def encode_range_read(command: RangeCommand) -> bytes:
+    body = [
+        RANGE_REQUEST,
+        command.keyspace,
+        command.table,
+        command.low,
+        command.high,
+        command.limit,
+    ]
+    payload: bytes = msgpack.packb(body, use_bin_type=True)
+    return payload
+
+
+def encode_range_answer(answer: RangeAnswer, max_bytes: int) -> bytes:
+    """The answer, cut after the partition that reaches ``max_bytes`` (then ``more`` is set);
+    at least one partition is always kept so the reader makes progress."""
+    encoded: list[bytes] = []
+    size = 0
+    more = answer.more
+    for index, partition in enumerate(answer.partitions):
+        if encoded and size >= max_bytes:
+            more = more or index < len(answer.partitions)
+            break
+        data = encode_mutation(partition)
+        encoded.append(data)
+        size += len(data)
+    payload: bytes = msgpack.packb([RANGE_ANSWER, encoded, more], use_bin_type=True)
+    return payload
+
+
+def _int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InternodeProtocolError(f"{what}: expected an int, got {value!r:.40}")
+    return value
+
+
+def decode_range_message(data: bytes) -> RangeCommand | RangeAnswer:
+    """A RANGE_READ payload: the request or the answer (see the module docstring)."""
+    value = _list(_unpack(data, "range read"), "range read")
+    if value and value[0] == RANGE_REQUEST:
+        _, keyspace, table, low, high, limit = _list(value, "range read", 6)
+        if not isinstance(keyspace, str) or not isinstance(table, str):
+            raise InternodeProtocolError(f"range read: bad table {keyspace!r:.40} {table!r:.40}")
+        low, high, limit = _int(low, "range low"), _int(high, "range high"), _int(limit, "limit")
+        if not -(2**63) <= low < high < 2**63 or limit < 1:
+            raise InternodeProtocolError(f"range read: bad range ({low}, {high}] limit {limit}")
+        return RangeCommand(keyspace, table, low, high, limit)
+    if value and value[0] == RANGE_ANSWER:
+        _, items, more = _list(value, "range answer", 3)
+        if not isinstance(more, bool):
+            raise InternodeProtocolError(f"range answer: bad more flag {more!r:.40}")
+        partitions = tuple(_mutation(item, "range answer") for item in _list(items, "partitions"))
+        return RangeAnswer(partitions, more)
+    raise InternodeProtocolError(f"range read: unknown message {value!r:.80}")

@@ -22,19 +22,34 @@ Rules:
   and pushes its ``system_schema`` partitions to every live peer; a node that sees a peer
   gossip a different version pulls that peer's partitions. Partitions merge by timestamp, so
   pushes from several nodes commute; the processor then reloads its schema from the store.
+* Range reads (``read_range``, cassandra-core.md §5, §7.2): the requested token range is cut at
+  every ring token (wrap-around unwrapped), neighbouring pieces with the same replicas are joined,
+  and the pieces are read one after the other in token order: each from blockFor live replicas
+  (``Unavailable`` before sending otherwise) with a RANGE_READ (this node reads its own store),
+  the answers merged per partition with ``merge_mutations``. Every replica sends at most the
+  partitions still wanted; when one stops short, the result stops before the first token that
+  replica did not cover and the caller resumes from there. A failed replica is ``ReadFailure``,
+  no answer by the deadline (``RANGE_TIMEOUT_FACTOR`` read timeouts for the whole range read)
+  ``ReadTimeout``. No read repair and no digests for range reads (yet).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
 
 import msgpack
 
 from ringflow.cdc import CdcCapture, StreamId
-from ringflow.cluster._consistency import ConsistencyLevel
+from ringflow.cluster._consistency import (
+    ConsistencyLevel,
+    ReadTimeout,
+    assure_sufficient_live_replicas,
+)
 from ringflow.cluster._coordinator import (
     ArmTimeout,
     Coordinator,
@@ -71,7 +86,7 @@ from ringflow.cluster._messages import (
     Verb,
     encode_envelope,
 )
-from ringflow.cluster._read_path import ReadKind, Respond, SendRead
+from ringflow.cluster._read_path import ReadFailure, ReadKind, Respond, SendRead, select_contacts
 from ringflow.cluster._read_repair import SendRepair
 from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, TokenReplicas, WriteUnit
 from ringflow.cluster.service import _codec
@@ -93,9 +108,21 @@ from ringflow.cluster.service._settings import (
 )
 from ringflow.cql._executor import QueryProcessor
 from ringflow.errors import RingflowError
-from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
+from ringflow.ring import (
+    MAX_TOKEN,
+    MIN_TOKEN,
+    Host,
+    ReplicationStrategy,
+    TokenMetadata,
+    replication_strategy,
+)
 from ringflow.runtime import Clock, Network, TimerHandle
-from ringflow.schema import SYSTEM_SCHEMA_KEYSPACE_NAME, SYSTEM_SCHEMA_TABLE_NAMES, Mutation
+from ringflow.schema import (
+    SYSTEM_SCHEMA_KEYSPACE_NAME,
+    SYSTEM_SCHEMA_TABLE_NAMES,
+    Mutation,
+    merge_mutations,
+)
 from ringflow.storage import Store
 from ringflow.storage._hints import Hint
 
@@ -107,6 +134,105 @@ HINT_FETCH_LIMIT = 64
 SCHEMA_PULL_INTERVAL_MS = 2_000
 _MIN_TOKEN = -(2**63)
 EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
+RANGE_TIMEOUT_FACTOR = 2
+"""A range read may take this many read timeouts in all (Cassandra: range 10 s, read 5 s)."""
+RANGE_ANSWER_MAX_BYTES = 4 * 1024 * 1024
+"""A replica stops its RANGE_READ answer after the partition that reaches this size."""
+_RANGE_REQUEST_IDS = 1 << 62
+"""Range read request ids start here, far from the coordinator's own ids."""
+
+RangeDone = Callable[[list[Mutation] | None, int | None, BaseException | None], None]
+"""``done(partitions, covered, error)``: ``covered`` is None when the whole range was read,
+else the last token read (resume from ``(covered, right]``)."""
+Piece = tuple[int, int, tuple[Host, ...]]
+"""A range read's piece: ``(low, high]`` with ``low < high`` and its natural replicas."""
+
+
+def split_range(left: int, right: int, ring_tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """``(left, right]`` (wrapping when ``left >= right``; ``(t, t]`` is the whole ring) as
+    pieces ``(low, high]`` with ``low < high`` that do not wrap, cut at every ring token, in the
+    order a scan from ``left`` meets them. MIN_TOKEN is never a key's token: ``(x, MIN]`` is read
+    as ``(x, MAX]``."""
+    if left < right:
+        halves = [(left, right)]
+    elif right == MIN_TOKEN:
+        halves = [(left, MAX_TOKEN)]
+    else:
+        halves = [(left, MAX_TOKEN), (MIN_TOKEN, right)]
+    tokens = sorted(set(ring_tokens))
+    pieces: list[tuple[int, int]] = []
+    for low, high in halves:
+        if low >= high:
+            continue
+        cursor = low
+        for token in tokens[bisect.bisect_right(tokens, low) :]:
+            if token >= high:
+                break
+            pieces.append((cursor, token))
+            cursor = token
+        pieces.append((cursor, high))
+    return pieces
+
+
+def join_pieces(
+    pieces: Sequence[tuple[int, int]], replicas_of: Callable[[int], Sequence[Host]]
+) -> list[Piece]:
+    """``pieces`` with their natural replicas, neighbours with the same replicas joined."""
+    joined: list[Piece] = []
+    for low, high in pieces:
+        natural = tuple(replicas_of(high))
+        if joined and joined[-1][1] == low and set(joined[-1][2]) == set(natural):
+            joined[-1] = (joined[-1][0], high, joined[-1][2])
+        else:
+            joined.append((low, high, natural))
+    return joined
+
+
+def reconcile_range(
+    answers: Sequence[_codec.RangeAnswer],
+) -> tuple[list[Mutation], int | None]:
+    """The replicas' partitions of one piece merged per key, in token order, and the last
+    token they cover together (None: the whole piece).
+
+    When an answer stopped short, only tokens before its last partition's token are kept (that
+    replica may hold more partitions of the same token); if that keeps nothing, its last token
+    is included (only identical tokens of different keys could then be missed)."""
+    merged: dict[tuple[bytes, ...], Mutation] = {}
+    cut: int | None = None
+    for answer in answers:
+        for partition in answer.partitions:
+            key = tuple(partition.partition_key)
+            known = merged.get(key)
+            merged[key] = partition if known is None else merge_mutations(known, partition)
+        if answer.more and answer.partitions:
+            last = base_token(answer.partitions[-1])
+            cut = last if cut is None else min(cut, last)
+    ordered = sorted(merged.values(), key=lambda m: (base_token(m), tuple(m.partition_key)))
+    if cut is None:
+        return ordered, None
+    kept = [m for m in ordered if base_token(m) < cut]
+    if kept:
+        return kept, cut - 1
+    return [m for m in ordered if base_token(m) <= cut], cut
+
+
+@dataclass(slots=True)
+class RangeRead:
+    """A range read in flight on the coordinator (see the module docstring)."""
+
+    keyspace: str
+    table: str
+    consistency: ConsistencyLevel
+    limit: int
+    pieces: list[Piece]
+    deadline_ms: int
+    done: RangeDone
+    index: int = 0
+    collected: list[Mutation] = field(default_factory=list)
+    request_id: int = 0
+    contacts: tuple[Host, ...] = ()
+    answers: dict[Host, _codec.RangeAnswer] = field(default_factory=dict)
+    timer: TimerHandle | None = None
 
 
 class ClusterNode:
@@ -175,6 +301,8 @@ class ClusterNode:
         self.started_ms = clock.now_ms()
         self._writes: dict[int, WriteGroup] = {}
         self._reads: dict[int, PendingRead] = {}
+        self._ranges: dict[int, RangeRead] = {}
+        self._next_range_id = _RANGE_REQUEST_IDS
         self._fetched: dict[int, Hint] = {}
         self._timers: dict[int, TimerHandle] = {}
         self._decoders: dict[str, EnvelopeDecoder] = {}
@@ -486,6 +614,135 @@ class ClusterNode:
         self._reads[request_id] = PendingRead(command, done)
         self._execute(actions)
 
+    def read_range(
+        self,
+        keyspace: str,
+        table: str,
+        left: int,
+        right: int,
+        consistency: ConsistencyLevel,
+        limit: int,
+        done: RangeDone,
+    ) -> None:
+        """Coordinate a read of at most ``limit`` raw partitions of ``(left, right]`` (wrapping
+        when ``left >= right``), in token order; ``done(partitions, covered, error)``."""
+        try:
+            if limit < 1:
+                raise ValueError(f"a range read wants at least one partition, got {limit}")
+            pieces = join_pieces(
+                split_range(left, right, self.token_metadata.sorted_tokens),
+                lambda token: self.replicas_of(keyspace, token).natural,
+            )
+        except Exception as error:
+            done(None, None, error)
+            return
+        deadline_ms = self.clock.now_ms() + self.settings.read_timeout_ms * RANGE_TIMEOUT_FACTOR
+        state = RangeRead(keyspace, table, consistency, limit, pieces, deadline_ms, done)
+        self._next_range_piece(state)
+
+    def _finish_range(
+        self, state: RangeRead, covered: int | None, error: BaseException | None
+    ) -> None:
+        self._ranges.pop(state.request_id, None)
+        if state.timer is not None:
+            state.timer.cancel()
+            state.timer = None
+        if error is not None:
+            state.done(None, None, error)
+        else:
+            state.done(state.collected, covered, None)
+
+    def _next_range_piece(self, state: RangeRead) -> None:
+        if state.index >= len(state.pieces):
+            self._finish_range(state, None, None)
+            return
+        low, high, natural = state.pieces[state.index]
+        try:
+            strategy = self.strategy_of(state.keyspace)
+            alive = assure_sufficient_live_replicas(
+                state.consistency,
+                strategy,
+                natural,
+                self.live,
+                local_dc=self.host.dc,
+                for_write=False,
+            )
+            contacts = select_contacts(
+                state.consistency, strategy, self._read_proximity(alive), self.host.dc
+            )
+        except Exception as error:
+            self._finish_range(state, None, error)
+            return
+        request_id = self._next_range_id
+        self._next_range_id += 1
+        state.request_id, state.contacts, state.answers = request_id, tuple(contacts), {}
+        self._ranges[request_id] = state
+        delay_ms = max(1, state.deadline_ms - self.clock.now_ms())
+        state.timer = self.clock.call_later(delay_ms, lambda: self._range_timed_out(request_id))
+        wanted = state.limit - len(state.collected)
+        command = _codec.RangeCommand(state.keyspace, state.table, low, high, wanted)
+        payload = _codec.encode_range_read(command)
+        for replica in sorted(contacts, key=lambda host: host == self.host):  # local last
+            if replica == self.host:
+
+                def served(answer: _codec.RangeAnswer | None, error: BaseException | None) -> None:
+                    self._on_range_answer(request_id, self.host, None if error else answer)
+
+                self._offload(lambda: self._serve_range(command), served)
+            elif not self._send(replica.endpoint, Verb.RANGE_READ, request_id, payload):
+                self._on_range_answer(request_id, replica, None)
+
+    def _serve_range(self, command: _codec.RangeCommand) -> _codec.RangeAnswer:
+        limit = max(1, min(command.limit, self.store.limits.max_page_size_rows))
+        page = self.store.scan_mutations(
+            (command.keyspace, command.table), command.low, command.high, page_size=limit
+        )
+        return _codec.RangeAnswer(tuple(page.mutations), page.paging_state is not None)
+
+    def _on_range_answer(
+        self, request_id: int, replica: Host, answer: _codec.RangeAnswer | None
+    ) -> None:
+        state = self._ranges.get(request_id)
+        if state is None or replica not in state.contacts or replica in state.answers:
+            return
+        if answer is None:  # the contacts are exactly blockFor: one failure is fatal
+            error = ReadFailure(
+                state.consistency,
+                len(state.answers),
+                len(state.contacts),
+                1,
+                bool(state.answers),
+            )
+            self._finish_range(state, None, error)
+            return
+        state.answers[replica] = answer
+        if len(state.answers) < len(state.contacts):
+            return
+        self._ranges.pop(request_id, None)
+        if state.timer is not None:
+            state.timer.cancel()
+            state.timer = None
+        partitions, covered = reconcile_range(list(state.answers.values()))
+        state.collected.extend(partitions)
+        high = state.pieces[state.index][1]
+        state.index += 1
+        if covered is not None and covered != high:
+            self._finish_range(state, covered, None)
+        elif len(state.collected) >= state.limit and state.index < len(state.pieces):
+            self._finish_range(state, high, None)
+        else:
+            self._next_range_piece(state)
+
+    def _range_timed_out(self, request_id: int) -> None:
+        state = self._ranges.get(request_id)
+        if state is None:
+            return
+        state.timer = None
+        error = ReadTimeout(
+            state.consistency, len(state.answers), len(state.contacts), bool(state.answers)
+        )
+        self._finish_range(state, None, error)
+
     def _read_proximity(self, replicas: Sequence[Host]) -> list[Host]:
         """Replicas nearest first: this node when it is one (a local read costs no message,
         as Cassandra reads locally), then its DC, then the others in ring order."""
@@ -776,12 +1033,33 @@ class ClusterNode:
             self._on_hint_answer(source, request_id, False)
         elif host is None:
             return
+        elif verb_value == Verb.RANGE_READ:
+            self._on_range_answer(request_id, host, None)
         elif verb_value == Verb.READ_REQ:
             self._handle(ReadReplicaFailed(request_id, host))
         elif request_id in self._reads:
             self._handle(RepairFailed(request_id, host))
         else:
             self._handle(MutationFailed(request_id, host))
+
+    def _on_range_read(self, source: str, request_id: int, payload: bytes) -> None:
+        message = _codec.decode_range_message(payload)
+        if isinstance(message, _codec.RangeAnswer):
+            host = self._host_at(source)
+            if host is not None:
+                self._on_range_answer(request_id, host, message)
+            return
+        command = message
+
+        def done(answer: _codec.RangeAnswer | None, error: BaseException | None) -> None:
+            if error is None and answer is not None:
+                body = _codec.encode_range_answer(answer, RANGE_ANSWER_MAX_BYTES)
+                if self._send(source, Verb.RANGE_READ, request_id, body):
+                    return
+                error = RuntimeError("the answer could not be sent")
+            self._fail(source, request_id, Verb.RANGE_READ, f"{type(error).__name__}: {error}")
+
+        self._offload(lambda: self._serve_range(command), done)
 
     def _on_schema_push(self, source: str, request_id: int, payload: bytes) -> None:
         self._merge_schema(_codec.decode_mutations_payload(payload))
@@ -809,6 +1087,7 @@ class ClusterNode:
         Verb.HINT_REQ: _on_hint_req,
         Verb.HINT_RSP: _on_hint_rsp,
         Verb.FAILURE_RSP: _on_failure_rsp,
+        Verb.RANGE_READ: _on_range_read,
         Verb.SCHEMA_PUSH_REQ: _on_schema_push,
         Verb.SCHEMA_PULL_REQ: _on_schema_pull,
         Verb.SCHEMA_PULL_RSP: _on_schema_pull_rsp,

@@ -12,9 +12,15 @@ the data directory) whose ``read_partition`` first reads the partition through t
 (data + digests at the statement's level, blocking read repair), writes the reconciled raw
 partition into the scratch store, then answers from it with the storage layer's own slicing,
 paging and reconciliation. Only user keyspaces are coordinated; ``system*`` keyspaces are read
-and written locally (each node keeps its own ``system.local``/``system.peers``). Range scans
-read the local store only (a documented limit: with RF equal to the node count the local store
-holds every partition).
+and written locally (each node keeps its own ``system.local``/``system.peers``).
+
+Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
+user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
+chunk: a chunk is at most ``RANGE_CHUNK_PARTITIONS`` reconciled partitions from the chunk's
+first token on, written into the scratch store, then scanned there (rows, columns, paging).
+The paging state this store hands out is its own, ``[chunk low, chunk high, scratch paging state,
+last chunk]``; a page resumed by a later statement reads its chunk again (the scratch store is
+cleared per statement).
 """
 
 from __future__ import annotations
@@ -24,17 +30,24 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Final
+
+import msgpack
 
 from ringflow.cdc import CdcCapture
-from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._node import RANGE_TIMEOUT_FACTOR, ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency
-from ringflow.errors import InternalError
+from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import ResultRow, ScanPage, Store
 
 _MARGIN_S = 2.0
 _NO_BOUND = ClusteringBound()
+RANGE_CHUNK_PARTITIONS: Final = 1000
+"""At most this many partitions per range read of the coordinator (one chunk)."""
+MIN_RANGE_CHUNK_PARTITIONS: Final = 64
+_STATE_TAG: Final = "ringflow-range-1"
 
 
 def _wait(future: concurrent.futures.Future[object], timeout_s: float, what: str) -> object:
@@ -107,6 +120,36 @@ class ClusterDataPlane:
         result = _wait(future, timeout_s, "read")
         return result if isinstance(result, Mutation) else None
 
+    def read_range(
+        self,
+        table: Table,
+        left: int,
+        right: int,
+        consistency: Consistency,
+        limit: int,
+    ) -> tuple[list[Mutation], int | None]:
+        """At most ``limit`` reconciled partitions of ``(left, right]`` in token order, and the
+        last token covered (None: the whole range)."""
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def done(
+            partitions: list[Mutation] | None, covered: int | None, error: BaseException | None
+        ) -> None:
+            if error is None:
+                future.set_result((partitions or [], covered))
+            else:
+                future.set_exception(error)
+
+        def start() -> None:
+            self._node.read_range(table.keyspace, table.name, left, right, consistency, limit, done)
+
+        self._loop.call_soon_threadsafe(start)
+        timeout_s = self._node.settings.read_timeout_ms * RANGE_TIMEOUT_FACTOR / 1000 + _MARGIN_S
+        result = _wait(future, timeout_s, "range read")
+        assert isinstance(result, tuple)
+        partitions, covered = result
+        return partitions, covered
+
     def reader(self, consistency: Consistency) -> Store:
         self._reader.begin(consistency)
         return self._reader
@@ -128,12 +171,14 @@ class CoordinatedReadStore(Store):
         self._consistency = Consistency.ONE
         self._fetched: set[tuple[str, str, tuple[bytes, ...]]] = set()
         self._cleared: set[tuple[str, str]] = set()
+        self._chunks: set[tuple[str, str, int, int]] = set()
         self._owner = threading.Lock()
 
     def begin(self, consistency: Consistency) -> None:
         self._consistency = consistency
         self._fetched.clear()
         self._cleared.clear()
+        self._chunks.clear()
 
     def _prepare_table(self, table: Table) -> None:
         key = (table.keyspace, table.name)
@@ -203,12 +248,86 @@ class CoordinatedReadStore(Store):
         columns: Sequence[str] | None = None,
         now_s: int,
     ) -> ScanPage:
-        return self._local.scan(
-            table,
-            start_token_exclusive,
-            end_token_inclusive,
-            page_size=page_size,
-            paging_state=paging_state,
-            columns=columns,
-            now_s=now_s,
-        )
+        if not isinstance(table, Table):
+            table = self._local.table(*table)
+        if not self._plane.coordinated(table.keyspace):
+            return self._local.scan(
+                table,
+                start_token_exclusive,
+                end_token_inclusive,
+                page_size=page_size,
+                paging_state=paging_state,
+                columns=columns,
+                now_s=now_s,
+            )
+        with self._owner:
+            self._prepare_table(table)
+            if paging_state is None:
+                low, high, inner, last = start_token_exclusive, None, None, False
+            else:
+                low, high, inner, last = _decode_state(paging_state)
+            if high is None:
+                limit = max(MIN_RANGE_CHUNK_PARTITIONS, min(page_size, RANGE_CHUNK_PARTITIONS))
+                found, covered = self._plane.read_range(
+                    table, low, end_token_inclusive, self._consistency, limit
+                )
+                if found:
+                    self.apply(found, now_s=now_s)
+                last = covered is None or covered == end_token_inclusive
+                high = end_token_inclusive if last or covered is None else covered
+                self._chunks.add((table.keyspace, table.name, low, high))
+            elif (table.keyspace, table.name, low, high) not in self._chunks:
+                self._fetch_chunk(table, low, high, now_s)
+            page = super().scan(
+                table,
+                low,
+                high,
+                page_size=page_size,
+                paging_state=inner,
+                columns=columns,
+                now_s=now_s,
+            )
+        if page.paging_state is not None:
+            state: bytes | None = _encode_state(low, high, page.paging_state, last)
+        elif last:
+            state = None
+        else:
+            state = _encode_state(high, None, None, False)
+        return ScanPage(page.rows, state)
+
+    def _fetch_chunk(self, table: Table, low: int, high: int, now_s: int) -> None:
+        """Read a chunk again, whole, for a page resumed inside it."""
+        cursor = low
+        while True:
+            found, covered = self._plane.read_range(
+                table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
+            )
+            if found:
+                self.apply(found, now_s=now_s)
+            if covered is None or covered == high:
+                break
+            cursor = covered
+        self._chunks.add((table.keyspace, table.name, low, high))
+
+
+def _encode_state(low: int, high: int | None, inner: bytes | None, last: bool) -> bytes:
+    state: bytes = msgpack.packb([_STATE_TAG, low, high, inner, last], use_bin_type=True)
+    return state
+
+
+def _decode_state(state: bytes) -> tuple[int, int | None, bytes | None, bool]:
+    """``(chunk low, chunk high or None for a chunk not read yet, scratch state, last)``."""
+    try:
+        tag, low, high, inner, last = msgpack.unpackb(state, raw=False)
+    except Exception:
+        raise InvalidRequest("invalid paging state for a range read") from None
+    if (
+        tag != _STATE_TAG
+        or type(low) is not int
+        or not (high is None or type(high) is int)
+        or not (inner is None or type(inner) is bytes)
+        or type(last) is not bool
+        or (high is None and inner is not None)
+    ):
+        raise InvalidRequest("invalid paging state for a range read")
+    return low, high, inner, last
