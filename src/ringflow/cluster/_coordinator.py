@@ -53,11 +53,9 @@ from ringflow.ring import (
     Host,
     ReplicationStrategy,
     TokenMetadata,
-    murmur3_token,
     normalise_token,
-    partition_key_bytes,
 )
-from ringflow.schema import Mutation, Table
+from ringflow.schema import Mutation, Table, partition_token
 
 ResultT = TypeVar("ResultT")
 
@@ -376,8 +374,8 @@ class Coordinator:
 
 
 def base_token(mutation: Mutation) -> int:
-    """The Murmur3 token of the mutation's partition key."""
-    return murmur3_token(partition_key_bytes(mutation.partition_key))
+    """The token of the mutation's partition: Murmur3, or the CDC partitioner for log tables."""
+    return partition_token(mutation.table, mutation.partition_key)
 
 
 def log_token(stream_id: StreamId) -> int:

@@ -53,7 +53,7 @@ from ringflow.cql._exec_common import StatementContext
 from ringflow.cql._exec_functions import resolve_function
 from ringflow.cql._wire import UNSET, CqlValue, Unset
 from ringflow.errors import InternalError, InvalidRequest
-from ringflow.ring import RingError, murmur3_token, partition_key_bytes
+from ringflow.ring import RingError
 from ringflow.schema import (
     BIGINT,
     CqlType,
@@ -69,6 +69,7 @@ from ringflow.schema import (
     normalize,
     serialize,
 )
+from ringflow.schema import partition_token as schema_partition_token
 
 Value = object
 _STRING_TYPES = frozenset(
@@ -168,9 +169,10 @@ def _bound_bytes(
 
 
 def partition_token(table: Table, key: tuple[bytes, ...]) -> int:
-    """The Murmur3 token of a partition key of ``table``; Invalid for a key it cannot hash."""
+    """The token of a partition key of ``table`` (Murmur3, or the CDC partitioner for a log
+    table); Invalid for a key it cannot hash."""
     try:
-        return murmur3_token(partition_key_bytes(key))
+        return schema_partition_token(table.name, key)
     except RingError as error:
         raise InvalidRequest(f"table {table.keyspace}.{table.name}: {error}") from None
 

@@ -72,6 +72,11 @@ from ringflow.schema._mutation import (
     RangeTombstone,
     Row,
 )
+from ringflow.schema._partitioner import (
+    cdc_partitioner_token,
+    partition_token,
+    token_of_key_bytes,
+)
 from ringflow.schema._reconcile import (
     EXPIRED_LIVENESS_TTL_S,
     ClusteringCompare,
@@ -288,6 +293,7 @@ __all__ = [
     "answer_announce",
     "cdc_extension_bytes",
     "cdc_local_row",
+    "cdc_partitioner_token",
     "cdc_rewritten_row",
     "cells_from_collection_value",
     "clustering_encoder",
@@ -323,6 +329,7 @@ __all__ = [
     "normalize",
     "parse_cdc_extension",
     "parse_type",
+    "partition_token",
     "peer_removal",
     "peer_row",
     "prefix_upper_bound",
@@ -346,5 +353,6 @@ __all__ = [
     "table_mutation",
     "timeuuid_from_micros",
     "timeuuid_to_micros",
+    "token_of_key_bytes",
     "validate",
 ]

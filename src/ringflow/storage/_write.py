@@ -17,7 +17,7 @@ from operator import itemgetter
 import msgpack
 
 from ringflow.cdc._log_rows import DeltaRow
-from ringflow.ring import RingError, murmur3_token, partition_key_bytes
+from ringflow.ring import RingError, partition_key_bytes
 from ringflow.schema import (
     NO_DELETION_TIME,
     NO_TIMESTAMP,
@@ -27,6 +27,7 @@ from ringflow.schema import (
     DeletionTime,
     Mutation,
     Row,
+    token_of_key_bytes,
 )
 from ringflow.storage._catalog import TableInfo
 from ringflow.storage._errors import InvalidMutation
@@ -80,7 +81,7 @@ def partition_position(info: TableInfo, partition_key: tuple[bytes, ...]) -> tup
         key = partition_key_bytes(partition_key)
         if not key:
             raise InvalidMutation(f"table {info.qualified_name}: key may not be empty")
-        return murmur3_token(key), key
+        return token_of_key_bytes(info.table.name, key), key
     except RingError as error:
         raise InvalidMutation(f"table {info.qualified_name}: {error}") from None
 
@@ -303,7 +304,7 @@ def flatten_built_log(info: TableInfo, mutation: Mutation) -> FlatMutation:
     if type(pk) is not bytes or not pk:
         return flatten_mutation(info, mutation)
     try:
-        token = murmur3_token(pk)
+        token = token_of_key_bytes(info.table.name, pk)
         tid = info.tid
         atoms: list[AtomRow] = []
         cells = 0
@@ -341,7 +342,7 @@ def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
     ):
         return None
     try:
-        token = murmur3_token(pk)
+        token = token_of_key_bytes(info.table.name, pk)
         clustering = delta.clustering
         ck = trusted_row_key(clustering)
         values = delta.values
