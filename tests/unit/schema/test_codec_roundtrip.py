@@ -279,7 +279,8 @@ def test_set_map_and_udt_cells_rebuild_the_frozen_value(data: st.DataObject) -> 
         present = [i for i, name in enumerate("abc") if value.get(name) is not None]
         assert paths == [struct.pack(">H", i) for i in present]
         rebuilt = serialized_collection_from_cells(cql_type, cells)
-        assert deserialize(cql_type, rebuilt) == deserialize(cql_type, frozen_bytes)
+        # Compared as canonical bytes, not Python values: a double field may be NaN (NaN != NaN).
+        assert normalize(cql_type, rebuilt) == normalize(cql_type, frozen_bytes)
     else:
         key_type = cql_type.element if isinstance(cql_type, SetType) else cql_type.key
         assert all(compare(key_type, a, b) < 0 for a, b in itertools.pairwise(paths))
