@@ -38,8 +38,8 @@ import msgpack
 from ringflow.cdc._log_rows import (
     CdcCapture,
     build_log_mutations,
+    delta_row_builder,
     image_rows_needed,
-    single_row_delta,
 )
 from ringflow.cdc._log_schema import cdc_log_table, is_cdc_log_table
 from ringflow.ring import MIN_TOKEN, murmur3_tokens
@@ -311,9 +311,10 @@ def bench_breakdown(directory: Path, row_count: int) -> None:
             flatten_built_log(log_info, log_mutation)
 
     def direct_log() -> None:
+        build_delta = delta_row_builder(base, log)  # once per table and batch in the store
+        assert build_delta is not None
         for mutation, capture in pairs:
-            image_rows_needed(base, mutation)
-            delta = single_row_delta(base, log, mutation, capture, NOW_S)
+            delta = build_delta(mutation, capture, NOW_S)
             assert delta is not None
             delta_row_atom(log_info, delta)
 

@@ -490,21 +490,30 @@ def single_row_delta(
 ) -> DeltaRow | None:
     """The log of ``mutation`` as one :class:`DeltaRow` when :func:`build_log_mutations` without
     images would give one mutation of that one row (the same values, order and cells), else
-    None (then call :func:`build_log_mutations`). For a store that packs the row itself."""
+    None (then call :func:`build_log_mutations`). For a store that packs the row itself; one
+    that logs many mutations of a table takes :func:`delta_row_builder` once instead."""
+    builder = delta_row_builder(base, log)
+    return None if builder is None else builder(mutation, capture, now_s)
+
+
+def delta_row_builder(base: Table, log: Table) -> DeltaRowBuilder | None:
+    """:func:`single_row_delta` for ``base`` and its ``log``, with the table checks done once
+    (InvalidRequest if CDC is off or ``log`` is not the base's log); None if the table's log
+    rows are never a single delta row (it has images)."""
     _check_enabled(base)
     _check_log(base, log)
     plan = base_plan(base)
     if plan.images:
         return None
-    return _single_row_delta_row(plan, log, mutation, capture, now_s)
+    return _builder(plan, log)
 
 
 def _single_row_delta(
     plan: BasePlan, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
 ) -> list[Mutation] | None:
     """The log of the most common write without images as a mutation, or None (see
-    :func:`_single_row_delta_row`)."""
-    delta = _single_row_delta_row(plan, log, mutation, capture, now_s)
+    :class:`DeltaRowBuilder`)."""
+    delta = _builder(plan, log)(mutation, capture, now_s)
     if delta is None:
         return None
     ts, ttl, deletion_time = delta.timestamp_us, delta.ttl_s, delta.local_deletion_time_s
@@ -516,9 +525,12 @@ def _single_row_delta(
     return [Mutation(log.keyspace, log.name, (delta.stream_id,), rows=(log_row,))]
 
 
-def _single_row_delta_row(
-    plan: BasePlan, log: Table, mutation: Mutation, capture: CdcCapture, now_s: int
-) -> DeltaRow | None:
+_INSERT_VALUE = _OPERATION_VALUE[CdcOperation.INSERT]
+_UPDATE_VALUE = _OPERATION_VALUE[CdcOperation.UPDATE]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DeltaRowBuilder:
     """The log of the most common write without images, or None for anything else.
 
     The write: one clustered row upserting simple cells of regular columns (and maybe a row
@@ -527,56 +539,126 @@ def _single_row_delta_row(
     delta row, built here with what :func:`_build` would do for it (same values, same column
     order, same cells) but without the general walk and its intermediate objects, which cost
     more than the row itself. Anything unusual, including every malformed input, returns None
-    so that :func:`_build` handles (or refuses) it.
+    so that :func:`_build` handles (or refuses) it. What the table pair implies is derived once
+    (:meth:`of`; cached per base ``Table`` object).
     """
-    base = plan.table
-    rows = mutation.rows
-    if (
-        len(rows) != 1
-        or mutation.static_row is not None
-        or mutation.range_tombstones
-        or mutation.partition_deletion is not None
-        or mutation.keyspace != base.keyspace
-        or mutation.table != base.name
-        or len(mutation.partition_key) != len(plan.partition_key_names)
-    ):
-        return None
-    row = rows[0]
-    marker, cells = row.liveness, row.cells
-    if (
-        row.deletion is not None
-        or len(row.clustering) != len(plan.clustering_names)
-        or (marker is None and not cells)
-    ):
-        return None
-    change_key = None if marker is None else (marker.timestamp_us, marker_ttl_s(marker))
-    operation = CdcOperation.UPDATE if marker is None else CdcOperation.INSERT
-    values = {OPERATION_COLUMN: _OPERATION_VALUE[operation]}
-    values.update(zip(plan.partition_key_names, mutation.partition_key, strict=True))
-    values.update(zip(plan.clustering_names, row.clustering, strict=True))
-    atomic, delta_full = plan.atomic_regular, plan.delta_full
-    for name, cell in cells.items():
-        if type(cell) is not Cell or cell.path is not None or name not in atomic:
+
+    keyspace: str
+    name: str
+    log: Table
+    partition_key_names: tuple[str, ...]
+    clustering_names: tuple[str, ...]
+    atomic_regular: frozenset[str]
+    deleted_names: Mapping[str, str]
+    """``cdc$deleted_<name>`` of each atomic regular column (``delta: full`` only)."""
+    log_columns: frozenset[str] | None
+    """The log's columns if a delta row could name one it lacks; None if it has them all."""
+    log_ttl_s: int
+
+    @classmethod
+    def of(cls, plan: BasePlan, log: Table) -> DeltaRowBuilder:
+        base, full = plan.table, plan.delta_full
+        atomic = plan.atomic_regular
+        deleted = {name: deleted_column_name(name) for name in atomic} if full else {}
+        names = {OPERATION_COLUMN, END_OF_BATCH_COLUMN, TTL_COLUMN, *deleted.values()}
+        names.update(plan.partition_key_names, plan.clustering_names, atomic if full else ())
+        columns = _log_columns(log)
+        return cls(
+            keyspace=base.keyspace,
+            name=base.name,
+            log=log,
+            partition_key_names=plan.partition_key_names,
+            clustering_names=plan.clustering_names,
+            atomic_regular=atomic,
+            deleted_names=MappingProxyType(deleted),
+            log_columns=None if names <= columns else columns,
+            log_ttl_s=plan.ttl_s,
+        )
+
+    def __call__(self, mutation: Mutation, capture: CdcCapture, now_s: int) -> DeltaRow | None:
+        rows, partition_key = mutation.rows, mutation.partition_key
+        if (
+            len(rows) != 1
+            or mutation.static_row is not None
+            or mutation.range_tombstones
+            or mutation.partition_deletion is not None
+            or mutation.keyspace != self.keyspace
+            or mutation.table != self.name
+            or len(partition_key) != len(self.partition_key_names)
+        ):
             return None
-        cell_key = (cell.timestamp_us, cell_ttl_s(cell))
-        if change_key is None:
-            change_key = cell_key
-        elif cell_key != change_key:
-            return None  # several changes: split
-        if delta_full:
-            if cell.is_tombstone:
-                values[deleted_column_name(name)] = TRUE
-            else:
-                values[name] = cell.value
-    if change_key is None:  # not reached: the row has a marker or a cell
-        return None
-    timestamp_us, ttl_s = change_key
-    if ttl_s:  # the row's TTL: every live element of the one change has this one
-        values[TTL_COLUMN] = bigint(ttl_s)
-    values[END_OF_BATCH_COLUMN] = TRUE
-    if not values.keys() <= _log_columns(log):
-        return None  # _build names the missing column
-    log_ttl_s = plan.ttl_s
-    ttl, deletion_time = (log_ttl_s, now_s + log_ttl_s) if log_ttl_s > 0 else (0, NO_DELETION_TIME)
-    time = timeuuid_bytes(timestamp_us, capture.timeuuid_low_bits)
-    return DeltaRow(capture.stream_id, (time, _FIRST_ROW), values, timestamp_us, ttl, deletion_time)
+        row = rows[0]
+        marker, cells, clustering = row.liveness, row.cells, row.clustering
+        if (
+            row.deletion is not None
+            or len(clustering) != len(self.clustering_names)
+            or (marker is None and not cells)
+        ):
+            return None
+        if marker is None:
+            change_key = None
+            values = {OPERATION_COLUMN: _UPDATE_VALUE}
+        else:  # marker_ttl_s inline
+            change_key = (marker.timestamp_us, marker.ttl_s if marker.ttl_s > 0 else 0)
+            values = {OPERATION_COLUMN: _INSERT_VALUE}
+        values.update(zip(self.partition_key_names, partition_key, strict=False))  # lengths checked
+        values.update(zip(self.clustering_names, clustering, strict=False))
+        atomic, deleted = self.atomic_regular, self.deleted_names
+        for name, cell in cells.items():
+            if type(cell) is not Cell or cell.path is not None or name not in atomic:
+                return None
+            ttl = cell.ttl_s
+            cell_key = (cell.timestamp_us, ttl if ttl > 0 else 0)  # cell_ttl_s inline
+            if change_key is None:
+                change_key = cell_key
+            elif cell_key != change_key:
+                return None  # several changes: split
+            if deleted:  # delta: full
+                if ttl == 0 and cell.local_deletion_time_s != NO_DELETION_TIME:  # tombstone
+                    values[deleted[name]] = TRUE
+                else:
+                    values[name] = cell.value
+        if change_key is None:  # not reached: the row has a marker or a cell
+            return None
+        return self._finish(values, change_key, capture, now_s)
+
+    def _finish(
+        self, values: dict[str, bytes], change_key: tuple[int, int], capture: CdcCapture, now_s: int
+    ) -> DeltaRow | None:
+        timestamp_us, ttl_s = change_key
+        if ttl_s:  # the row's TTL: every live element of the one change has this one
+            values[TTL_COLUMN] = bigint(ttl_s)
+        values[END_OF_BATCH_COLUMN] = TRUE
+        if self.log_columns is not None and not values.keys() <= self.log_columns:
+            return None  # _build names the missing column
+        log_ttl_s = self.log_ttl_s
+        ttl, deletion_time = (
+            (log_ttl_s, now_s + log_ttl_s) if log_ttl_s > 0 else (0, NO_DELETION_TIME)
+        )
+        time = timeuuid_bytes(timestamp_us, capture.timeuuid_low_bits)
+        clustering = (time, _FIRST_ROW)
+        return DeltaRow(capture.stream_id, clustering, values, timestamp_us, ttl, deletion_time)
+
+
+def _new_builder_slots(base: Table) -> dict[int, DeltaRowBuilder]:
+    return {}
+
+
+_builder_slots: IdentityCache[Table, dict[int, DeltaRowBuilder]] = IdentityCache(
+    _new_builder_slots, limit=256
+)
+"""Per base ``Table`` object: its :class:`DeltaRowBuilder` by ``id`` of the log ``Table`` (each
+builder keeps its log alive, so an id is not reused while its entry exists)."""
+_BUILDERS_PER_BASE = 4
+
+
+def _builder(plan: BasePlan, log: Table) -> DeltaRowBuilder:
+    """The cached :class:`DeltaRowBuilder` of ``plan``'s table and ``log``."""
+    slots = _builder_slots(plan.table)
+    builder = slots.get(id(log))
+    if builder is None or builder.log is not log:
+        builder = DeltaRowBuilder.of(plan, log)
+        if len(slots) >= _BUILDERS_PER_BASE:
+            slots.clear()
+        slots[id(log)] = builder
+    return builder

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 
 from ringflow.schema import (
@@ -23,9 +24,12 @@ from ringflow.schema import (
     MapType,
     SetType,
     Table,
+    cdc_partitioner_token,
+    token_of_key_bytes,
 )
 from ringflow.schema._codec import clustering_encoder, codec_for
 from ringflow.schema._comparable import NEXT_COMPONENT
+from ringflow.schema._partitioner import is_cdc_log_table_name
 from ringflow.storage._keys import CLUSTERED_TAG, ClusteringEncoder, row_key
 
 PathOrder = Callable[[bytes], bytes]
@@ -90,6 +94,8 @@ class TableInfo:
     """Rows are written as one packed atom each (see the layout module); CDC log tables."""
     trusted_row_key: Callable[[Sequence[bytes]], bytes] | None = None
     """``ck`` of a full, store-built clustering (see :func:`_trusted_row_key`)."""
+    token_of_key: Callable[[bytes], int] | None = None
+    """``token_of_key_bytes`` for the table's name, with the partitioner chosen once."""
 
     @classmethod
     def of(cls, tid: int, table: Table, packed_rows: bool = False) -> TableInfo:
@@ -114,6 +120,9 @@ class TableInfo:
             clustering_arity=len(table.clustering_columns),
             packed_rows=packed_rows,
             trusted_row_key=_trusted_row_key(table, encode),
+            token_of_key=cdc_partitioner_token
+            if is_cdc_log_table_name(table.name)
+            else partial(token_of_key_bytes, table.name),
         )
 
     @property

@@ -14,15 +14,16 @@ base table would see at that moment.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ringflow.cdc._log_images import RowImage
 from ringflow.cdc._log_rows import (
     CdcCapture,
+    DeltaRowBuilder,
     build_log_mutations,
+    delta_row_builder,
     image_rows_needed,
-    single_row_delta,
 )
 from ringflow.schema import Mutation
 from ringflow.storage._catalog import TableInfo
@@ -55,6 +56,11 @@ class CdcWriter:
     base: TableInfo
     log: TableInfo
     read_images: ImageReader
+    delta_rows: DeltaRowBuilder | None = field(init=False)
+    """The direct path to a delta-only write's one log row (None: the table has images)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "delta_rows", delta_row_builder(self.base.table, self.log.table))
 
     def apply(
         self,
@@ -69,14 +75,15 @@ class CdcWriter:
         read sees every earlier write of the batch; writes elsewhere (other partitions, the log)
         and everything without images stay queued (one executemany for the whole batch)."""
         base = self.base.table
-        needed = image_rows_needed(base, mutation)
-        if not needed:  # the common delta-only write: its one log row packed straight
-            delta = single_row_delta(base, self.log.table, mutation, capture, now_s)
+        delta_rows = self.delta_rows
+        if delta_rows is not None:  # no images: the common write's one log row packed straight
+            delta = delta_rows(mutation, capture, now_s)
             atom = None if delta is None else delta_row_atom(self.log, delta)
             if atom is not None:
                 writes.add(flat)
                 writes.add_log_atom(atom)
                 return 1
+        needed = image_rows_needed(base, mutation)
         position = (flat.token, flat.partition_key)
         preimage = None
         if needed:

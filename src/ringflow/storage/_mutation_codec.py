@@ -18,10 +18,22 @@ Layout, version 1: one version byte ``0x01`` followed by a msgpack array::
 
 A sequence of mutations (a hint, a message) is version byte ``0x01`` plus an array of the
 encoded mutation arrays. A new layout gets a new version byte; decoders refuse unknown versions.
+
+One row alone (:func:`encode_row`, the value of a packed-row atom in the store) is ``0x01`` plus
+the ``row`` array above, except a *uniform* row, which is ``0x02`` plus::
+
+    uniform_row = [[clustering:bin...], timestamp_us:int, ttl_s:int, local_deletion_time_s:int,
+                   {column:str: value:bin, ...}]
+
+A uniform row has no marker and no deletion, and its cells (at least one) are all simple cells
+without path sharing one timestamp, TTL and local deletion time: every CDC delta row is one. The
+choice is canonical (a row has exactly one encoding), so re-writing a row gives the same bytes.
+:func:`decode_row` reads both; :func:`decode_mutation` only ``0x01``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +54,8 @@ from ringflow.storage._errors import InvalidMutation, MutationDecodeError
 
 FORMAT_VERSION = 1
 _VERSION_BYTE = bytes([FORMAT_VERSION])
+UNIFORM_ROW_VERSION = 2
+_UNIFORM_ROW_BYTE = bytes([UNIFORM_ROW_VERSION])
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _SIMPLE, _COMPLEX = 0, 1
@@ -117,10 +131,46 @@ def encode_mutation(mutation: Mutation) -> bytes:
     return _pack(_mutation_out(mutation))
 
 
+def _uniform_cell(row: Row) -> Cell | None:
+    """The first cell of ``row`` if the row is uniform (module docstring), else None."""
+    if row.liveness is not None or row.deletion is not None or not row.cells:
+        return None
+    first: Cell | None = None
+    for data in row.cells.values():
+        if type(data) is not Cell or data.path is not None:
+            return None
+        if first is None:
+            first = data
+        elif (data.timestamp_us, data.ttl_s, data.local_deletion_time_s) != (
+            first.timestamp_us,
+            first.ttl_s,
+            first.local_deletion_time_s,
+        ):
+            return None
+    return first
+
+
 def encode_row(row: Row) -> bytes:
-    """One row in the same layout (version byte, then the ``row`` array): the value of a
-    packed-row atom in the store."""
-    return _pack(_row_out(row))
+    """One row (see the module docstring: ``0x02`` and the uniform layout for a uniform row,
+    else ``0x01`` and the ``row`` array): the value of a packed-row atom in the store."""
+    first = _uniform_cell(row)
+    if first is None:
+        return _pack(_row_out(row))
+    values = {name: data.value for name, data in row.cells.items()}  # type: ignore[union-attr]
+    return encode_uniform_row(
+        row.clustering, values, first.timestamp_us, first.ttl_s, first.local_deletion_time_s
+    )
+
+
+_packers = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's reusable packer (building one per call costs as much as packing a row)."""
+    packer: msgpack.Packer | None = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def encode_uniform_row(
@@ -131,18 +181,20 @@ def encode_uniform_row(
     local_deletion_time_s: int,
 ) -> bytes:
     """:func:`encode_row` of the row of ``clustering`` with no marker or deletion whose cells,
-    in ``values`` order, are simple cells sharing ``timestamp_us``, ``ttl_s`` and
-    ``local_deletion_time_s``: the same bytes, without building the row (a CDC delta row)."""
-    ts, ttl, ldt = timestamp_us, ttl_s, local_deletion_time_s
-    return _pack(
-        [
-            list(clustering),
-            None,
-            None,
-            [[name, [_SIMPLE, [ts, value, ttl, ldt, None]]]
-             for name, value in values.items()],
-        ]
-    )  # fmt: skip
+    in ``values`` order (at least one), are simple cells sharing ``timestamp_us``, ``ttl_s`` and
+    ``local_deletion_time_s``: the same bytes, without building the row (a CDC delta row).
+    ``values`` must be a non-empty ``dict`` (InvalidMutation otherwise) of column names to
+    ``bytes``; the caller vouches for the types inside (:func:`decode_row` checks them)."""
+    if type(values) is not dict or not values:
+        raise InvalidMutation("a uniform row needs a non-empty dict of values")
+    try:
+        packed: bytes = _packer().pack(
+            (tuple(clustering), timestamp_us, ttl_s, local_deletion_time_s, values)
+        )
+    except (OverflowError, TypeError, ValueError) as error:
+        _packers.packer = None  # a failed pack may leave the buffer dirty: start afresh
+        raise InvalidMutation(f"row cannot be encoded: {error}") from None
+    return _UNIFORM_ROW_BYTE + packed
 
 
 def encode_mutations(mutations: Sequence[Mutation]) -> bytes:
@@ -265,32 +317,51 @@ def _mutation_in(value: object) -> Mutation:
     )
 
 
-def _unpack(data: bytes) -> object:
+def _unpack(data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> tuple[int, object]:
+    """The version byte of ``data`` (one of ``versions``) and the msgpack value after it."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise _fail("input type", type(data).__name__)
     raw = bytes(data)
     if not raw:
         raise MutationDecodeError("mutation encoding: empty input")
-    if raw[0] != FORMAT_VERSION:
+    if raw[0] not in versions:
         raise MutationDecodeError(
             f"mutation encoding: unknown version {raw[0]} (this node reads {FORMAT_VERSION})"
         )
     try:
-        return msgpack.unpackb(raw[1:], raw=False, use_list=True, strict_map_key=True)
+        return raw[0], msgpack.unpackb(raw[1:], raw=False, use_list=True, strict_map_key=True)
     except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise MutationDecodeError(f"mutation encoding: not valid msgpack: {error}") from None
 
 
+def _uniform_row_in(value: object) -> Row:
+    fields = _array(value, 5, "uniform row")
+    clustering = tuple(_bytes(v, "clustering value") for v in _array(fields[0], None, "ck"))
+    ts = _int(fields[1], "cell timestamp")
+    ttl = _int(fields[2], "cell ttl")
+    ldt = _int(fields[3], "cell local deletion time")
+    values = fields[4]
+    if type(values) is not dict or not values:
+        raise _fail("uniform row cells (want a non-empty map)", values)
+    cells: dict[str, ColumnData] = {
+        _str(name, "column name"): Cell(ts, _bytes(data, "cell value"), ttl, ldt)
+        for name, data in values.items()
+    }
+    return Row(clustering, None, None, cells)
+
+
 def decode_mutation(data: bytes) -> Mutation:
     """The Mutation encoded in ``data``; MutationDecodeError on anything malformed."""
-    return _mutation_in(_unpack(data))
+    return _mutation_in(_unpack(data)[1])
 
 
 def decode_row(data: bytes) -> Row:
     """The Row of :func:`encode_row`; MutationDecodeError on anything malformed."""
-    return _row_in(_unpack(data))
+    version, value = _unpack(data, (FORMAT_VERSION, UNIFORM_ROW_VERSION))
+    return _uniform_row_in(value) if version == UNIFORM_ROW_VERSION else _row_in(value)
 
 
 def decode_mutations(data: bytes) -> list[Mutation]:
     """The mutations of :func:`encode_mutations`; MutationDecodeError on anything malformed."""
-    return [_mutation_in(item) for item in _array(_unpack(data), None, "mutation list")]
+    items = _array(_unpack(data)[1], None, "mutation list")
+    return [_mutation_in(item) for item in items]

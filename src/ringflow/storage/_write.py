@@ -9,9 +9,9 @@ can be validated completely before its transaction begins.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from hashlib import blake2b
 from operator import itemgetter
 
 import msgpack
@@ -247,7 +247,7 @@ def _partition_atoms(
 def _packed_atom(head: tuple[int, int, bytes, bytes], row: Row) -> AtomRow:
     """A whole row as one atom, keyed by a digest of its bytes (see the layout module)."""
     value = encode_row(row)
-    digest = hashlib.blake2b(value, digest_size=8).digest()
+    digest = blake2b(value, digest_size=8).digest()
     return (*head, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0, NO_DELETION_TIME, value)
 
 
@@ -314,7 +314,7 @@ def flatten_built_log(info: TableInfo, mutation: Mutation) -> FlatMutation:
             if len(clustering) != arity:
                 return flatten_mutation(info, mutation)
             value = encode_row(row)
-            digest = hashlib.blake2b(value, digest_size=8).digest()
+            digest = blake2b(value, digest_size=8).digest()
             atoms.append(
                 (tid, token, pk, trusted_row_key(clustering), KIND_PACKED_ROW, "", digest,
                  NO_TIMESTAMP, 0, NO_DELETION_TIME, value)
@@ -327,31 +327,34 @@ def flatten_built_log(info: TableInfo, mutation: Mutation) -> FlatMutation:
 
 def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
     """The one atom :func:`flatten_built_log` gives for the log mutation of ``delta``
-    (``cdc._log_rows.single_row_delta``; the log table ``info`` is packed), built straight from
+    (``cdc._log_rows.DeltaRowBuilder``; the log table ``info`` is packed), built straight from
     it: no ``Mutation``, ``Row`` or ``Cell`` objects, no checks. None for anything unusual (the
     caller then builds and flattens the mutation, which reports what is wrong)."""
-    trusted_row_key = info.trusted_row_key
+    trusted_row_key, token_of_key = info.trusted_row_key, info.token_of_key
     pk = delta.stream_id
     if (
-        not info.packed_rows
-        or trusted_row_key is None
-        or info.partition_key_arity != 1
+        trusted_row_key is None
+        or token_of_key is None
+        or not info.packed_rows
         or info.clustering_arity != 2
+        or info.partition_key_arity != 1
         or type(pk) is not bytes
         or not pk
     ):
         return None
     try:
-        token = token_of_key_bytes(info.table.name, pk)
-        clustering = delta.clustering
-        ck = trusted_row_key(clustering)
-        values = delta.values
+        token = token_of_key(pk)
+        ck = trusted_row_key(delta.clustering)
         value = encode_uniform_row(
-            clustering, values, delta.timestamp_us, delta.ttl_s, delta.local_deletion_time_s
+            delta.clustering,
+            delta.values,
+            delta.timestamp_us,
+            delta.ttl_s,
+            delta.local_deletion_time_s,
         )
     except Exception:  # not the builder's usual output: the checked path
         return None
-    digest = hashlib.blake2b(value, digest_size=8).digest()
+    digest = blake2b(value, digest_size=8).digest()
     return (info.tid, token, pk, ck, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0,
             NO_DELETION_TIME, value)  # fmt: skip
 
