@@ -8,7 +8,8 @@ may still hold data into the v2 tables, so clients reading only v2 find them:
 1. no v1 ``cdc_streams_descriptions`` table: nothing to do;
 2. ``system.cdc_local`` has the ``'rewritten'`` row: done before, nothing to do;
 3. no CDC-enabled table: only write the ``'rewritten'`` row (old generations are not needed);
-4. (the caller scans the v1 timestamps, in the background);
+4. (the caller scans the v1 timestamps, in the background; ``rewrite_candidates`` tells it which
+   descriptions step 6.2 needs);
 5. drop "too old" timestamps: t is too old if some greater v1 timestamp T satisfies
    ``now - ttl > T`` for every CDC table (so no table can still hold data of t). A TTL of 0
    means the table's CDC data never expires, so nothing is too old;
@@ -151,6 +152,25 @@ def plan_streams_rewrite(
         actions.append(WriteTimestampRow(generation_timestamp_row(time_ms)))
     actions.append(marker)
     return RewritePlan(start, tuple(actions), tuple(skipped))
+
+
+def rewrite_candidates(
+    *,
+    cdc_table_ttls_s: Iterable[int],
+    v1_timestamps_ms: Iterable[int],
+    v2_timestamps_ms: Iterable[int],
+    now_ms: int,
+) -> tuple[int, ...]:
+    """Steps 5 and 6.1: the v1 timestamps whose descriptions must be fetched (step 6.2),
+    ascending: neither too old nor already in ``cdc_generation_timestamps``. The shell reads
+    only these descriptions, then plans with :func:`plan_streams_rewrite`."""
+    ttls_s = list(cdc_table_ttls_s)
+    if not ttls_s:
+        return ()
+    timestamps = sorted(set(v1_timestamps_ms))
+    too_old = _too_old(timestamps, ttls_s, now_ms)
+    present = set(v2_timestamps_ms)
+    return tuple(t for t in timestamps if t not in too_old and t not in present)
 
 
 def _too_old(timestamps: list[int], ttls_s: list[int], now_ms: int) -> set[int]:

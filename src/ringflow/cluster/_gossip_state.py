@@ -88,7 +88,10 @@ class ApplicationState(IntEnum):
     IGNORE_MSB = 32
     """ringflow: the sharder's ``ignore_msb`` bits (Scylla ``IGNORE_MSB_BITS``)."""
     CDC_GENERATIONS_V2 = 33
-    """ringflow: feature flag, "true" when the node reads and writes v2 generation tables."""
+    """Unused (kept for the numbering): features travel in ``SUPPORTED_FEATURES``."""
+    SUPPORTED_FEATURES = 34
+    """ringflow: the cluster features this node supports, comma-separated (Scylla
+    ``SUPPORTED_FEATURES``), e.g. ``CDC_GENERATIONS_V2``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
     CdcMetadata,
     GenerationDescriptionV2Row,
+    GenerationId,
+    GenerationIdV1,
     GenerationIdV2,
     GenerationTimestampRow,
     TopologyDescription,
@@ -99,6 +101,8 @@ Clock = Callable[[], int]
 GENERATION_TABLE = ("system_distributed_everywhere", "cdc_generation_descriptions_v2")
 STREAMS_TABLE = ("system_distributed", "cdc_streams_descriptions_v2")
 TIMESTAMPS_TABLE = ("system_distributed", "cdc_generation_timestamps")
+V1_GENERATION_TABLE = ("system_distributed", "cdc_generation_descriptions")
+STREAMS_V1_TABLE = ("system_distributed", "cdc_streams_descriptions")
 CDC_LOCAL_TABLE = ("system", "cdc_local")
 CDC_LOCAL_KEY = "cdc_local"
 TIMESTAMPS_KEY = "timestamps"
@@ -117,7 +121,7 @@ def system_clock_us() -> int:
 class CdcGeneration:
     """The generation a node operates with: its id and its topology description."""
 
-    id: GenerationIdV2
+    id: GenerationId
     description: TopologyDescription
 
 
@@ -290,19 +294,33 @@ def internal_rows_mutation(
     return dataclasses.replace(mutation, static_row=static)
 
 
-def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
-    """The generation named by ``system.cdc_local``, rebuilt from its internal rows; None for
-    a node that never committed one. InternalError if the named rows are missing or partial."""
+def local_generation_id(store: Store, now_us: int) -> GenerationId | None:
+    """The generation id ``system.cdc_local`` names: v2 with a uuid, v1 (timestamp) without."""
     now_s = now_us // 1_000_000
     key = serialize(TEXT, CDC_LOCAL_KEY)
     local = store.read_row(CDC_LOCAL_TABLE, [key], (), now_s=now_s)
-    if local is None or "streams_timestamp" not in local.values or "uuid" not in local.values:
+    if local is None or "streams_timestamp" not in local.values:
         return None
     cdc_local = store.table(*CDC_LOCAL_TABLE)
     timestamp_ms = _milliseconds(_value(cdc_local, local.values, "streams_timestamp"))
+    if "uuid" not in local.values:
+        return GenerationIdV1(timestamp_ms)
     generation_uuid = _value(cdc_local, local.values, "uuid")
     if not isinstance(generation_uuid, uuid.UUID):
         raise InternalError(f"system.cdc_local: uuid {generation_uuid!r} is not a UUID")
+    return GenerationIdV2(timestamp_ms, generation_uuid)
+
+
+def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
+    """The v2 generation named by ``system.cdc_local``, rebuilt from its internal rows; None for
+    a node that never committed one, or whose generation is a v1 one (its description lives in
+    the replicated ``system_distributed``: the cluster service loads it through the
+    coordinator, see ``local_generation_id``). InternalError if the named rows are missing or
+    partial."""
+    generation_id = local_generation_id(store, now_us)
+    if not isinstance(generation_id, GenerationIdV2):
+        return None
+    timestamp_ms, generation_uuid = generation_id.timestamp_ms, generation_id.uuid
     rows = read_generation_v2_rows(store, generation_uuid, now_us)
     try:
         description = description_from_generation_v2_rows(rows)
@@ -364,7 +382,7 @@ def _iterable(value: object) -> Iterable[bytes]:
     return [bytes(element) for element in value]
 
 
-def is_published(store: Store, generation_id: GenerationIdV2, now_us: int) -> bool:
+def is_published(store: Store, generation_id: GenerationId, now_us: int) -> bool:
     """Whether the generation's ``cdc_generation_timestamps`` row (the commit) exists."""
     row = store.read_row(
         TIMESTAMPS_TABLE,

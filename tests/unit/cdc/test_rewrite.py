@@ -169,3 +169,24 @@ def test_nothing_left_still_writes_the_marker() -> None:
 def test_ttls_are_validated() -> None:
     with pytest.raises(CdcArgumentError):
         plan(ttls_s=(-1,))
+
+
+def test_rewrite_candidates_are_neither_too_old_nor_already_in_v2() -> None:
+    from ringflow.cdc._rewrite import rewrite_candidates
+
+    hour = 3_600_000
+    found = rewrite_candidates(
+        cdc_table_ttls_s=[3600],
+        v1_timestamps_ms=[3 * hour, 0, hour, 5 * hour, hour],
+        v2_timestamps_ms=[3 * hour],
+        now_ms=4 * hour + 1,
+    )
+    # 0 and 1 h are too old (3 h is greater and < now - ttl = 3 h + 1 ms); 3 h is not (no
+    # greater timestamp has expired) but is already in v2; 5 h is left
+    assert found == (5 * hour,)
+    assert (
+        rewrite_candidates(
+            cdc_table_ttls_s=[], v1_timestamps_ms=[0], v2_timestamps_ms=[], now_ms=hour
+        )
+        == ()
+    )

@@ -402,6 +402,7 @@ def _gossip_state(host_id: uuid.UUID, tokens: str, generation: str | None) -> En
         ApplicationState.RACK: "r1",
         ApplicationState.SHARD_COUNT: "2",
         ApplicationState.IGNORE_MSB: "0",
+        ApplicationState.SUPPORTED_FEATURES: "CDC_GENERATIONS_V2",
     }
     if generation is not None:
         values[ApplicationState.CDC_GENERATION_ID] = generation

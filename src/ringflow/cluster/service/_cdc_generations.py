@@ -42,19 +42,27 @@ from dataclasses import dataclass
 from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
     CdcMetadata,
+    GenerationDescriptionV1Row,
+    GenerationId,
+    GenerationIdV1,
     GenerationIdV2,
     GenerationTimestampRow,
     StreamId,
     TopologyDescription,
+    description_from_generation_v1_row,
     description_from_generation_v2_rows,
     generate_topology_description,
+    generation_description_v1_row,
     generation_description_v2_rows,
     parse_generation_id,
     publication_batches,
+    streams_description_v1_row,
 )
+from ringflow.cdc._description_tables import datetime_from_ms
 from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
+from ringflow.cluster.service._cdc_tables import ms_of, read_partition_rows, write_in_order
 from ringflow.cluster.service._membership import peer_info
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.errors import RingflowError
@@ -62,7 +70,9 @@ from ringflow.node._startup import (
     GENERATION_TABLE,
     ROWS_PER_WRITE_MAX,
     STREAMS_TABLE,
+    STREAMS_V1_TABLE,
     TIMESTAMPS_TABLE,
+    V1_GENERATION_TABLE,
     CdcGeneration,
     internal_rows_mutation,
     is_published,
@@ -91,7 +101,8 @@ class MemberView:
     tokens: tuple[int, ...]
     sharding: tuple[int, int] | None
     alive: bool
-    generation: GenerationIdV2 | None
+    generation: GenerationId | None
+    features: frozenset[str] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -103,14 +114,38 @@ def _state_value(state: EndpointState, key: ApplicationState) -> str | None:
     return None if versioned is None else versioned.value
 
 
-def _parse_v2(text: str | None) -> GenerationIdV2 | None:
+def _parse_generation(text: str | None) -> GenerationId | None:
+    """A gossiped ``CDC_GENERATION_ID``: v1 (``<ms>``) or v2 (``v2;<ms>;<uuid>``)."""
     if text is None:
         return None
     try:
-        parsed = parse_generation_id(text)
+        return parse_generation_id(text)
     except RingflowError:
         return None
-    return parsed if isinstance(parsed, GenerationIdV2) else None
+
+
+CDC_GENERATIONS_V2_FEATURE = "CDC_GENERATIONS_V2"
+"""The cluster feature of v2 generations (seed 000 "Internal generation descriptions table V1
+and upgrade procedure"): a node that has it reads and writes v2 ids and the v2 internal table."""
+
+
+def encode_features(features: Collection[str]) -> str:
+    """``SUPPORTED_FEATURES``: the feature names, sorted, comma-separated (Scylla's form)."""
+    return ",".join(sorted(features))
+
+
+def parse_features(text: str | None) -> frozenset[str]:
+    if not text:
+        return frozenset()
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+def generation_version(views: Sequence[MemberView]) -> int:
+    """2 when every known endpoint gossips the ``CDC_GENERATIONS_V2`` feature, else 1: a new
+    generation must be readable by every node of the cluster (seed 000)."""
+    if views and all(CDC_GENERATIONS_V2_FEATURE in view.features for view in views):
+        return 2
+    return 1
 
 
 def _sharding(state: EndpointState) -> tuple[int, int] | None:
@@ -125,10 +160,13 @@ def _sharding(state: EndpointState) -> tuple[int, int] | None:
 def member_view(endpoint: str, state: EndpointState, alive: bool) -> MemberView:
     """``state`` of ``endpoint`` seen by the generation logic (incomplete if not NORMAL)."""
     info = peer_info(endpoint, state)
-    generation = _parse_v2(_state_value(state, ApplicationState.CDC_GENERATION_ID))
+    generation = _parse_generation(_state_value(state, ApplicationState.CDC_GENERATION_ID))
+    features = parse_features(_state_value(state, ApplicationState.SUPPORTED_FEATURES))
     if info is None:
-        return MemberView(endpoint, None, (), None, alive, generation)
-    return MemberView(endpoint, info.host.host_id, info.tokens, _sharding(state), alive, generation)
+        return MemberView(endpoint, None, (), None, alive, generation, features)
+    return MemberView(
+        endpoint, info.host.host_id, info.tokens, _sharding(state), alive, generation, features
+    )
 
 
 def member_views(
@@ -154,16 +192,19 @@ def proposer(views: Sequence[MemberView]) -> uuid.UUID | None:
     return max(ids, default=None)
 
 
-def newest_generation(views: Sequence[MemberView]) -> GenerationIdV2 | None:
+def newest_generation(views: Sequence[MemberView]) -> GenerationId | None:
     ids = [view.generation for view in views if view.generation is not None]
     return max(ids, key=_order, default=None)
 
 
-def _order(generation: GenerationIdV2) -> tuple[int, int]:
+def _order(generation: GenerationId) -> tuple[int, int]:
+    """By timestamp; a v1 id (no uuid) before a v2 id of the same millisecond."""
+    if isinstance(generation, GenerationIdV1):
+        return (generation.timestamp_ms, -1)
     return (generation.timestamp_ms, generation.uuid.int)
 
 
-def is_newer(candidate: GenerationIdV2, current: GenerationIdV2 | None) -> bool:
+def is_newer(candidate: GenerationId, current: GenerationId | None) -> bool:
     return current is None or _order(candidate) > _order(current)
 
 
@@ -195,28 +236,32 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Propose:
-    """Create the first generation over these ring tokens (owner's sharding per token)."""
+    """Create a generation over these ring tokens (owner's sharding per token): the first one,
+    or a later one asked for (``request_new_generation``). ``version`` 1 (timestamp id, v1
+    tables) while some node lacks ``CDC_GENERATIONS_V2``, else 2 (``generation_version``)."""
 
     sharding: Mapping[int, tuple[int, int]]
+    version: int = 2
+    first: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Announce:
     """Gossip ``CDC_GENERATION_ID`` = this id (the proposer, right after the data is written)."""
 
-    generation: GenerationIdV2
+    generation: GenerationId
 
 
 @dataclass(frozen=True, slots=True)
 class Prepare:
-    generation: GenerationIdV2
+    generation: GenerationId
 
 
 @dataclass(frozen=True, slots=True)
 class Load:
     """Read the description from the local internal rows, after ``delay_ms``."""
 
-    generation: GenerationIdV2
+    generation: GenerationId
     delay_ms: int
 
 
@@ -224,7 +269,7 @@ class Load:
 class Activate:
     """``cdc.insert``, persist ``system.cdc_local``, gossip the id."""
 
-    generation: GenerationIdV2
+    generation: GenerationId
     description: TopologyDescription
 
 
@@ -232,7 +277,7 @@ class Activate:
 class Publish:
     """Make sure the user-facing tables describe the generation, after ``delay_ms``."""
 
-    generation: GenerationIdV2
+    generation: GenerationId
     delay_ms: int
 
 
@@ -249,26 +294,40 @@ class GenerationDecider:
         *,
         settle_ms: int = DEFAULT_SETTLE_MS,
         retry: RetryPolicy = RetryPolicy(),
-        loaded: GenerationIdV2 | None = None,
+        loaded: GenerationId | None = None,
+        remembered: GenerationId | None = None,
     ) -> None:
         self.local_host_id = local_host_id
         self.settle_ms = settle_ms
         self.retry = retry
-        self.current = loaded
+        self.current = loaded if remembered is None else remembered
         """The newest generation learnt (loaded or only prepared)."""
         self.loaded = loaded
-        self.published: set[GenerationIdV2] = set()
+        self._remembered = remembered
+        """Named by ``system.cdc_local`` but not loadable at start-up (a v1 generation, whose
+        description lives in the replicated ``system_distributed``): loaded like a learnt one."""
+        self._requested = False
+        self.published: set[GenerationId] = set()
         self._proposing = False
         self._proposal_failures = 0
         self._next_proposal_ms = 0
         self._signature: frozenset[tuple[str, tuple[int, ...]]] | None = None
         self._stable_since_ms = 0
         self._load_attempts = 0
-        self._publish_attempts: dict[GenerationIdV2, int] = {}
+        self._publish_attempts: dict[GenerationId, int] = {}
 
     def start(self) -> list[GenerationAction]:
-        """At start-up: a generation reloaded from ``system.cdc_local`` is (re)published."""
+        """At start-up: a generation reloaded from ``system.cdc_local`` is (re)published; one
+        only remembered is prepared and loaded."""
+        if self._remembered is not None:
+            return self._learn(self._remembered)
         return [] if self.loaded is None else [Publish(self.loaded, 0)]
+
+    def request_new_generation(self) -> None:
+        """Ask for a new generation over the current ring (the admin request ``ringflow
+        cluster new-cdc-generation``; Scylla's ``checkAndRepairCdcStreams`` regenerates the same
+        way): this node proposes it at the next tick when the cluster is ready and settled."""
+        self._requested = True
 
     def on_tick(
         self, views: Sequence[MemberView], seeds: Collection[str], now_ms: int
@@ -276,13 +335,15 @@ class GenerationDecider:
         newest = newest_generation(views)
         if newest is not None and is_newer(newest, self.current):
             return self._learn(newest)
-        if self.current is None and newest is None and self._may_propose(views, seeds, now_ms):
+        first = self.current is None and newest is None
+        settled = self._may_propose(views, seeds, now_ms, first)  # tracks stability always
+        if (first or self._requested) and settled:
             self._proposing = True
-            return [Propose(ring_sharding(views))]
+            return [Propose(ring_sharding(views), generation_version(views), first)]
         return []
 
     def _may_propose(
-        self, views: Sequence[MemberView], seeds: Collection[str], now_ms: int
+        self, views: Sequence[MemberView], seeds: Collection[str], now_ms: int, first: bool
     ) -> bool:
         if not cluster_ready(views, seeds):
             self._signature = None
@@ -294,27 +355,28 @@ class GenerationDecider:
         if self._proposing or now_ms < self._next_proposal_ms:
             return False
         return now_ms - self._stable_since_ms >= self.settle_ms and (
-            proposer(views) == self.local_host_id
+            not first or proposer(views) == self.local_host_id
         )
 
-    def _learn(self, generation: GenerationIdV2) -> list[GenerationAction]:
+    def _learn(self, generation: GenerationId) -> list[GenerationAction]:
         self.current = generation
         self._load_attempts = 0
         return [Prepare(generation), Load(generation, 0)]
 
-    def on_proposed(self, generation: GenerationIdV2 | None, now_ms: int) -> list[GenerationAction]:
+    def on_proposed(self, generation: GenerationId | None, now_ms: int) -> list[GenerationAction]:
         """The proposal's data is written on every node (``generation``), or failed (None)."""
         self._proposing = False
         if generation is None:
             self._next_proposal_ms = now_ms + self.retry.delay_ms(self._proposal_failures)
             self._proposal_failures += 1
             return []
+        self._requested = False
         if not is_newer(generation, self.current):
             return []
         return [Announce(generation), *self._learn(generation)]
 
     def on_loaded(
-        self, generation: GenerationIdV2, description: TopologyDescription | None
+        self, generation: GenerationId, description: TopologyDescription | None
     ) -> list[GenerationAction]:
         """Outcome of a ``Load``: the description, or None while the rows are missing."""
         if generation != self.current:
@@ -328,7 +390,7 @@ class GenerationDecider:
         self.loaded = generation
         return [Activate(generation, description), Publish(generation, 0)]
 
-    def on_published(self, generation: GenerationIdV2, ok: bool) -> list[GenerationAction]:
+    def on_published(self, generation: GenerationId, ok: bool) -> list[GenerationAction]:
         """Outcome of a ``Publish`` (``ok``: the timestamp row is known to be written)."""
         if ok:
             self.published.add(generation)
@@ -396,7 +458,7 @@ class SynchronizedCdcMetadata(CdcMetadata):
 
 def read_description(
     store: Store, generation: GenerationIdV2, now_us: int
-) -> TopologyDescription | None:
+) -> TopologyDescription | None:  # v1 generations: ``v1_description`` (coordinated read)
     """The generation's description from the local internal rows; None while missing/partial."""
     try:
         rows = read_generation_v2_rows(store, generation.uuid, now_us)
@@ -424,8 +486,47 @@ def internal_mutations(
     ]
 
 
+def v1_description(rows: Sequence[Mapping[str, object]]) -> TopologyDescription | None:
+    """A v1 generation's description from its ``cdc_generation_descriptions`` row (as read
+    through the coordinator); None while it is not there."""
+    for row in rows:
+        time_value, description = row.get("time"), row.get("description")
+        if description is None or time_value is None:
+            continue
+        entries = tuple(
+            (int(end), tuple(bytes(blob) for blob in streams), int(msb))
+            for end, streams, msb in description  # type: ignore[attr-defined]
+        )
+        timestamp_ms = ms_of(time_value)
+        return description_from_generation_v1_row(GenerationDescriptionV1Row(timestamp_ms, entries))
+    return None
+
+
+def v1_generation_mutations(
+    store: Store, generation: GenerationIdV1, description: TopologyDescription, now_us: int
+) -> list[Mutation]:
+    """The single internal v1 row of a new v1 generation (Scylla 4.3's one-cell description)."""
+    row = generation_description_v1_row(generation.timestamp_ms, description)
+    return [table_mutation(store.table(*V1_GENERATION_TABLE), [row.to_columns()], now_us)]
+
+
+def v1_publication_mutations(
+    store: Store, generation: GenerationId, description: TopologyDescription, now_us: int
+) -> list[Mutation]:
+    """What a node without ``CDC_GENERATIONS_V2`` publishes: the one v1 streams row."""
+    row = streams_description_v1_row(generation.timestamp_ms, description)
+    return [table_mutation(store.table(*STREAMS_V1_TABLE), [row.to_columns()], now_us)]
+
+
+def later_generation_timestamp(now_ms: int, ring_delay_ms: int, gossip_interval_ms: int) -> int:
+    """Start of a generation that is not the cluster's first: ``now + 2 * ring_delay + leeway``
+    so every node learns it before it operates; a ring delay of 0 (test clusters) counts as
+    two gossip rounds, never as no delay at all."""
+    return new_generation_timestamp(now_ms, max(ring_delay_ms, 2 * gossip_interval_ms, 1))
+
+
 def publication_mutations(
-    store: Store, generation: GenerationIdV2, description: TopologyDescription, now_us: int
+    store: Store, generation: GenerationId, description: TopologyDescription, now_us: int
 ) -> list[Mutation]:
     """Publication in write order: every streams chunk, the timestamp row last."""
     streams = store.table(*STREAMS_TABLE)
@@ -457,11 +558,16 @@ class CdcGenerationService:
         settle_ms: int | None = None,
         ring_delay_ms: int = 0,
         retry: RetryPolicy = RetryPolicy(),
+        remembered: GenerationId | None = None,
+        v2_enabled: bool = True,
     ) -> None:
         self.cluster = cluster
         self.cdc = cdc
         self._rng = rng
         self._ring_delay_ms = ring_delay_ms
+        self.v2_enabled = v2_enabled
+        """This node has ``CDC_GENERATIONS_V2`` (publishes to the v2 tables); without it, it acts
+        as a Scylla 4.3 node: v1 ids only, the v1 streams table."""
         if settle_ms is None:
             settle_ms = max(
                 DEFAULT_SETTLE_MS, SETTLE_GOSSIP_ROUNDS * cluster.settings.gossip_interval_ms
@@ -471,6 +577,7 @@ class CdcGenerationService:
             settle_ms=settle_ms,
             retry=retry,
             loaded=None if initial is None else initial.id,
+            remembered=remembered,
         )
 
     def start(self) -> None:
@@ -506,14 +613,27 @@ class CdcGenerationService:
         else:
             self.cluster.clock.call_later(delay_ms, callback)
 
-    def _gossip(self, generation: GenerationIdV2) -> None:
+    def request_new_generation(self) -> None:
+        """Admin request: propose a new generation over the current ring (see the decider)."""
+        self.decider.request_new_generation()
+
+    def _gossip(self, generation: GenerationId) -> None:
         self.cluster.gossiper.set_application_state(
             ApplicationState.CDC_GENERATION_ID, generation.to_gossip()
         )
 
+    def _timestamp(self, first: bool, now_ms: int) -> int:
+        if first:
+            return new_generation_timestamp(now_ms, self._ring_delay_ms)
+        interval = self.cluster.settings.gossip_interval_ms
+        return later_generation_timestamp(now_ms, self._ring_delay_ms, interval)
+
     def _propose(self, action: Propose) -> None:
         """Generate, write the internal rows at CL=ALL, then pick the timestamp (seed 000: the
-        timestamp is chosen after the data is written)."""
+        timestamp is chosen after the data is written). Version 1: ``_propose_v1``."""
+        if action.version == 1:
+            self._propose_v1(action)
+            return
         generation_uuid = uuid.UUID(int=self._rng.getrandbits(128), version=4)
         now_us = self.cluster.clock.now_us()
         try:
@@ -522,7 +642,7 @@ class CdcGenerationService:
             )
             mutations = internal_mutations(self.cluster.store, generation_uuid, description, now_us)
         except RingflowError:
-            _log.exception("building the first CDC generation failed")
+            _log.exception("building a CDC generation failed")
             self._run(self.decider.on_proposed(None, self.cluster.clock.now_ms()))
             return
 
@@ -532,12 +652,38 @@ class CdcGenerationService:
                 _log.warning("writing CDC generation %s failed: %s", generation_uuid, error)
                 self._run(self.decider.on_proposed(None, now_ms))
                 return
-            timestamp = new_generation_timestamp(now_ms, self._ring_delay_ms)
-            generation = GenerationIdV2(timestamp, generation_uuid)
-            _log.info("created the cluster's first CDC generation %s", generation.to_gossip())
+            generation = GenerationIdV2(self._timestamp(action.first, now_ms), generation_uuid)
+            _log.info("created CDC generation %s", generation.to_gossip())
             self._run(self.decider.on_proposed(generation, now_ms))
 
         self._write_in_order(mutations, ConsistencyLevel.ALL, written)
+
+    def _propose_v1(self, action: Propose) -> None:
+        """A v1 generation (some node lacks ``CDC_GENERATIONS_V2``): the timestamp is the key of
+        the description, so it is chosen *before* the one-row description is written, at QUORUM
+        in ``system_distributed`` as Scylla 4.3 did (seed 000, "V1 IDs")."""
+        now_us = self.cluster.clock.now_us()
+        generation = GenerationIdV1(self._timestamp(action.first, now_us // 1000))
+        try:
+            description = generate_topology_description(
+                action.sharding.keys(), dict(action.sharding), self._rng
+            )
+            mutations = v1_generation_mutations(self.cluster.store, generation, description, now_us)
+        except RingflowError:
+            _log.exception("building a v1 CDC generation failed")
+            self._run(self.decider.on_proposed(None, self.cluster.clock.now_ms()))
+            return
+
+        def written(error: BaseException | None) -> None:
+            now_ms = self.cluster.clock.now_ms()
+            if error is not None:
+                _log.warning("writing v1 CDC generation %s failed: %s", generation, error)
+                self._run(self.decider.on_proposed(None, now_ms))
+                return
+            _log.info("created v1 CDC generation %s", generation.to_gossip())
+            self._run(self.decider.on_proposed(generation, now_ms))
+
+        self._write_in_order(mutations, ConsistencyLevel.QUORUM, written)
 
     def _write_in_order(
         self,
@@ -546,19 +692,12 @@ class CdcGenerationService:
         done: Callable[[BaseException | None], None],
     ) -> None:
         """Coordinated writes one after the other (publication order matters)."""
-        if not mutations:
-            done(None)
+        write_in_order(self.cluster, mutations, consistency, done)
+
+    def _load(self, generation: GenerationId) -> None:
+        if isinstance(generation, GenerationIdV1):
+            self._load_v1(generation)
             return
-
-        def next_one(error: BaseException | None) -> None:
-            if error is not None:
-                done(error)
-            else:
-                self._write_in_order(mutations[1:], consistency, done)
-
-        self.cluster.write([mutations[0]], {}, consistency, next_one)
-
-    def _load(self, generation: GenerationIdV2) -> None:
         store, now_us = self.cluster.store, self.cluster.clock.now_us()
 
         def done(description: TopologyDescription | None, error: BaseException | None) -> None:
@@ -568,11 +707,31 @@ class CdcGenerationService:
 
         self.cluster.offload(lambda: read_description(store, generation, now_us), done)
 
-    def _activate(self, generation: GenerationIdV2, description: TopologyDescription) -> None:
+    def _load_v1(self, generation: GenerationIdV1) -> None:
+        """The v1 description through the coordinator at QUORUM (it lives in the replicated
+        ``system_distributed``, not on every node)."""
+        table = self.cluster.store.table(*V1_GENERATION_TABLE)
+
+        def done(rows: list[dict[str, object]] | None, error: BaseException | None) -> None:
+            description = None
+            if error is not None:
+                _log.info("reading v1 CDC generation %s failed: %s", generation, error)
+            else:
+                try:
+                    description = v1_description(rows or [])
+                except RingflowError as bad:
+                    _log.warning("v1 CDC generation %s unusable: %s", generation, bad)
+            self._run(self.decider.on_loaded(generation, description))
+
+        key = [datetime_from_ms(generation.timestamp_ms)]
+        read_partition_rows(self.cluster, table, key, ConsistencyLevel.QUORUM, done)
+
+    def _activate(self, generation: GenerationId, description: TopologyDescription) -> None:
         now_us = self.cluster.clock.now_us()
         self.cdc.insert(generation.timestamp_ms, description, now_us)
         self._gossip(generation)
-        row = cdc_local_row(generation.timestamp_ms, generation.uuid, timestamp_us=now_us)
+        generation_uuid = generation.uuid if isinstance(generation, GenerationIdV2) else None
+        row = cdc_local_row(generation.timestamp_ms, generation_uuid, timestamp_us=now_us)
         store = self.cluster.store
 
         def persist() -> None:
@@ -585,7 +744,9 @@ class CdcGenerationService:
         self.cluster.offload(persist, done)
         _log.info("CDC generation %s loaded", generation.to_gossip())
 
-    def _publish(self, generation: GenerationIdV2) -> None:
+    def _publish(self, generation: GenerationId) -> None:
+        """v2 tables (streams rows, then the timestamp row) on a node with the v2 feature, for
+        v1 and v2 generations alike (Scylla 4.4+); the v1 streams row on a node without it."""
         description = self.cdc.description_at(generation.timestamp_ms)
         if description is None:  # obsolete already (collected): nothing left to publish
             self._run(self.decider.on_published(generation, True))
@@ -596,6 +757,11 @@ class CdcGenerationService:
             if error is not None:
                 _log.info("publishing CDC generation %s failed: %s", generation, error)
             self._run(self.decider.on_published(generation, error is None))
+
+        if not self.v2_enabled:
+            v1_rows = v1_publication_mutations(store, generation, description, now_us)
+            self._write_in_order(v1_rows, ConsistencyLevel.QUORUM, written)
+            return
 
         def checked(published: bool | None, error: BaseException | None) -> None:
             if error is not None or published is None:
