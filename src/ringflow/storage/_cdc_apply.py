@@ -27,7 +27,12 @@ from ringflow.cdc._log_rows import (
 )
 from ringflow.schema import Mutation
 from ringflow.storage._catalog import TableInfo
-from ringflow.storage._write import AtomRow, FlatMutation, delta_row_atom, flatten_built_log
+from ringflow.storage._write import (
+    FlatMutation,
+    LogAppendRow,
+    delta_row_append,
+    flatten_built_log,
+)
 
 Clustering = tuple[bytes, ...]
 ImageReader = Callable[[int, bytes, Sequence[Clustering]], Mapping[Clustering, RowImage]]
@@ -39,8 +44,8 @@ class PendingWrites(Protocol):
 
     def add(self, flat: FlatMutation) -> None: ...
 
-    def add_log_atom(self, atom: AtomRow) -> None:
-        """Queue one packed atom of a CDC log table (appended to ``log_appends`` on flush)."""
+    def add_log_atom(self, queued: LogAppendRow) -> None:
+        """Queue one packed atom of a CDC log table (appended to ``log_queue`` on flush)."""
 
     def flush(self) -> None: ...
 
@@ -78,7 +83,7 @@ class CdcWriter:
         delta_rows = self.delta_rows
         if delta_rows is not None:  # no images: the common write's one log row packed straight
             delta = delta_rows(mutation, capture, now_s)
-            atom = None if delta is None else delta_row_atom(self.log, delta)
+            atom = None if delta is None else delta_row_append(self.log, delta)
             if atom is not None:
                 writes.add(flat)
                 writes.add_log_atom(atom)

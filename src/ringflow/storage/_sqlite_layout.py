@@ -32,18 +32,21 @@ One database file per node, WAL mode. Theory of operation:
   different versions of one row are both kept and merged with the reconcile rules on read
   (``merge_rows``); compaction folds them back into one. Reads accept both forms in any table.
 
-* ``log_appends`` is the write-order front of the packed-row tables (the CDC log tables): a
+* ``log_queue`` is the write-order front of the packed-row tables (the CDC log tables): a
   packed atom written by ``Store.apply`` is appended there (a rowid table, so a batch's log rows
-  fill the rightmost leaf instead of one random ``atoms`` leaf each, one per stream) with the
-  same columns as ``atoms``. Before any read, scan or compaction of a packed-row table (an
-  image read of a packed base table included), and within the writing transaction once
-  ``LOG_APPEND_SETTLE_ROWS`` rows are pending, the store
-  *settles* the appends: ``SETTLE_LOG_APPENDS`` moves them into ``atoms`` in key order (one
-  sorted bulk upsert with the same last-write-wins rule, so each ``atoms`` leaf is written once
-  per settle rather than once per row) and empties ``log_appends``. So every read still sees
-  only ``atoms`` in key order (stream, then ``cdc$time``, then ``cdc$batch_seq_no``); the append
-  front only changes where a written log row waits until its first read. Stores written before
-  this table existed get it (empty) on open; dropping a table deletes its pending appends too.
+  fill the rightmost leaf instead of one random ``atoms`` leaf each, one per stream) as
+  ``(tid, token, pk, ck, digest, value)``, the columns of a kind-5 atom that are not constant.
+  Before any read, scan or compaction of a packed-row table (an image read of a packed base
+  table included), and within the writing transaction once ``LOG_APPEND_SETTLE_ROWS`` rows are
+  pending, the store *settles* the queue: ``SETTLE_LOG_APPENDS`` moves it into ``atoms`` in key
+  order (one sorted bulk upsert with the same last-write-wins rule, so each ``atoms`` leaf is
+  written once per settle rather than once per row) and empties ``log_queue``. So every read
+  still sees only ``atoms`` in key order (stream, then ``cdc$time``, then ``cdc$batch_seq_no``);
+  the queue only changes where a written log row waits until its first read. A queued row is
+  committed with its base write, so it survives a crash and is settled by the next read after
+  reopening. Stores written before the queue existed get it (empty) on open; an older store's
+  ``log_appends`` (the queue's first form, every ``atoms`` column) is settled into ``atoms`` and
+  dropped on open. Dropping a table deletes its queued rows too.
 
 * ``partition_atoms`` holds partition deletions (kind 0) and range tombstones (kind 1), keyed by
   ``(tid, token, pk, kind, low, high)`` where ``[low, high)`` is the tombstone's ``ck`` interval;
@@ -67,7 +70,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ringflow.schema import NO_DELETION_TIME
+from ringflow.schema import NO_DELETION_TIME, NO_TIMESTAMP
 from ringflow.schema._reconcile import EXPIRED_LIVENESS_TTL_S
 
 LAYOUT_VERSION: Final = 1
@@ -109,18 +112,13 @@ CREATE TABLE IF NOT EXISTS atoms (
     value BLOB NOT NULL,
     PRIMARY KEY (tid, token, pk, ck, kind, col, path)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_appends (
+CREATE TABLE IF NOT EXISTS log_queue (
     seq INTEGER PRIMARY KEY,
     tid INTEGER NOT NULL,
     token INTEGER NOT NULL,
     pk BLOB NOT NULL,
     ck BLOB NOT NULL,
-    kind INTEGER NOT NULL,
-    col TEXT NOT NULL,
-    path BLOB NOT NULL,
-    ts INTEGER NOT NULL,
-    ttl INTEGER NOT NULL,
-    ldt INTEGER NOT NULL,
+    digest BLOB NOT NULL,
     value BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS partition_atoms (
@@ -172,22 +170,34 @@ WHERE excluded.ts > atoms.ts OR (excluded.ts = atoms.ts AND CASE excluded.kind
 """
 
 APPEND_LOG_ATOM: Final = """
-INSERT INTO log_appends (tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+INSERT INTO log_queue (tid, token, pk, ck, digest, value) VALUES (?, ?, ?, ?, ?, ?)"""
+"""One queued packed atom: ``LogAppendRow`` (tid, token, pk, ck, digest, value)."""
 
 LOG_APPEND_SETTLE_ROWS: Final = 10_000
-"""Appended log atoms after which the writing transaction settles them (see above)."""
+"""Queued log atoms after which the writing transaction settles them (see above)."""
 
-# The appends in key order through the atoms upsert (``WHERE true`` makes SQLite parse the
+_ATOM_VALUES = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# The queue in key order through the atoms upsert (``WHERE true`` makes SQLite parse the
 # ON CONFLICT clause as the upsert's, not as part of the SELECT); the same WHERE as UPSERT_ATOM.
 SETTLE_LOG_APPENDS: Final = UPSERT_ATOM.replace(
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    _ATOM_VALUES,
+    f"SELECT tid, token, pk, ck, {KIND_PACKED_ROW}, '', digest, {NO_TIMESTAMP}, 0, {_NDT}, value "
+    "FROM log_queue WHERE true ORDER BY tid, token, pk, ck, digest, seq",
+)
+CLEAR_LOG_APPENDS: Final = "DELETE FROM log_queue"
+COUNT_LOG_APPENDS: Final = "SELECT COUNT(*) FROM log_queue"
+DELETE_TABLE_LOG_APPENDS: Final = "DELETE FROM log_queue WHERE tid = ?"
+
+HAS_LEGACY_LOG_APPENDS: Final = (
+    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = 'log_appends'"
+)
+SETTLE_LEGACY_LOG_APPENDS: Final = UPSERT_ATOM.replace(
+    _ATOM_VALUES,
     "SELECT tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value FROM log_appends "
     "WHERE true ORDER BY tid, token, pk, ck, kind, col, path, seq",
 )
-CLEAR_LOG_APPENDS: Final = "DELETE FROM log_appends"
-COUNT_LOG_APPENDS: Final = "SELECT COUNT(*) FROM log_appends"
-DELETE_TABLE_LOG_APPENDS: Final = "DELETE FROM log_appends WHERE tid = ?"
+"""Settles the queue's first form (a ``log_appends`` table with every ``atoms`` column)."""
+DROP_LEGACY_LOG_APPENDS: Final = "DROP TABLE log_appends"
 
 UPSERT_PARTITION_ATOM: Final = """
 INSERT INTO partition_atoms (tid, token, pk, kind, low, high, ts, ldt, bounds)

@@ -77,6 +77,8 @@ from ringflow.storage._sqlite_layout import (
     DELETE_TABLE_ATOMS,
     DELETE_TABLE_LOG_APPENDS,
     DELETE_TABLE_PARTITION_ATOMS,
+    DROP_LEGACY_LOG_APPENDS,
+    HAS_LEGACY_LOG_APPENDS,
     INSERT_TABLE,
     KIND_PACKED_ROW,
     LAYOUT_VERSION,
@@ -87,13 +89,20 @@ from ringflow.storage._sqlite_layout import (
     SELECT_PARTITION_SLICE,
     SELECT_PARTITION_SLICE_REVERSED,
     SELECT_TABLES,
+    SETTLE_LEGACY_LOG_APPENDS,
     SETTLE_LOG_APPENDS,
     UPDATE_TABLE,
     UPSERT_ATOM,
     UPSERT_PARTITION_ATOM,
 )
 from ringflow.storage._table_codec import table_from_record, table_to_record
-from ringflow.storage._write import AtomRow, FlatMutation, flatten_mutation, partition_position
+from ringflow.storage._write import (
+    FlatMutation,
+    LogAppendRow,
+    flatten_mutation,
+    partition_position,
+    queue_row,
+)
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -127,7 +136,7 @@ class Store:
         self._load_tables()
         (appended,) = self._connection.execute(COUNT_LOG_APPENDS).fetchone()
         self._appended: int = appended
-        """Rows in ``log_appends`` (an upper bound: a rolled-back append is still counted)."""
+        """Rows in ``log_queue`` (an upper bound: a rolled-back append is still counted)."""
 
     def _open(self, synchronous: Synchronous, cache_size_kib: int, checkpoint_pages: int) -> None:
         connection = self._connection
@@ -145,6 +154,10 @@ class Store:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     connection.execute(statement)
+            (legacy,) = connection.execute(HAS_LEGACY_LOG_APPENDS).fetchone()
+            if legacy:  # the log queue's first form: its rows go to atoms, as a read would
+                connection.execute(SETTLE_LEGACY_LOG_APPENDS)
+                connection.execute(DROP_LEGACY_LOG_APPENDS)
             connection.execute(
                 "INSERT OR IGNORE INTO _meta (key, value) VALUES ('layout_version', ?)",
                 (str(LAYOUT_VERSION),),
@@ -660,15 +673,15 @@ class _WriteBuffer:
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
         self._pending: list[FlatMutation] = []
-        self._log_atoms: list[AtomRow] = []
+        self._log_atoms: list[LogAppendRow] = []
         self.appended = 0
-        """Packed atoms sent to ``log_appends`` so far."""
+        """Packed atoms sent to ``log_queue`` so far."""
 
     def add(self, flat: FlatMutation) -> None:
         self._pending.append(flat)
 
-    def add_log_atom(self, atom: AtomRow) -> None:
-        self._log_atoms.append(atom)
+    def add_log_atom(self, queued: LogAppendRow) -> None:
+        self._log_atoms.append(queued)
 
     def flush(self) -> None:
         self.appended += _write(self._connection, self._pending, append_packed=True)
@@ -702,16 +715,16 @@ def _write(
     connection: sqlite3.Connection, flats: Sequence[FlatMutation], *, append_packed: bool = False
 ) -> int:
     """Upsert the rows of flattened mutations (last write wins in SQL); with ``append_packed``,
-    packed-row atoms are appended to ``log_appends`` instead. Returns the number appended."""
+    packed-row atoms are appended to ``log_queue`` instead. Returns the number appended."""
     if not flats:
         return 0
-    appends: list[AtomRow] = []
+    appends: list[LogAppendRow] = []
     if append_packed:
         atoms = []
         for flat in flats:
             flat_atoms = flat.atoms
             if flat_atoms and flat_atoms[0][4] == KIND_PACKED_ROW:
-                appends += flat_atoms
+                appends += map(queue_row, flat_atoms)
             else:
                 atoms += flat_atoms
         partition_atoms = [atom for flat in flats for atom in flat.partition_atoms]

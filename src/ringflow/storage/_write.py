@@ -17,6 +17,7 @@ from operator import itemgetter
 import msgpack
 
 from ringflow.cdc._log_rows import DeltaRow
+from ringflow.errors import invariant
 from ringflow.ring import RingError, partition_key_bytes
 from ringflow.schema import (
     NO_DELETION_TIME,
@@ -47,6 +48,9 @@ from ringflow.storage._sqlite_layout import (
 
 AtomRow = tuple[int, int, bytes, bytes, int, str, bytes, int, int, int, bytes]
 """(tid, token, pk, ck, kind, col, path, ts, ttl, ldt, value): one ``atoms`` row."""
+LogAppendRow = tuple[int, int, bytes, bytes, bytes, bytes]
+"""(tid, token, pk, ck, digest, value): a packed atom queued in ``log_queue`` (the layout's
+constant kind, col, ts, ttl and ldt left out)."""
 PartitionAtomRow = tuple[int, int, bytes, int, bytes, bytes, int, int, bytes]
 """(tid, token, pk, kind, low, high, ts, ldt, bounds): one ``partition_atoms`` row."""
 
@@ -325,11 +329,11 @@ def flatten_built_log(info: TableInfo, mutation: Mutation) -> FlatMutation:
     return FlatMutation(token, pk, atoms, [], _size_bytes(mutation, pk, atoms, []), cells)
 
 
-def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
-    """The one atom :func:`flatten_built_log` gives for the log mutation of ``delta``
-    (``cdc._log_rows.DeltaRowBuilder``; the log table ``info`` is packed), built straight from
-    it: no ``Mutation``, ``Row`` or ``Cell`` objects, no checks. None for anything unusual (the
-    caller then builds and flattens the mutation, which reports what is wrong)."""
+def delta_row_append(info: TableInfo, delta: DeltaRow) -> LogAppendRow | None:
+    """The queue row of the one atom :func:`flatten_built_log` gives for the log mutation of
+    ``delta`` (``cdc._log_rows.DeltaRowBuilder``; the log table ``info`` is packed), built
+    straight from it: no ``Mutation``, ``Row`` or ``Cell`` objects, no checks. None for anything
+    unusual (the caller then builds and flattens the mutation, which reports what is wrong)."""
     trusted_row_key, token_of_key = info.trusted_row_key, info.token_of_key
     pk = delta.stream_id
     if (
@@ -354,9 +358,32 @@ def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
         )
     except Exception:  # not the builder's usual output: the checked path
         return None
-    digest = blake2b(value, digest_size=8).digest()
-    return (info.tid, token, pk, ck, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0,
+    return (info.tid, token, pk, ck, blake2b(value, digest_size=8).digest(), value)
+
+
+def delta_row_atom(info: TableInfo, delta: DeltaRow) -> AtomRow | None:
+    """The atom of :func:`delta_row_append` (what settling its queue row writes)."""
+    queued = delta_row_append(info, delta)
+    return None if queued is None else queued_atom(queued)
+
+
+def queued_atom(queued: LogAppendRow) -> AtomRow:
+    """The ``atoms`` row a ``log_queue`` row settles into."""
+    tid, token, pk, ck, digest, value = queued
+    return (tid, token, pk, ck, KIND_PACKED_ROW, "", digest, NO_TIMESTAMP, 0,
             NO_DELETION_TIME, value)  # fmt: skip
+
+
+def queue_row(atom: AtomRow) -> LogAppendRow:
+    """The ``log_queue`` row of a packed atom (inverse of :func:`queued_atom`)."""
+    invariant(
+        atom[4] == KIND_PACKED_ROW and atom[5] == "" and atom[7:10] == _PACKED_CONSTANTS,
+        f"not a packed atom: {atom[:8]!r}",
+    )
+    return (atom[0], atom[1], atom[2], atom[3], atom[6], atom[10])
+
+
+_PACKED_CONSTANTS = (NO_TIMESTAMP, 0, NO_DELETION_TIME)
 
 
 def flatten_mutation(info: TableInfo, mutation: Mutation) -> FlatMutation:
