@@ -548,6 +548,8 @@ class DeltaRowBuilder:
     log: Table
     partition_key_names: tuple[str, ...]
     clustering_names: tuple[str, ...]
+    head_names: tuple[str, ...]
+    """``cdc$operation``, then the partition and clustering key columns: every row's first."""
     atomic_regular: frozenset[str]
     deleted_names: Mapping[str, str]
     """``cdc$deleted_<name>`` of each atomic regular column (``delta: full`` only)."""
@@ -569,6 +571,7 @@ class DeltaRowBuilder:
             log=log,
             partition_key_names=plan.partition_key_names,
             clustering_names=plan.clustering_names,
+            head_names=(OPERATION_COLUMN, *plan.partition_key_names, *plan.clustering_names),
             atomic_regular=atomic,
             deleted_names=MappingProxyType(deleted),
             log_columns=None if names <= columns else columns,
@@ -596,13 +599,12 @@ class DeltaRowBuilder:
         ):
             return None
         if marker is None:
-            change_key = None
-            values = {OPERATION_COLUMN: _UPDATE_VALUE}
+            change_key, operation = None, _UPDATE_VALUE
         else:  # marker_ttl_s inline
             change_key = (marker.timestamp_us, marker.ttl_s if marker.ttl_s > 0 else 0)
-            values = {OPERATION_COLUMN: _INSERT_VALUE}
-        values.update(zip(self.partition_key_names, partition_key, strict=False))  # lengths checked
-        values.update(zip(self.clustering_names, clustering, strict=False))
+            operation = _INSERT_VALUE
+        # cdc$operation, the partition key, the clustering key (lengths checked above)
+        values = dict(zip(self.head_names, (operation, *partition_key, *clustering)))  # noqa: B905
         atomic, deleted = self.atomic_regular, self.deleted_names
         for name, cell in cells.items():
             if type(cell) is not Cell or cell.path is not None or name not in atomic:

@@ -68,12 +68,21 @@ def _trusted_row_key(table: Table, encode: ClusteringEncoder) -> Callable[[Seque
         return lambda clustering: row_key(encode, clustering)
     first, second = (codec_for(column.type).comparable for column in columns)
     head = CLUSTERED_TAG + NEXT_COMPONENT
+    seconds: dict[bytes, bytes] = {}  # the second component's few values (cdc$batch_seq_no)
 
     def key(clustering: Sequence[bytes]) -> bytes:
         one, two = clustering
-        return head + first(one) + NEXT_COMPONENT + second(two)
+        tail = seconds.get(two) if type(two) is bytes else None
+        if tail is None:
+            tail = NEXT_COMPONENT + second(two)
+            if type(two) is bytes and len(seconds) < _SECOND_COMPONENTS_KEPT:
+                seconds[two] = tail
+        return head + first(one) + tail
 
     return key
+
+
+_SECOND_COMPONENTS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -296,12 +296,16 @@ class Store:
                     f"{limits.max_batch_cells} cells"
                 )
             plan.append((info, mutation, flat))
+        checked: set[int] = set()  # base tids whose log table is known to be there
         for index in captures:
             if type(index) is not int or not 0 <= index < len(batch):
                 raise InvalidRequest(
                     f"CDC capture for mutation {index!r} of a batch of {len(batch)}"
                 )
-            self._log_info(plan[index][0])
+            base = plan[index][0]
+            if base.tid not in checked:
+                self._log_info(base)
+                checked.add(base.tid)
         return plan
 
     def _log_info(self, base: TableInfo) -> TableInfo:
