@@ -117,7 +117,25 @@ def open_store(directory: Path, base: Table, synchronous: str = "FULL") -> Store
 Batch = tuple[list[Mutation], dict[int, CdcCapture] | None]
 
 
-def batches(base: Table, row_count: int, batch_rows: int) -> list[Batch]:
+STREAMS = 256
+"""CDC streams the bench's log rows go to (a node's log has a few hundred: vnodes x shards)."""
+
+
+def stream_ids(count: int) -> list[bytes]:
+    """``count`` stream ids spread over the ring (token = the first 8 bytes, as in Scylla)."""
+    step = 2**64 // count
+    return [
+        (-(2**63) + n * step + 12_345).to_bytes(8, "big", signed=True) + (n << 4 | 1).to_bytes(8)
+        for n in range(count)
+    ]
+
+
+def batches(
+    base: Table, row_count: int, batch_rows: int, streams: int | None = STREAMS
+) -> list[Batch]:
+    """The write workload: row ``i`` goes to stream ``i % streams`` (``None``: a stream of its
+    own per row, ids ``0, 1, 2, ...``, all at token 0, the bench's first form)."""
+    ids = stream_ids(streams) if streams else []
     result: list[Batch] = []
     for start in range(0, row_count, batch_rows):
         indexes = range(start, start + batch_rows)
@@ -125,19 +143,21 @@ def batches(base: Table, row_count: int, batch_rows: int) -> list[Batch]:
         captures = None
         if base.options.cdc.enabled:
             captures = {
-                position: CdcCapture(index.to_bytes(16, "big"), index)
+                position: CdcCapture(ids[index % streams] if streams else index.to_bytes(16), index)
                 for position, index in enumerate(indexes)
             }
         result.append((mutations, captures))
     return result
 
 
-def prebuilt_log_batches(base: Table, row_count: int, batch_rows: int) -> list[Batch]:
+def prebuilt_log_batches(
+    base: Table, row_count: int, batch_rows: int, streams: int | None = STREAMS
+) -> list[Batch]:
     """The CDC-delta batches with their log rows built beforehand (the coordinator's job in
     ARCHITECTURE.md step 3): the store only writes base and log mutations together."""
     log = cdc_log_table(base)
     result: list[Batch] = []
-    for mutations, captures in batches(base, row_count, batch_rows):
+    for mutations, captures in batches(base, row_count, batch_rows, streams):
         assert captures is not None
         logs = [
             log_mutation
@@ -171,18 +191,23 @@ def timed(
 
 
 def bench_writes(
-    directory: Path, row_count: int, rounds: int, modes: Sequence[str] = ()
+    directory: Path,
+    row_count: int,
+    rounds: int,
+    modes: Sequence[str] = (),
+    streams: int | None = STREAMS,
 ) -> dict[str, float]:
     """Write contenders in alternating rounds (the order reversed every other round), each on a
     fresh store; prints best wall rows/s, best CPU µs per row, both as ratios to CDC off (best
     over best), and the median of the per-round ratios."""
     title = f"Batched commits of {BATCH_ROWS} rows ({row_count:,} rows per round"
-    print(f"\n## {title}, {rounds} alternating rounds)")
+    where = f"{streams} CDC streams" if streams else "a CDC stream per row"
+    print(f"\n## {title}, {rounds} alternating rounds, {where})")
     tables = dict(MODES)
-    work = {mode: batches(base, row_count, BATCH_ROWS) for mode, base in MODES.items()}
+    work = {mode: batches(base, row_count, BATCH_ROWS, streams) for mode, base in MODES.items()}
     prebuilt = "CDC delta, log prebuilt"
     tables[prebuilt] = MODES["CDC delta"]
-    work[prebuilt] = prebuilt_log_batches(MODES["CDC delta"], row_count, BATCH_ROWS)
+    work[prebuilt] = prebuilt_log_batches(MODES["CDC delta"], row_count, BATCH_ROWS, streams)
     if modes:
         tables = {mode: tables[mode] for mode in ("CDC off", *modes)}
     walls: dict[str, list[float]] = {mode: [] for mode in tables}
@@ -391,7 +416,11 @@ def main() -> None:
         "--delta",
         type=int,
         metavar="ROUNDS",
-        help="only CDC off vs CDC delta, ROUNDS alternating rounds of 5,000 rows (the 1.5x target)",
+        help="only CDC off vs CDC delta in ROUNDS alternating rounds (the 1.5x target)",
+    )
+    parser.add_argument("--rows", type=int, default=5_000, help="rows per --delta round")
+    parser.add_argument(
+        "--streams", type=int, default=STREAMS, help="CDC streams written (0: one per row)"
     )
     args = parser.parse_args()
     print(f"# storage bench, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -407,10 +436,11 @@ def main() -> None:
             bench_breakdown(directory, 2_000 if args.quick else 5_000)
             return
         if args.delta:
-            bench_writes(directory, 5_000, args.delta, ["CDC delta"])
+            bench_writes(directory, args.rows, args.delta, ["CDC delta"], args.streams or None)
             return
         bench_single_rows(directory, 300 if args.quick else 1_000)
-        bench_writes(directory, 2_000 if args.quick else 10_000, 2 if args.quick else 3)
+        rows, rounds = (2_000, 2) if args.quick else (10_000, 4)
+        bench_writes(directory, rows, rounds, streams=args.streams or None)
         bench_scan(directory, 10_000 if args.quick else 100_000, 10, 1 if args.quick else 2)
 
 
