@@ -189,7 +189,7 @@ COUNT_LOG_APPENDS: Final = "SELECT COUNT(*) FROM log_queue"
 DELETE_TABLE_LOG_APPENDS: Final = "DELETE FROM log_queue WHERE tid = ?"
 
 HAS_LEGACY_LOG_APPENDS: Final = (
-    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = 'log_appends'"
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'log_appends'"
 )
 SETTLE_LEGACY_LOG_APPENDS: Final = UPSERT_ATOM.replace(
     _ATOM_VALUES,

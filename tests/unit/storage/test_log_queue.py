@@ -166,7 +166,7 @@ def test_an_older_stores_log_appends_are_settled_on_open(tmp_path: Path) -> None
         rows = store.read_partition(LOG, (STREAMS[1],), now_s=NOW)
         assert _values(rows) == _expected(range(1, 2), STREAMS[1])
     database = sqlite3.connect(path)
-    tables = {name for (name,) in database.execute("SELECT name FROM sqlite_schema")}
+    tables = {name for (name,) in database.execute("SELECT name FROM sqlite_master")}
     database.close()
     assert "log_appends" not in tables and "log_queue" in tables
 

@@ -23,9 +23,11 @@ from ringflow.cluster._gossip_state import (
 )
 from ringflow.ring import Host, TokenMetadata
 from ringflow.schema import Mutation
-from ringflow.schema._system_rows import NodeRow, peer_row
+from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
 
 NORMAL_STATUS = "NORMAL"
+RING_STATUSES = (NORMAL_STATUS, "LEAVING")
+"""A LEAVING node stays a ring member (a natural replica) until it announces LEFT."""
 
 
 def encode_tokens(tokens: Iterable[int]) -> str:
@@ -70,7 +72,7 @@ def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
     dc = _value(state, ApplicationState.DC)
     rack = _value(state, ApplicationState.RACK)
     tokens = _value(state, ApplicationState.TOKENS)
-    if status is None or not status.startswith(NORMAL_STATUS):
+    if status is None or not status.startswith(RING_STATUSES):
         return None
     if host_id is None or dc is None or rack is None or not tokens:
         return None
@@ -111,3 +113,8 @@ def peer_mutation(info: PeerInfo, timestamp_us: int) -> Mutation:
         schema_version=info.schema_version or uuid.UUID(int=0),
     )
     return peer_row(row, timestamp_us=timestamp_us)
+
+
+def peer_removal_mutation(info: PeerInfo, timestamp_us: int) -> Mutation:
+    """Delete ``info``'s ``system.peers`` row (the node left the ring)."""
+    return peer_removal(info.rpc_address, timestamp_us=timestamp_us)

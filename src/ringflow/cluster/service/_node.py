@@ -65,7 +65,7 @@ from ringflow.cluster._coordinator import (
     RepairFailed,
     RequestTimedOut,
     base_token,
-    check_cdc_colocation,
+    log_token,
 )
 from ringflow.cluster._digest import partition_digest
 from ringflow.cluster._failure_detector import FailureDetector
@@ -88,12 +88,22 @@ from ringflow.cluster._messages import (
 )
 from ringflow.cluster._read_path import ReadFailure, ReadKind, Respond, SendRead, select_contacts
 from ringflow.cluster._read_repair import SendRepair
+from ringflow.cluster._topology_change import (
+    LEFT_STATUS,
+    Transition,
+    colocated,
+    future_ring,
+    pending_replicas,
+    status_word,
+    transition_of,
+)
 from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, TokenReplicas, WriteUnit
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._membership import (
     PeerInfo,
     local_endpoint_state,
     peer_mutation,
+    peer_removal_mutation,
     ring_members,
     token_metadata_of,
 )
@@ -107,7 +117,7 @@ from ringflow.cluster.service._settings import (
     WriteGroup,
 )
 from ringflow.cql._executor import QueryProcessor
-from ringflow.errors import RingflowError
+from ringflow.errors import RingflowError, invariant
 from ringflow.ring import (
     MAX_TOKEN,
     MIN_TOKEN,
@@ -134,6 +144,13 @@ HINT_FETCH_LIMIT = 64
 SCHEMA_PULL_INTERVAL_MS = 2_000
 _MIN_TOKEN = -(2**63)
 EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
+_TRANSITION_STATES = (
+    ApplicationState.STATUS,
+    ApplicationState.HOST_ID,
+    ApplicationState.DC,
+    ApplicationState.RACK,
+    ApplicationState.TOKENS,
+)
 RANGE_TIMEOUT_FACTOR = 2
 """A range read may take this many read timeouts in all (Cassandra: range 10 s, read 5 s)."""
 RANGE_ANSWER_MAX_BYTES = 4 * 1024 * 1024
@@ -298,6 +315,14 @@ class ClusterNode:
         )
         self.members: dict[str, PeerInfo] = {}
         self.token_metadata = TokenMetadata({host: tuple(tokens)})
+        self.transitions: dict[str, Transition] = {}
+        """Endpoints joining (STATUS=BOOT) or leaving (LEAVING) the ring, by endpoint."""
+        self.future_metadata = self.token_metadata
+        """The ring once every transition completed (``_topology_change.future_ring``)."""
+        self.extra_handlers: dict[Verb, Callable[[str, int, bytes], None]] = {}
+        """Handlers of verbs served outside this class (streaming), by verb."""
+        self.failure_listeners: dict[Verb, Callable[[str, int, str], None]] = {}
+        """Who hears a FAILURE_RSP for a verb served outside this class."""
         self.started_ms = clock.now_ms()
         self._writes: dict[int, WriteGroup] = {}
         self._reads: dict[int, PendingRead] = {}
@@ -421,8 +446,11 @@ class ClusterNode:
             if endpoint != self.settings.endpoint and self.members.get(endpoint) != info
         ]
         new_nodes = [info for info in changed if info.host.endpoint not in self.members]
+        gone = [info for endpoint, info in self.members.items() if endpoint not in members]
         self.members = members
         self.token_metadata = token_metadata_of(members.values())
+        self._refresh_transitions()
+        self._forget_left(gone)
         for info in changed:
             if info.schema_version is not None:
                 self.hints.on_schema_version(info.host.host_id, info.schema_version)
@@ -433,6 +461,37 @@ class ClusterNode:
             self._offload(lambda: self._apply_system(rows), self._log_failure("system.peers"))
         for info in new_nodes:
             self._emit("TOPOLOGY_CHANGE", "NEW_NODE", info.rpc_address)
+
+    def refresh_ring(self) -> None:
+        """Rebuild the ring after a local STATUS change (a topology change of this node)."""
+        self._refresh_ring()
+
+    def _refresh_transitions(self) -> None:
+        """Joining and leaving endpoints, and the ring after them (``_topology_change``)."""
+        transitions = {}
+        for endpoint, state in self.gossiper.endpoint_states().items():
+            values = {key: state.get(key) for key in _TRANSITION_STATES}
+            found = transition_of(endpoint, *(v.value if v else None for v in values.values()))
+            if found is not None:
+                transitions[endpoint] = found
+        self.transitions = transitions
+        self.future_metadata = future_ring(self.token_metadata, transitions.values())
+
+    def _forget_left(self, gone: Sequence[PeerInfo]) -> None:
+        """Members that announced LEFT (decommissioned, removed): drop their ``system.peers``
+        row and tell the drivers. A member that only went down stays a member."""
+        left = []
+        for info in gone:
+            state = self.gossiper.endpoint_state(info.host.endpoint)
+            status = None if state is None else state.get(ApplicationState.STATUS)
+            if status is not None and status_word(status.value) in (LEFT_STATUS, "removed"):
+                left.append(info)
+        if not left:
+            return
+        rows = [peer_removal_mutation(info, self.clock.now_us()) for info in left]
+        self._offload(lambda: self._apply_system(rows), self._log_failure("system.peers"))
+        for info in left:
+            self._emit("TOPOLOGY_CHANGE", "REMOVED_NODE", info.rpc_address)
 
     def _apply_system(self, rows: list[Mutation]) -> None:
         self.store.apply(rows, now_s=self.clock.now_ms() // 1000)
@@ -535,20 +594,45 @@ class ClusterNode:
 
     # -- the coordinator -------------------------------------------------------------------
 
-    def strategy_of(self, keyspace: str) -> ReplicationStrategy:
+    def strategy_of(
+        self, keyspace: str, ring: TokenMetadata | None = None
+    ) -> ReplicationStrategy:
+        """``keyspace``'s strategy on ``ring`` (default: the current ring)."""
+        ring = self.token_metadata if ring is None else ring
         replication = self.processor.schema.keyspaces.get(keyspace)
         if keyspace == EVERYWHERE_KEYSPACE:  # EverywhereStrategy: every ring member
-            factor = max(1, len(self.token_metadata.hosts))
+            factor = max(1, len(ring.hosts))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
         if replication is None:  # system_distributed*: everywhere / local-style keyspaces
-            factor = max(1, min(3, len(self.token_metadata)))
+            factor = max(1, min(3, len(ring)))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
-        dcs = sorted({info.host.dc for info in self.members.values()})
+        dcs = sorted({info.host.dc for info in self.members.values()} | set(ring.datacenters()))
         return replication_strategy(dict(replication.replication), dcs)
 
-    def replicas_of(self, keyspace: str, token: int) -> TokenReplicas:
+    def replicas_of(self, keyspace: str, token: int, *, for_write: bool = False) -> TokenReplicas:
+        """The natural replicas of ``token``; for a write during a topology change also the
+        pending ones (``_topology_change.pending_replicas``)."""
         strategy = self.strategy_of(keyspace)
-        return TokenReplicas.of(token, self.token_metadata, strategy, self.host.dc)
+        pending: tuple[Host, ...] = ()
+        if for_write and self.transitions:
+            future = self.future_metadata
+            pending = pending_replicas(
+                token, self.token_metadata, strategy, future, self.strategy_of(keyspace, future)
+            )
+        return TokenReplicas.of(token, self.token_metadata, strategy, self.host.dc, pending)
+
+    def check_colocation(self, keyspace: str, base: int, stream: StreamId) -> None:
+        """Raise ``InternalError`` unless the CDC stream's replicas are the base's, in the
+        current ring or, during a topology change, in the future ring (``_topology_change``)."""
+        log = log_token(stream)
+        strategy = self.strategy_of(keyspace)
+        future = self.future_metadata if self.transitions else None
+        future_strategy = None if future is None else self.strategy_of(keyspace, future)
+        invariant(
+            colocated(base, log, self.token_metadata, strategy, future, future_strategy),
+            f"CDC stream {stream} (token {log}) is not colocated with base token {base}: "
+            "the generation refines neither the current ring nor the ring being changed to",
+        )
 
     def write(
         self,
@@ -562,15 +646,11 @@ class ClusterNode:
             plans = []
             for index, mutation in enumerate(batch):
                 token = base_token(mutation)
-                replicas = self.replicas_of(mutation.keyspace, token)
+                replicas = self.replicas_of(mutation.keyspace, token, for_write=True)
                 capture = captures.get(index)
                 if capture is not None:
-                    check_cdc_colocation(
-                        token,
-                        StreamId.from_bytes(capture.stream_id),
-                        self.token_metadata,
-                        replicas.strategy,
-                    )
+                    stream = StreamId.from_bytes(capture.stream_id)
+                    self.check_colocation(mutation.keyspace, token, stream)
                 unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
                 plans.append((unit, replicas))
         except Exception as error:
@@ -972,6 +1052,10 @@ class ClusterNode:
             return
         payload = envelope.payload
         assert isinstance(payload, bytes)
+        extra = self.extra_handlers.get(verb)
+        if extra is not None:
+            extra(source, envelope.request_id, payload)
+            return
         handler = self._HANDLERS.get(verb)
         if handler is None:
             _log.warning("unexpected verb %s from %s", verb.name, source)
@@ -1029,7 +1113,10 @@ class ClusterNode:
         verb_value, reason = msgpack.unpackb(payload, raw=False)
         host = self._host_at(source)
         _log.info("%s %s failed on %s: %s", Verb(verb_value).name, request_id, source, reason)
-        if verb_value == Verb.HINT_REQ:
+        listener = self.failure_listeners.get(Verb(verb_value))
+        if listener is not None:
+            listener(source, request_id, str(reason))
+        elif verb_value == Verb.HINT_REQ:
             self._on_hint_answer(source, request_id, False)
         elif host is None:
             return
@@ -1077,7 +1164,10 @@ class ClusterNode:
 
     def _host_at(self, endpoint: str) -> Host | None:
         info = self.members.get(endpoint)
-        return None if info is None else info.host
+        if info is None:  # a joining or leaving node answers as a pending replica
+            transition = self.transitions.get(endpoint)
+            return None if transition is None else transition.host
+        return info.host
 
     _HANDLERS: ClassVar[dict[Verb, Callable[[ClusterNode, str, int, bytes], None]]] = {
         Verb.MUTATION_REQ: _on_mutation_req,

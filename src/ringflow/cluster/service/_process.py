@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
 from ringflow.cluster.service._cdc_generations import (
     CdcGenerationService,
     SynchronizedCdcMetadata,
@@ -176,6 +177,7 @@ async def run_cluster_node(
     config: NodeConfig,
     *,
     seeds: Sequence[str],
+    bootstrap: bool = False,
     gossip_interval_ms: int = 1000,
     write_timeout_ms: int = 2000,
     read_timeout_ms: int = 5000,
@@ -192,6 +194,8 @@ async def run_cluster_node(
     ]
     statements, storage, schema = pools
     try:
+        if bootstrap:  # learn the ring, choose tokens (``_bootstrap``)
+            await prepare_join(config, seeds, rng)
         cdc = SynchronizedCdcMetadata()
         node = await loop.run_in_executor(
             storage,
@@ -258,6 +262,7 @@ async def _serve(
         extra_states={
             ApplicationState.SHARD_COUNT: str(record.shard_count),
             ApplicationState.IGNORE_MSB: str(record.ignore_msb),
+            **joining_states(config.data_dir),
             **(
                 {}
                 if node.generation is None
@@ -284,6 +289,14 @@ async def _serve(
     node.processor.on_schema_change(schema_changed)
     cluster.start()
     generations.start()
+    topology = TopologyService(
+        cluster,
+        generations,
+        config.data_dir,
+        joining=bool(joining_states(config.data_dir)),
+        rng=random.Random(rng.getrandbits(64)),
+        on_exit=stop.set,
+    )
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -293,7 +306,9 @@ async def _serve(
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
         while not stop.is_set():
             with contextlib.suppress(Exception):
-                _write_status(status_path, status_document(cluster, node))
+                topology.poll()
+                document = {**status_document(cluster, node), "topology": topology.status()}
+                _write_status(status_path, document)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:

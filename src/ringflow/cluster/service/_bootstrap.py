@@ -1,0 +1,500 @@
+"""Topology changes of a running node: joining the ring (bootstrap) and leaving it (decommission).
+
+The decisions are in ``ringflow.cluster._topology_change``; this shell drives them on the
+``ClusterNode``'s thread, at each gossip tick (cassandra-core.md §8; scylla-cdc.md §2, §9).
+
+Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
+
+1. Before the node opens, ``discover_ring`` gossips with the seeds as a member without STATUS
+   (nobody counts it) until the NORMAL members are known and unchanged for a few rounds; the
+   node's tokens are then chosen with the balanced allocator (``choose_tokens``, RF 3) and saved
+   in its record. The node starts gossiping STATUS=``STARTING`` (no ring role yet).
+2. Once it has the cluster's schema (schema agreement with the live members), it gossips
+   STATUS=``BOOT,<token>`` with its TOKENS: every node now treats it as a pending replica of the
+   ranges it gains. It waits ``ring_delay`` so that every coordinator knows.
+3. It makes the new CDC generation: the description of the future ring (current + its tokens;
+   shard counts of all owners from gossip), its rows written at CL=ALL to
+   ``system_distributed_everywhere.cdc_generation_descriptions_v2`` (natural + pending replicas:
+   every node, itself included), then the timestamp now + 2 ring_delay + leeway. The generation
+   service adopts it (``on_proposed``: gossip ``CDC_GENERATION_ID``, load, persist in
+   ``system.cdc_local``, publish); the other nodes learn it through gossip.
+4. Streaming (``Streamer``): every keyspace but the local ones, every table (CDC logs included),
+   each gained piece from one live current replica (``join_plan``). A failed run is retried.
+5. When the generation operates (clock >= its timestamp, so no coordinator accepts a write for
+   the previous generation any more, whose vnodes do not refine the new ring) and it is loaded
+   here, STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data dir records it (a node
+   restarted before that bootstraps again with its saved tokens).
+
+Decommission (``TopologyService.decommission``, asked through the ``decommission.request`` file
+in the data dir, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
+``ring_delay``, a new generation for the ring without this node (made the same way), push every
+piece it holds to the hosts gaining it (``leave_plan``), wait until the generation operates,
+STATUS=``LEFT,<token>``, wait ``ring_delay`` for gossip to spread it, then the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ringflow.cdc import GenerationIdV2, generate_topology_description
+from ringflow.cdc._metadata import new_generation_timestamp
+from ringflow.cluster._consistency import ConsistencyLevel
+from ringflow.cluster._failure_detector import FailureDetector
+from ringflow.cluster._gossip import Gossiper, Send
+from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster._messages import Envelope, EnvelopeDecoder, encode_envelope
+from ringflow.cluster._topology_change import (
+    BOOT_STATUS,
+    LEAVING_STATUS,
+    LEFT_STATUS,
+    NORMAL_STATUS,
+    StreamTask,
+    choose_tokens,
+    join_plan,
+    leave_plan,
+    sharding_of,
+    status_value,
+)
+from ringflow.cluster.service._cdc_generations import CdcGenerationService, internal_mutations
+from ringflow.cluster.service._membership import local_endpoint_state, ring_members
+from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
+from ringflow.errors import RingflowError
+from ringflow.node import NodeConfig, NodeRecord, prepare_data_dir, save_record
+from ringflow.node._config import load_record
+from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
+from ringflow.runtime import AsyncioNetwork, Network
+from ringflow.schema import Mutation
+
+_log = logging.getLogger(__name__)
+
+BOOTSTRAP_FILE = "bootstrap.json"
+DECOMMISSION_REQUEST_FILE = "decommission.request"
+STARTING_STATUS = "STARTING"
+RING_DELAY_ROUNDS = 5
+"""Ring delay for topology changes, in gossip rounds, when none is configured."""
+DISCOVERY_STABLE_ROUNDS = 4
+DISCOVERY_TIMEOUT_S = 120.0
+STREAM_ATTEMPTS = 5
+DISCOVERY_GOSSIP_INTERVAL_MS = 200
+
+
+def ring_delay_of(cluster: ClusterNode) -> int:
+    settings = cluster.settings
+    return max(settings.cdc_ring_delay_ms, RING_DELAY_ROUNDS * settings.gossip_interval_ms)
+
+
+# --- before the node opens: learn the ring through gossip -----------------------------------------
+
+
+async def discover_ring(
+    network: Network,
+    *,
+    endpoint: str,
+    seeds: Sequence[str],
+    cluster_name: str,
+    states: dict[ApplicationState, str],
+    gossip_interval_ms: int,
+    rng: random.Random,
+) -> TokenMetadata:
+    """Gossip as a member without STATUS until the NORMAL members are known and stable."""
+
+    def now_ms() -> int:  # wall clock: the gossiper compares generations with it
+        return time.time_ns() // 1_000_000
+
+    state = local_endpoint_state(int(time.time()), states)
+    gossiper = Gossiper(endpoint, state, tuple(seeds), cluster_name, rng, FailureDetector())
+    decoders: dict[str, EnvelopeDecoder] = {}
+
+    def send_all(actions: Sequence[object]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                envelope = Envelope.of_gossip(action.message, 0, endpoint, 0)
+                with contextlib.suppress(RingflowError):  # gossip is retried next round
+                    network.send(endpoint, action.to, encode_envelope(envelope))
+
+    def on_message(source: str, payload: bytes) -> None:
+        decoder = decoders.setdefault(source, EnvelopeDecoder())
+        try:
+            decoder.feed(payload)
+            while (envelope := decoder.next_envelope()) is not None:
+                if not isinstance(envelope.payload, bytes):
+                    send_all(gossiper.receive(source, envelope.payload, now_ms()))
+        except RingflowError as error:
+            _log.warning("discovery: bad message from %s: %s", source, error)
+            decoders.pop(source, None)
+
+    listener = network.listen(endpoint, on_message)
+    try:
+        return await _until_stable(gossiper, send_all, now_ms, seeds, gossip_interval_ms)
+    finally:
+        close = getattr(listener, "close", None)
+        if close is not None:
+            close()
+
+
+async def _until_stable(
+    gossiper: Gossiper,
+    send_all: Callable[[Sequence[object]], None],
+    now_ms: Callable[[], int],
+    seeds: Sequence[str],
+    gossip_interval_ms: int,
+) -> TokenMetadata:
+    signature: object = None
+    stable = 0
+    deadline_ms = now_ms() + int(DISCOVERY_TIMEOUT_S * 1000)
+    while now_ms() < deadline_ms:
+        send_all(gossiper.shadow_round(now_ms()))  # an empty SYN: the seeds answer all
+        await asyncio.sleep(gossip_interval_ms / 1000)
+        states = gossiper.endpoint_states()
+        members = ring_members(states)
+        current = frozenset((e, info.tokens) for e, info in members.items())
+        seeds_known = all(seed in members for seed in seeds)
+        stable = stable + 1 if current == signature and members and seeds_known else 0
+        signature = current
+        if stable >= DISCOVERY_STABLE_ROUNDS:
+            return TokenMetadata({info.host: info.tokens for info in members.values()})
+    raise RingflowError(f"could not learn the ring from the seeds {list(seeds)}")
+
+
+def pick_tokens(ring: TokenMetadata, host: Host, num_tokens: int, rng: random.Random) -> list[int]:
+    """The joining node's tokens: balanced for RF 3 (or the DC's size when smaller)."""
+    in_dc = len(ring.datacenters().get(host.dc, ()))
+    return list(choose_tokens(ring, host, num_tokens, max(1, min(3, in_dc + 1)), rng))
+
+
+def bootstrap_state(data_dir: Path) -> str | None:
+    """``joining`` / ``done`` from ``bootstrap.json``; None for a node that never bootstrapped."""
+    try:
+        document = json.loads((data_dir / BOOTSTRAP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    value = document.get("state") if isinstance(document, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def save_bootstrap_state(data_dir: Path, state: str) -> None:
+    path = data_dir / BOOTSTRAP_FILE
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"state": state}))
+    temporary.replace(path)
+
+
+# --- a running node -------------------------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"
+    WAIT_SCHEMA = "wait-schema"
+    ANNOUNCED = "announced"
+    PROPOSING = "proposing"
+    STREAMING = "streaming"
+    WAIT_GENERATION = "wait-generation"
+    LEFT = "left"
+    DONE = "done"
+
+
+class TopologyService:
+    """Bootstrap and decommission of one running node (module docstring)."""
+
+    def __init__(
+        self,
+        cluster: ClusterNode,
+        generations: CdcGenerationService,
+        data_dir: Path,
+        *,
+        joining: bool,
+        rng: random.Random,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.generations = generations
+        self.streamer = Streamer(cluster)
+        self.data_dir = data_dir
+        self.rng = rng
+        self.on_exit = on_exit
+        self.change: str | None = "join" if joining else None
+        self.phase = Phase.WAIT_SCHEMA if joining else Phase.IDLE
+        self.phase_since_ms = cluster.clock.now_ms()
+        self.generation: GenerationIdV2 | None = None
+        self.stream_attempts = 0
+        self.stats = StreamStats()
+        self.stream_started_ms = 0
+        self.stream_ms = 0
+        cluster.tick_listeners.append(self.tick)
+
+    def _enter(self, phase: Phase) -> None:
+        _log.info("topology change %s: %s -> %s", self.change, self.phase.value, phase.value)
+        self.phase, self.phase_since_ms = phase, self.cluster.clock.now_ms()
+
+    def _set_status(self, word: str) -> None:
+        value = status_value(word, self._own_tokens())
+        self.cluster.gossiper.set_application_state(ApplicationState.STATUS, value)
+        self.cluster.refresh_ring()
+
+    def _own_tokens(self) -> tuple[int, ...]:
+        state = self.cluster.gossiper.endpoint_state(self.cluster.settings.endpoint)
+        tokens = None if state is None else state.get(ApplicationState.TOKENS)
+        if tokens is None:
+            return ()
+        return tuple(int(part) for part in tokens.value.split(",") if part)
+
+    # -- the state machine ------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        try:
+            self._tick(now_ms)
+        except Exception:  # never break the node's gossip loop
+            _log.exception("topology change round failed")
+
+    def _tick(self, now_ms: int) -> None:
+        waited = now_ms - self.phase_since_ms
+        if self.phase is Phase.WAIT_SCHEMA:
+            if self._ready_to_announce() and waited >= self.cluster.settings.gossip_interval_ms:
+                self._set_status(BOOT_STATUS)
+                self._enter(Phase.ANNOUNCED)
+        elif self.phase is Phase.ANNOUNCED and waited >= ring_delay_of(self.cluster):
+            self._enter(Phase.PROPOSING)
+            self._propose()
+        elif self.phase is Phase.WAIT_GENERATION and self._generation_operates(now_ms):
+            self._finish()
+        elif self.phase is Phase.LEFT and waited >= ring_delay_of(self.cluster):
+            self._enter(Phase.DONE)
+            if self.on_exit is not None:
+                self.on_exit()
+
+    def _ready_to_announce(self) -> bool:
+        cluster = self.cluster
+        live = cluster.gossiper.live_endpoints()
+        return bool(cluster.members) and bool(live) and cluster.schema_agreement()
+
+    def _generation_operates(self, now_ms: int) -> bool:
+        generation = self.generation
+        return (
+            generation is not None
+            and now_ms >= generation.timestamp_ms
+            and self.generations.decider.loaded == generation
+        )
+
+    def _finish(self) -> None:
+        if self.change == "join":
+            self._set_status(NORMAL_STATUS)
+            save_bootstrap_state(self.data_dir, "done")
+            _log.info(
+                "bootstrap done: %d partitions streamed in %d ms",
+                self.stats.partitions,
+                self.stream_ms,
+            )
+            self._enter(Phase.DONE)
+        else:
+            self._set_status(LEFT_STATUS)
+            save_bootstrap_state(self.data_dir, "left")
+            self._enter(Phase.LEFT)
+
+    def decommission(self) -> bool:
+        """Start leaving the ring; False when a change is already in progress."""
+        if self.phase is not Phase.IDLE:
+            return False
+        self.change = "leave"
+        self._set_status(LEAVING_STATUS)
+        self._enter(Phase.ANNOUNCED)
+        return True
+
+    # -- the generation of the changed ring ---------------------------------------------------
+
+    def _future_sharding(self) -> dict[int, tuple[int, int]]:
+        cluster = self.cluster
+        sharding: dict[Host, tuple[int, int]] = {}
+        hosts = {info.host.endpoint: info.host for info in cluster.members.values()}
+        hosts.update({e: t.host for e, t in cluster.transitions.items()})
+        for endpoint, host in hosts.items():
+            state = cluster.gossiper.endpoint_state(endpoint)
+            shards = None if state is None else state.get(ApplicationState.SHARD_COUNT)
+            msb = None if state is None else state.get(ApplicationState.IGNORE_MSB)
+            if shards is not None and msb is not None:
+                sharding[host] = (max(1, int(shards.value)), int(msb.value))
+        return sharding_of(cluster.future_metadata, sharding)
+
+    def _propose(self) -> None:
+        """Generate the future ring's description, write it at CL=ALL, pick the timestamp,
+        hand it to the generation service."""
+        cluster = self.cluster
+        generation_uuid = uuid.UUID(int=self.rng.getrandbits(128), version=4)
+        try:
+            sharding = self._future_sharding()
+            description = generate_topology_description(sharding.keys(), sharding, self.rng)
+            mutations = internal_mutations(
+                cluster.store, generation_uuid, description, cluster.clock.now_us()
+            )
+        except RingflowError:
+            _log.exception("building the CDC generation of the changed ring failed")
+            self._retry_proposal()
+            return
+
+        def written(error: BaseException | None) -> None:
+            if error is not None:
+                _log.warning("writing CDC generation %s failed: %s", generation_uuid, error)
+                self._retry_proposal()
+                return
+            now_ms = cluster.clock.now_ms()
+            timestamp = new_generation_timestamp(now_ms, ring_delay_of(cluster))
+            generation = GenerationIdV2(timestamp, generation_uuid)
+            self.generation = generation
+            _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
+            service = self.generations
+            service._run(service.decider.on_proposed(generation, now_ms))
+            self._start_streaming()
+
+        write_in_order(cluster, mutations, ConsistencyLevel.ALL, written)
+
+    def _retry_proposal(self) -> None:
+        self.cluster.clock.call_later(2 * self.cluster.settings.gossip_interval_ms, self._propose)
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    def plan(self) -> list[StreamTask]:
+        cluster = self.cluster
+        keyspaces = sorted({t.keyspace for t in cluster.store.tables()} - LOCAL_KEYSPACES)
+        current, future = cluster.token_metadata, cluster.future_metadata
+        tasks: list[StreamTask] = []
+        for keyspace in keyspaces:
+
+            def strategy_of(ring: TokenMetadata, keyspace: str = keyspace) -> ReplicationStrategy:
+                return cluster.strategy_of(keyspace, ring)
+
+            if self.change == "join":
+                tasks += join_plan(
+                    keyspace, cluster.host, current, future, strategy_of, cluster.live
+                )
+            else:
+                tasks += leave_plan(keyspace, cluster.host, current, future, strategy_of)
+        return tasks
+
+    def _start_streaming(self) -> None:
+        self._enter(Phase.STREAMING)
+        self.stream_started_ms = self.cluster.clock.now_ms()
+        try:
+            tasks = self.plan()
+        except RingflowError as error:
+            self._streamed(StreamStats(), error)
+            return
+        _log.info("streaming %d ranges for the %s", len(tasks), self.change)
+        self.streamer.run(tasks, self._streamed)
+
+    def _streamed(self, stats: StreamStats, error: BaseException | None) -> None:
+        self.stats.partitions += stats.partitions
+        self.stats.pages += stats.pages
+        self.stats.bytes += stats.bytes
+        if error is None:
+            self.stream_ms = self.cluster.clock.now_ms() - self.stream_started_ms
+            self._enter(Phase.WAIT_GENERATION)
+            return
+        self.stream_attempts += 1
+        _log.warning("streaming failed (attempt %d): %s", self.stream_attempts, error)
+        if self.stream_attempts < STREAM_ATTEMPTS:
+            self.cluster.clock.call_later(2_000, self._start_streaming)
+
+    def poll(self) -> None:
+        """Called every second: a ``decommission.request`` file asks this node to leave."""
+        request = self.data_dir / DECOMMISSION_REQUEST_FILE
+        if request.exists():
+            request.unlink(missing_ok=True)
+            if self.decommission():
+                save_bootstrap_state(self.data_dir, "leaving")
+            else:
+                _log.warning("decommission refused: a topology change is in progress")
+
+    def status(self) -> dict[str, object]:
+        """For ``status.json``."""
+        return {
+            "change": self.change,
+            "phase": self.phase.value,
+            "generation": None if self.generation is None else self.generation.to_gossip(),
+            "streamed_partitions": self.stats.partitions,
+            "streamed_bytes": self.stats.bytes,
+            "stream_ms": self.stream_ms,
+        }
+
+
+def write_in_order(
+    cluster: ClusterNode,
+    mutations: Sequence[Mutation],
+    consistency: ConsistencyLevel,
+    done: Callable[[BaseException | None], None],
+) -> None:
+    """Coordinated writes one after the other."""
+    if not mutations:
+        done(None)
+        return
+
+    def next_one(error: BaseException | None) -> None:
+        if error is not None:
+            done(error)
+        else:
+            write_in_order(cluster, mutations[1:], consistency, done)
+
+    cluster.write([mutations[0]], {}, consistency, next_one)
+
+
+# --- process hooks --------------------------------------------------------------------------------
+
+
+async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Random) -> None:
+    """Before a joining node opens: learn the ring through gossip, choose its tokens and save
+    its record (``bootstrap.json`` = joining). Nothing to do once the record exists (a restart
+    resumes the bootstrap with the saved tokens)."""
+    if load_record(config.data_dir) is not None:
+        return
+    prepare_data_dir(config.data_dir)
+    host_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+    endpoint = f"{config.address}:{INTERNODE_PORT}"
+    network = AsyncioNetwork(rng=random.Random(rng.getrandbits(64)))
+    try:
+        ring = await discover_ring(
+            network,
+            endpoint=endpoint,
+            seeds=[f"{seed}:{INTERNODE_PORT}" for seed in seeds],
+            cluster_name=config.cluster_name,
+            states={
+                ApplicationState.HOST_ID: str(host_id),
+                ApplicationState.DC: config.dc,
+                ApplicationState.RACK: config.rack,
+                ApplicationState.RPC_ADDRESS: config.address,
+            },
+            gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
+            rng=rng,
+        )
+    finally:
+        await network.aclose()
+    host = Host(host_id, endpoint, config.dc, config.rack)
+    tokens = pick_tokens(ring, host, config.num_tokens, rng)
+    record = NodeRecord(
+        host_id=host_id,
+        tokens=tuple(tokens),
+        cluster_name=config.cluster_name,
+        dc=config.dc,
+        rack=config.rack,
+        shard_count=config.shard_count,
+        ignore_msb=config.ignore_msb,
+    )
+    save_bootstrap_state(config.data_dir, "joining")
+    save_record(config.data_dir, record)
+    _log.info("joining a ring of %d nodes with %d tokens", len(ring.hosts), len(tokens))
+    # The node's own gossip generation (start second) must be newer than the discovery's.
+    await asyncio.sleep(1.1)
+
+
+def joining_states(data_dir: Path) -> dict[ApplicationState, str]:
+    """The first STATUS of a node that has not finished bootstrapping (no ring role yet)."""
+    if bootstrap_state(data_dir) == "joining":
+        return {ApplicationState.STATUS: STARTING_STATUS}
+    return {}
