@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,7 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument("--gossip-interval-ms", type=int, default=1000)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
+    add_feature_options(start)
     start.set_defaults(handler=run_cluster_start)
     for name, handler, text in (
         ("status", run_cluster_status, "print every node's view of the cluster"),
@@ -92,12 +94,18 @@ def register(subcommands: Subcommands) -> None:
         sub = actions.add_parser(name, help=text)
         sub.add_argument("address")
         sub.add_argument("--data", required=True, type=Path)
+        if name == "restart":
+            add_feature_options(sub)
         sub.set_defaults(handler=handler)
+    from ringflow.cli._cdc_admin import register_cdc_admin
+
+    register_cdc_admin(actions)  # new-cdc-generation
     node = actions.add_parser("run-node", help="(internal) run one cluster node in the foreground")
     node.add_argument("--address", required=True)
     node.add_argument("--data", required=True, type=Path)
     node.add_argument("--seeds", required=True, help="comma-separated seed addresses")
     node.add_argument("--gossip-interval-ms", type=int, default=1000)
+    add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
 
@@ -238,7 +246,23 @@ def _wait_gone(directory: Path, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def _spawn(data: Path, layout: dict[str, object], node: dict[str, object]) -> int:
+def add_feature_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-cdc-generations-v2",
+        action="store_true",
+        help="do not advertise the CDC_GENERATIONS_V2 feature (act as an older version: v1 CDC "
+        "generations only); a node started without this option has it",
+    )
+
+
+def feature_arguments(arguments: argparse.Namespace) -> list[str]:
+    """The feature options of ``arguments`` for a ``run-node`` command line."""
+    return ["--no-cdc-generations-v2"] if getattr(arguments, "no_cdc_generations_v2", False) else []
+
+
+def _spawn(
+    data: Path, layout: dict[str, object], node: dict[str, object], extra: Sequence[str] = ()
+) -> int:
     directory = data / str(node["dir"])
     if (pid := _pid(directory)) is not None:
         return pid
@@ -258,6 +282,7 @@ def _spawn(data: Path, layout: dict[str, object], node: dict[str, object]) -> in
         "--gossip-interval-ms",
         str(layout.get("gossip_interval_ms", 1000)),
     ]
+    command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -320,7 +345,7 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     data: Path = arguments.data
     layout = _load_layout(data) if (data / LAYOUT_FILE).exists() else _create(data, arguments)
     for node in _nodes(layout):
-        _spawn(data, layout, node)
+        _spawn(data, layout, node, feature_arguments(arguments))
     wait_ready(data, layout, arguments.timeout)
     print(f"ringflow cluster of {len(_nodes(layout))} nodes is UP in {data}", flush=True)
     return EXIT_OK
@@ -424,7 +449,7 @@ def run_node_kill(arguments: argparse.Namespace) -> int:
 def run_node_restart(arguments: argparse.Namespace) -> int:
     layout = _load_layout(arguments.data)
     node = _node_at(layout, arguments.address)
-    pid = _spawn(arguments.data, layout, node)
+    pid = _spawn(arguments.data, layout, node, feature_arguments(arguments))
     print(f"started {arguments.address} (pid {pid})", flush=True)
     return EXIT_OK
 
@@ -445,6 +470,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
         run_cluster_node(
             config,
             seeds=seeds,
+            cdc_generations_v2=not arguments.no_cdc_generations_v2,
             gossip_interval_ms=arguments.gossip_interval_ms,
             on_ready=announce,
         )

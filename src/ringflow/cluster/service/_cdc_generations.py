@@ -38,6 +38,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
@@ -84,6 +85,7 @@ from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)
 
+NEW_GENERATION_REQUEST_FILE = "new-cdc-generation.request"
 DEFAULT_SETTLE_MS = 2_000
 SETTLE_GOSSIP_ROUNDS = 5
 
@@ -568,6 +570,9 @@ class CdcGenerationService:
         self.v2_enabled = v2_enabled
         """This node has ``CDC_GENERATIONS_V2`` (publishes to the v2 tables); without it, it acts
         as a Scylla 4.3 node: v1 ids only, the v1 streams table."""
+        self._seen_v2: dict[uuid.UUID, int] = {}
+        if initial is not None and isinstance(initial.id, GenerationIdV2):
+            self._seen_v2[initial.id.uuid] = initial.id.timestamp_ms
         if settle_ms is None:
             settle_ms = max(
                 DEFAULT_SETTLE_MS, SETTLE_GOSSIP_ROUNDS * cluster.settings.gossip_interval_ms
@@ -616,6 +621,26 @@ class CdcGenerationService:
     def request_new_generation(self) -> None:
         """Admin request: propose a new generation over the current ring (see the decider)."""
         self.decider.request_new_generation()
+
+    def poll_request(self, data_dir: Path) -> bool:
+        """Take a ``new-cdc-generation.request`` file from ``data_dir`` (``ringflow cluster
+        new-cdc-generation``), if one is there; the process calls it every second."""
+        request = data_dir / NEW_GENERATION_REQUEST_FILE
+        try:
+            request.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            _log.exception("taking the CDC generation request failed")
+            return False
+        _log.info("admin request: a new CDC generation")
+        self.request_new_generation()
+        return True
+
+    def known_v2_ids(self) -> dict[uuid.UUID, int]:
+        """The v2 generation ids this node activated since it started, with their timestamps
+        (what expiry can attribute the internal rows of)."""
+        return dict(self._seen_v2)
 
     def _gossip(self, generation: GenerationId) -> None:
         self.cluster.gossiper.set_application_state(
@@ -731,6 +756,8 @@ class CdcGenerationService:
         self.cdc.insert(generation.timestamp_ms, description, now_us)
         self._gossip(generation)
         generation_uuid = generation.uuid if isinstance(generation, GenerationIdV2) else None
+        if generation_uuid is not None:
+            self._seen_v2[generation_uuid] = generation.timestamp_ms
         row = cdc_local_row(generation.timestamp_ms, generation_uuid, timestamp_us=now_us)
         store = self.cluster.store
 

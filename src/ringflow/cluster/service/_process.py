@@ -34,11 +34,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
-from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
+from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
+    CDC_GENERATIONS_V2_FEATURE,
     CdcGenerationService,
     SynchronizedCdcMetadata,
+    encode_features,
 )
+from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._settings import ClusterSettings
@@ -53,7 +56,12 @@ from ringflow.cql import (
 from ringflow.cql._executor import SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
 from ringflow.node import NodeConfig, open_node
-from ringflow.node._startup import Node, ProcessorBackend, write_local_row
+from ringflow.node._startup import (
+    Node,
+    ProcessorBackend,
+    local_generation_id,
+    write_local_row,
+)
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
 
@@ -177,10 +185,10 @@ async def run_cluster_node(
     config: NodeConfig,
     *,
     seeds: Sequence[str],
-    bootstrap: bool = False,
     gossip_interval_ms: int = 1000,
     write_timeout_ms: int = 2000,
     read_timeout_ms: int = 5000,
+    cdc_generations_v2: bool = True,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
@@ -194,8 +202,6 @@ async def run_cluster_node(
     ]
     statements, storage, schema = pools
     try:
-        if bootstrap:  # learn the ring, choose tokens (``_bootstrap``)
-            await prepare_join(config, seeds, rng)
         cdc = SynchronizedCdcMetadata()
         node = await loop.run_in_executor(
             storage,
@@ -207,6 +213,7 @@ async def run_cluster_node(
                 rpc_address=config.address,
                 seeds=tuple(f"{seed}:{INTERNODE_PORT}" for seed in seeds),
                 cluster_name=node.record.cluster_name,
+                cdc_generations_v2=cdc_generations_v2,
                 gossip_interval_ms=gossip_interval_ms,
                 write_timeout_ms=write_timeout_ms,
                 read_timeout_ms=read_timeout_ms,
@@ -262,7 +269,9 @@ async def _serve(
         extra_states={
             ApplicationState.SHARD_COUNT: str(record.shard_count),
             ApplicationState.IGNORE_MSB: str(record.ignore_msb),
-            **joining_states(config.data_dir),
+            ApplicationState.SUPPORTED_FEATURES: encode_features(
+                [CDC_GENERATIONS_V2_FEATURE] if settings.cdc_generations_v2 else []
+            ),
             **(
                 {}
                 if node.generation is None
@@ -271,6 +280,12 @@ async def _serve(
         },
         on_schema_merged=schema_merged,
     )
+    now_us = time.time_ns() // 1000
+    remembered = (  # a v1 generation: loaded through the coordinator by the service
+        None
+        if node.generation is not None
+        else await loop.run_in_executor(storage, lambda: local_generation_id(node.store, now_us))
+    )
     generations = CdcGenerationService(
         cluster,
         node.cdc,
@@ -278,6 +293,8 @@ async def _serve(
         initial=node.generation,
         settle_ms=settings.cdc_settle_ms,
         ring_delay_ms=settings.cdc_ring_delay_ms,
+        remembered=remembered,
+        v2_enabled=settings.cdc_generations_v2,
     )
     backend.cluster = cluster
     plane = ClusterDataPlane(cluster, loop, node.store, config.data_dir / SCRATCH_FILE_NAME)
@@ -289,14 +306,9 @@ async def _serve(
     node.processor.on_schema_change(schema_changed)
     cluster.start()
     generations.start()
-    topology = TopologyService(
-        cluster,
-        generations,
-        config.data_dir,
-        joining=bool(joining_states(config.data_dir)),
-        rng=random.Random(rng.getrandbits(64)),
-        on_exit=stop.set,
-    )
+    if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
+        StreamsRewriteService(cluster).start()
+        GenerationExpiryService(cluster, generations.known_v2_ids).start()
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -305,10 +317,9 @@ async def _serve(
         if on_ready is not None:
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
         while not stop.is_set():
+            generations.poll_request(config.data_dir)
             with contextlib.suppress(Exception):
-                topology.poll()
-                document = {**status_document(cluster, node), "topology": topology.status()}
-                _write_status(status_path, document)
+                _write_status(status_path, status_document(cluster, node))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:

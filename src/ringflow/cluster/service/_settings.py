@@ -47,6 +47,9 @@ class ClusterSettings:
     """0: the first CDC generation starts when created; else now + 2 * ring delay + leeway."""
     cdc_settle_ms: int | None = None
     """Stable gossip membership needed before proposing it (None: max(2 s, 5 rounds))."""
+    cdc_generations_v2: bool = True
+    """Advertise the ``CDC_GENERATIONS_V2`` feature (v2 generation ids and tables, the v1 -> v2
+    rewrite, expiry); False simulates a node of an older version (v1 generations only)."""
 
 
 WriteDone = Callable[[BaseException | None], None]
