@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CDC_GENERATIONS_V2_FEATURE,
@@ -185,6 +186,7 @@ async def run_cluster_node(
     config: NodeConfig,
     *,
     seeds: Sequence[str],
+    bootstrap: bool = False,
     gossip_interval_ms: int = 1000,
     write_timeout_ms: int = 2000,
     read_timeout_ms: int = 5000,
@@ -202,6 +204,8 @@ async def run_cluster_node(
     ]
     statements, storage, schema = pools
     try:
+        if bootstrap:  # learn the ring, choose tokens (``_bootstrap``)
+            await prepare_join(config, seeds, rng)
         cdc = SynchronizedCdcMetadata()
         node = await loop.run_in_executor(
             storage,
@@ -272,6 +276,7 @@ async def _serve(
             ApplicationState.SUPPORTED_FEATURES: encode_features(
                 [CDC_GENERATIONS_V2_FEATURE] if settings.cdc_generations_v2 else []
             ),
+            **joining_states(config.data_dir),
             **(
                 {}
                 if node.generation is None
@@ -309,6 +314,14 @@ async def _serve(
     if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
         StreamsRewriteService(cluster).start()
         GenerationExpiryService(cluster, generations.known_v2_ids).start()
+    topology = TopologyService(
+        cluster,
+        generations,
+        config.data_dir,
+        joining=bool(joining_states(config.data_dir)),
+        rng=random.Random(rng.getrandbits(64)),
+        on_exit=stop.set,
+    )
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -319,7 +332,9 @@ async def _serve(
         while not stop.is_set():
             generations.poll_request(config.data_dir)
             with contextlib.suppress(Exception):
-                _write_status(status_path, status_document(cluster, node))
+                topology.poll()
+                document = {**status_document(cluster, node), "topology": topology.status()}
+                _write_status(status_path, document)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
