@@ -594,9 +594,7 @@ class ClusterNode:
 
     # -- the coordinator -------------------------------------------------------------------
 
-    def strategy_of(
-        self, keyspace: str, ring: TokenMetadata | None = None
-    ) -> ReplicationStrategy:
+    def strategy_of(self, keyspace: str, ring: TokenMetadata | None = None) -> ReplicationStrategy:
         """``keyspace``'s strategy on ``ring`` (default: the current ring)."""
         ring = self.token_metadata if ring is None else ring
         replication = self.processor.schema.keyspaces.get(keyspace)
