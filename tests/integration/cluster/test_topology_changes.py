@@ -1,0 +1,116 @@
+"""Bootstrap and decommission of real node processes under a QUORUM driver workload
+(issue 7 §1, §2): a 4th node joins a 3-node RF 3 cluster, a node is decommissioned; every
+acknowledged write stays readable at QUORUM and every change made a CDC generation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cassandra")
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import Cluster
+
+from tests.integration.cluster.conftest import free_block, ringflow
+
+
+def _workload(address: str, keys: range, acked: list[int], stop: threading.Event) -> None:
+    cluster = Cluster([address], protocol_version=4)
+    session = cluster.connect()
+    insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.QUORUM
+    for key in keys:
+        if stop.is_set():
+            break
+        try:
+            session.execute(insert, (key, f"v{key}"))
+        except Exception:  # not acknowledged: not required afterwards
+            continue
+        acked.append(key)
+    cluster.shutdown()
+
+
+def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    base = free_block(5)
+    prefix, last = base.rsplit(".", 1)
+    first = base
+    data = tmp_path / "cluster"
+    ringflow(
+        "cluster",
+        "start",
+        "--data",
+        str(data),
+        "--nodes",
+        "3",
+        "--first-address",
+        first,
+        "--gossip-interval-ms",
+        "200",
+        "--timeout",
+        "90",
+    )
+    try:
+        cluster = Cluster([first], protocol_version=4)
+        session = cluster.connect()
+        session.execute(
+            "CREATE KEYSPACE topo WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+        )
+        session.execute(
+            "CREATE TABLE topo.t (k int PRIMARY KEY, v text) WITH cdc = {'enabled': true}"
+        )
+        acked: list[int] = []
+        stop = threading.Event()
+        writer = threading.Thread(target=_workload, args=(first, range(100_000), acked, stop))
+        writer.start()
+        try:
+            ringflow("cluster", "add", "--data", str(data), "--timeout", "150", timeout_s=200)
+        finally:
+            stop.set()
+            writer.join()
+        fourth = f"{prefix}.{int(last) + 3}"
+        status = json.loads((data / "node4" / "status.json").read_text())
+        assert status["topology"]["phase"] == "done"
+        assert status["topology"]["streamed_partitions"] > 0
+        assert len(status["nodes"]) == 4
+
+        timestamps = session.execute(
+            "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = 'timestamps'"
+        )
+        assert len(list(timestamps)) >= 2
+
+        ringflow(
+            "cluster",
+            "decommission",
+            f"{prefix}.{int(last) + 2}",
+            "--data",
+            str(data),
+            "--timeout",
+            "150",
+            timeout_s=200,
+        )
+        layout = json.loads((data / "cluster.json").read_text())
+        assert len(layout["nodes"]) == 3
+        timestamps = session.execute(
+            "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = 'timestamps'"
+        )
+        assert len(list(timestamps)) >= 3
+
+        check = Cluster([fourth], protocol_version=4).connect()
+        select = check.prepare("SELECT v FROM topo.t WHERE k = ?")
+        select.consistency_level = ConsistencyLevel.QUORUM
+        missing = [k for k in acked if not list(check.execute(select, (k,)))]
+        assert acked and not missing, f"{len(missing)} of {len(acked)} acknowledged writes lost"
+        cluster.shutdown()
+    finally:
+        subprocess.run(
+            [str(Path(sys.executable).parent / "ringflow"), "cluster", "stop", "--data", str(data)],
+            capture_output=True,
+            timeout=60,
+        )
