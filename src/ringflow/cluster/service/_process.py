@@ -42,7 +42,7 @@ from ringflow.cluster.service._cdc_generations import (
     SynchronizedCdcMetadata,
     encode_features,
 )
-from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService
+from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._settings import ClusterSettings
@@ -312,6 +312,8 @@ async def _serve(
     cluster.start()
     generations.start()
     if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
+        if joining_states(config.data_dir):  # a new node never rewrites (seed 000)
+            await loop.run_in_executor(storage, lambda: write_rewritten_marker(node.store, now_us))
         StreamsRewriteService(cluster).start()
         GenerationExpiryService(cluster, generations.known_v2_ids).start()
     topology = TopologyService(
