@@ -8,16 +8,20 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cassandra")
 
-from cassandra import ConsistencyLevel
-from cassandra.cluster import Cluster
+from cassandra import ConsistencyLevel, InvalidRequest
+from cassandra.cluster import Cluster, Session
+from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import free_block, ringflow
+
+ONE = ConsistencyLevel.ONE
 
 
 def _workload(address: str, keys: range, acked: list[int], stop: threading.Event) -> None:
@@ -34,6 +38,29 @@ def _workload(address: str, keys: range, acked: list[int], stop: threading.Event
             continue
         acked.append(key)
     cluster.shutdown()
+
+
+def _assert_published(session: Session, at_least: int) -> None:
+    """At least ``at_least`` generations, each timestamp row with its streams rows."""
+    query = "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = 'timestamps'"
+    times = [row.time for row in session.execute(SimpleStatement(query, consistency_level=ONE))]
+    assert len(times) >= at_least, times
+    streams = session.prepare(
+        "SELECT streams FROM system_distributed.cdc_streams_descriptions_v2 WHERE time = ?"
+    )
+    for started in times:
+        assert list(session.execute(streams, (started,))), f"generation {started} has no streams"
+
+
+def _assert_timestamps_rejected(session: Session) -> None:
+    """A client timestamp 10 s ahead, or behind the current generation, is refused."""
+    now_us = time.time_ns() // 1000
+    for timestamp_us, reason in ((now_us + 10_000_000, "future"), (now_us - 120_000_000, "past")):
+        with pytest.raises(InvalidRequest) as refused:
+            session.execute(
+                f"INSERT INTO topo.t (k, v) VALUES (-1, 'x') USING TIMESTAMP {timestamp_us}"
+            )
+        assert reason in str(refused.value).lower(), str(refused.value)
 
 
 def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Path) -> None:
@@ -80,10 +107,8 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
         assert status["topology"]["streamed_partitions"] > 0
         assert len(status["nodes"]) == 4
 
-        timestamps = session.execute(
-            "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = 'timestamps'"
-        )
-        assert len(list(timestamps)) >= 2
+        _assert_published(session, at_least=2)
+        _assert_timestamps_rejected(session)
 
         ringflow(
             "cluster",
@@ -97,10 +122,7 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
         )
         layout = json.loads((data / "cluster.json").read_text())
         assert len(layout["nodes"]) == 3
-        timestamps = session.execute(
-            "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = 'timestamps'"
-        )
-        assert len(list(timestamps)) >= 3
+        _assert_published(session, at_least=3)
 
         check = Cluster([fourth], protocol_version=4).connect()
         select = check.prepare("SELECT v FROM topo.t WHERE k = ?")

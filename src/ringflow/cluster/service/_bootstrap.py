@@ -20,10 +20,11 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    ``system.cdc_local``, publish); the other nodes learn it through gossip.
 4. Streaming (``Streamer``): every keyspace but the local ones, every table (CDC logs included),
    each gained piece from one live current replica (``join_plan``). A failed run is retried.
-5. When the generation operates (clock >= its timestamp, so no coordinator accepts a write for
-   the previous generation any more, whose vnodes do not refine the new ring) and it is loaded
-   here, STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data dir records it (a node
-   restarted before that bootstraps again with its saved tokens).
+5. When the generation operates and the leeway has passed (clock >= its timestamp + leeway: no
+   coordinator accepts a write for the previous generation any more, whose vnodes do not refine
+   the new ring; ``CdcMetadata`` rule 3 still takes writes up to a leeway old into the previous
+   generation) and it is loaded here, STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data
+   dir records it (a node restarted before that bootstraps again with its saved tokens).
 
 Decommission (``TopologyService.decommission``, asked through the ``decommission.request`` file
 in the data dir, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
@@ -45,7 +46,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ringflow.cdc import GenerationIdV2, generate_topology_description
+from ringflow.cdc import DEFAULT_LEEWAY_US, GenerationIdV2, generate_topology_description
 from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._failure_detector import FailureDetector
@@ -281,7 +282,7 @@ class TopologyService:
         generation = self.generation
         return (
             generation is not None
-            and now_ms >= generation.timestamp_ms
+            and now_ms >= generation.timestamp_ms + DEFAULT_LEEWAY_US // 1000
             and self.generations.decider.loaded == generation
         )
 
