@@ -291,14 +291,9 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
         300,
         400,
     ]
-    v1_rows = live_rows(
-        store.table(*STREAMS_V1_TABLE),
-        store.read_mutation(
-            STREAMS_V1_TABLE,
-            list(store.read_mutation(STREAMS_V1_TABLE, _pk(store, created)).partition_key),
-        ),
-        NOW_US // 10**6,
-    )  # type: ignore[union-attr]
+    stored_v1 = store.read_mutation(STREAMS_V1_TABLE, _pk(store, created))
+    assert stored_v1 is not None
+    v1_rows = live_rows(store.table(*STREAMS_V1_TABLE), stored_v1, NOW_US // 10**6)
     assert len(v1_rows[0]["streams"]) == description.stream_count  # type: ignore[arg-type]
     # an upgraded node restarting with the remembered v1 id loads it through the coordinator
     # and publishes it to the v2 tables

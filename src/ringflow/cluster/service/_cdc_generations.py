@@ -20,6 +20,20 @@ Pure decisions (no I/O; ``GenerationDecider`` and the functions above it):
 * **Publication** is idempotent: skipped when the ``cdc_generation_timestamps`` row is already
   there, else every ``cdc_streams_descriptions_v2`` row then the timestamp row; whichever node gets
   there first wins, the others rewrite identical rows. Failures retry with backoff.
+* **Versions** (seed 000 "upgrade procedure"; issue 7 §3). Each node gossips its features in
+  ``SUPPORTED_FEATURES``; a new generation is v2 (``v2;<ms>;<uuid>``, internal rows in
+  ``system_distributed_everywhere.cdc_generation_descriptions_v2``) only when every known endpoint
+  has ``CDC_GENERATIONS_V2`` (``generation_version``), else v1: its id is its timestamp, chosen
+  *before* its one-row description is written to ``system_distributed.cdc_generation_descriptions``
+  at QUORUM, and it is loaded through the coordinator at QUORUM. Both kinds are learnt from
+  gossip and ordered by timestamp. A node without the feature (an "old version") publishes to
+  the v1 ``cdc_streams_descriptions`` table; one with it publishes every generation, v1 or v2, to
+  the v2 tables (and rewrites older v1 generations: ``_cdc_rewrite``).
+* **Later generations** on request (``request_new_generation``; the file
+  ``new-cdc-generation.request`` of ``ringflow cluster new-cdc-generation``, as Scylla's
+  ``checkAndRepairCdcStreams``): the requesting node proposes one over the current ring once the
+  cluster is ready and settled, starting ``now + 2 * max(ring_delay, 2 gossip rounds) + leeway``
+  so every node learns it before it operates.
 
 The shell (``CdcGenerationService``) runs on the ``ClusterNode``'s thread, called at each gossip
 tick: it turns the decider's actions into store work (``Offload``), coordinated writes (internal
@@ -43,27 +57,29 @@ from pathlib import Path
 from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
     CdcMetadata,
-    GenerationDescriptionV1Row,
     GenerationId,
     GenerationIdV1,
     GenerationIdV2,
     GenerationTimestampRow,
     StreamId,
     TopologyDescription,
-    description_from_generation_v1_row,
     description_from_generation_v2_rows,
     generate_topology_description,
-    generation_description_v1_row,
     generation_description_v2_rows,
     parse_generation_id,
     publication_batches,
-    streams_description_v1_row,
 )
 from ringflow.cdc._description_tables import datetime_from_ms
 from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
-from ringflow.cluster.service._cdc_tables import ms_of, read_partition_rows, write_in_order
+from ringflow.cluster.service._cdc_tables import (
+    read_partition_rows,
+    v1_description,
+    v1_generation_mutations,
+    v1_publication_mutations,
+    write_in_order,
+)
 from ringflow.cluster.service._membership import peer_info
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.errors import RingflowError
@@ -71,7 +87,6 @@ from ringflow.node._startup import (
     GENERATION_TABLE,
     ROWS_PER_WRITE_MAX,
     STREAMS_TABLE,
-    STREAMS_V1_TABLE,
     TIMESTAMPS_TABLE,
     V1_GENERATION_TABLE,
     CdcGeneration,
@@ -486,38 +501,6 @@ def internal_mutations(
         internal_rows_mutation(table, rows[start : start + ROWS_PER_WRITE_MAX], now_us)
         for start in range(0, len(rows), ROWS_PER_WRITE_MAX)
     ]
-
-
-def v1_description(rows: Sequence[Mapping[str, object]]) -> TopologyDescription | None:
-    """A v1 generation's description from its ``cdc_generation_descriptions`` row (as read
-    through the coordinator); None while it is not there."""
-    for row in rows:
-        time_value, description = row.get("time"), row.get("description")
-        if description is None or time_value is None:
-            continue
-        entries = tuple(
-            (int(end), tuple(bytes(blob) for blob in streams), int(msb))
-            for end, streams, msb in description  # type: ignore[attr-defined]
-        )
-        timestamp_ms = ms_of(time_value)
-        return description_from_generation_v1_row(GenerationDescriptionV1Row(timestamp_ms, entries))
-    return None
-
-
-def v1_generation_mutations(
-    store: Store, generation: GenerationIdV1, description: TopologyDescription, now_us: int
-) -> list[Mutation]:
-    """The single internal v1 row of a new v1 generation (Scylla 4.3's one-cell description)."""
-    row = generation_description_v1_row(generation.timestamp_ms, description)
-    return [table_mutation(store.table(*V1_GENERATION_TABLE), [row.to_columns()], now_us)]
-
-
-def v1_publication_mutations(
-    store: Store, generation: GenerationId, description: TopologyDescription, now_us: int
-) -> list[Mutation]:
-    """What a node without ``CDC_GENERATIONS_V2`` publishes: the one v1 streams row."""
-    row = streams_description_v1_row(generation.timestamp_ms, description)
-    return [table_mutation(store.table(*STREAMS_V1_TABLE), [row.to_columns()], now_us)]
 
 
 def later_generation_timestamp(now_ms: int, ring_delay_ms: int, gossip_interval_ms: int) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from ringflow.cdc import (
     GenerationDescriptionV1Row,
@@ -48,6 +48,7 @@ from ringflow.cluster.service._cdc_tables import (
     ms_of,
     read_partition_rows,
     scan_rows,
+    v1_row,
     write_in_order,
 )
 from ringflow.cluster.service._node import ClusterNode
@@ -267,18 +268,6 @@ class StreamsRewriteService:
             _log.info("CDC streams rewrite done: rewrote %s, skipped %s", rewritten, skipped)
 
         write_in_order(self.cluster, mutations, ConsistencyLevel.QUORUM, written)
-
-
-def v1_row(time_ms: int, row: RowValues) -> GenerationDescriptionV1Row:
-    """A ``cdc_generation_descriptions`` row as read back (Python values) as a typed row."""
-    description = row["description"]
-    if not isinstance(description, Sequence):
-        raise TypeError(f"v1 description of {time_ms} is not a list: {description!r}")
-    entries = tuple(
-        (int(end), tuple(bytes(blob) for blob in streams), int(msb))
-        for end, streams, msb in description
-    )
-    return GenerationDescriptionV1Row(time_ms, entries)
 
 
 def plan_mutations(store: Store, plan: RewritePlan, now_us: int) -> list[Mutation]:

@@ -6,6 +6,9 @@ copy of a row written at QUORUM may be missing: these helpers read through the c
 (``ClusterNode.read``/``read_range``: the replicas' answers reconciled, read repair included)
 and turn the raw partitions into live rows of Python values.
 
+Also the v1 generation's rows (Scylla 4.3: the whole description in one row) written, read back
+and published by a node without ``CDC_GENERATIONS_V2``.
+
 ``live_rows`` is pure: a raw partition (every tombstone still there) to its live rows at
 ``now_s``. The description tables are written with INSERTs and deleted whole (partition
 deletions), so row markers, cells, row and partition deletions are what it interprets; range
@@ -17,10 +20,22 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Sequence
 
+from ringflow.cdc import (
+    GenerationDescriptionV1Row,
+    GenerationId,
+    GenerationIdV1,
+    TopologyDescription,
+    description_from_generation_v1_row,
+    generation_description_v1_row,
+    streams_description_v1_row,
+)
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._node import ClusterNode
+from ringflow.node._startup import STREAMS_V1_TABLE, V1_GENERATION_TABLE
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import Cell, DeletionTime, Mutation, Row, Table, deserialize, serialize
+from ringflow.schema._system_rows import table_mutation
+from ringflow.storage import Store
 
 RowValues = dict[str, object]
 RowsDone = Callable[[list[RowValues] | None, BaseException | None], None]
@@ -179,3 +194,43 @@ def write_in_order(
             write_in_order(cluster, mutations[1:], consistency, done)
 
     cluster.write([mutations[0]], {}, consistency, next_one)
+
+
+# --- v1 generations (Scylla 4.3's one-row descriptions) -----------------------------------
+
+
+def v1_row(time_ms: int, row: RowValues) -> GenerationDescriptionV1Row:
+    """A ``cdc_generation_descriptions`` row as read back (Python values) as a typed row."""
+    description = row["description"]
+    if not isinstance(description, Sequence):
+        raise TypeError(f"v1 description of {time_ms} is not a list: {description!r}")
+    entries = tuple(
+        (int(end), tuple(bytes(blob) for blob in streams), int(msb))
+        for end, streams, msb in description
+    )
+    return GenerationDescriptionV1Row(time_ms, entries)
+
+
+def v1_description(rows: Sequence[RowValues]) -> TopologyDescription | None:
+    """A v1 generation's description from its ``cdc_generation_descriptions`` row (as read
+    through the coordinator); None while it is not there."""
+    for row in rows:
+        if row.get("description") is not None and row.get("time") is not None:
+            return description_from_generation_v1_row(v1_row(ms_of(row["time"]), row))
+    return None
+
+
+def v1_generation_mutations(
+    store: Store, generation: GenerationIdV1, description: TopologyDescription, now_us: int
+) -> list[Mutation]:
+    """The single internal v1 row of a new v1 generation (Scylla 4.3's one-cell description)."""
+    row = generation_description_v1_row(generation.timestamp_ms, description)
+    return [table_mutation(store.table(*V1_GENERATION_TABLE), [row.to_columns()], now_us)]
+
+
+def v1_publication_mutations(
+    store: Store, generation: GenerationId, description: TopologyDescription, now_us: int
+) -> list[Mutation]:
+    """What a node without ``CDC_GENERATIONS_V2`` publishes: the one v1 streams row."""
+    row = streams_description_v1_row(generation.timestamp_ms, description)
+    return [table_mutation(store.table(*STREAMS_V1_TABLE), [row.to_columns()], now_us)]
