@@ -8,6 +8,10 @@ add|decommission``.
   one CDC generation, its host id and tokens then saved in ``cluster.json``.
 * ``node add --address A --data DIR --seeds S [--dc ..] [--rack ..]``: the same joining node in
   the foreground, outside a cluster directory.
+* ``cluster removenode HOST_ID --data CLUSTER`` (or ``node removenode HOST_ID --data NODE_DIR``
+  of a live node): a running node coordinates the removal of the dead node (request file
+  ``removenode.request``): every live node pulls what it gains from surviving replicas, the dead
+  node is dropped from the ring and ``system.peers``, a new CDC generation is made.
 * ``node decommission ADDRESS --data DIR`` (and ``cluster decommission``): ``DIR`` is a cluster
   directory (the node is found by address) or the node's data directory. The request is a file,
   ``decommission.request``, in the node's data directory, which the running node polls every
@@ -25,6 +29,7 @@ import logging
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +58,11 @@ def register_cluster(actions: argparse._SubParsersAction[argparse.ArgumentParser
     leave.add_argument("--data", required=True, type=Path)
     leave.add_argument("--timeout", type=float, default=180.0)
     leave.set_defaults(handler=run_decommission)
+    remove = actions.add_parser("removenode", help="remove a dead node (others restream)")
+    remove.add_argument("host_id")
+    remove.add_argument("--data", required=True, type=Path)
+    remove.add_argument("--timeout", type=float, default=180.0)
+    remove.set_defaults(handler=run_removenode)
     join = actions.add_parser("join-node", help="(internal) run a joining node in the foreground")
     _join_options(join)
     join.set_defaults(handler=run_join_node)
@@ -67,6 +77,13 @@ def register_node(actions: argparse._SubParsersAction[argparse.ArgumentParser]) 
     leave.add_argument("--data", required=True, type=Path, help="node or cluster directory")
     leave.add_argument("--timeout", type=float, default=180.0)
     leave.set_defaults(handler=run_decommission)
+    remove = actions.add_parser("removenode", help="remove a dead node (others restream)")
+    remove.add_argument("host_id")
+    remove.add_argument(
+        "--data", required=True, type=Path, help="a live node's or cluster directory"
+    )
+    remove.add_argument("--timeout", type=float, default=180.0)
+    remove.set_defaults(handler=run_removenode)
 
 
 def _join_options(parser: argparse.ArgumentParser) -> None:
@@ -214,4 +231,59 @@ def run_decommission(arguments: argparse.Namespace) -> int:
         departed.append(node)
         _save_layout(data, layout)
     print(f"node {arguments.address} left the ring", flush=True)
+    return EXIT_OK
+
+
+# -- removenode --------------------------------------------------------------------------------
+
+
+def _removal_done(directory: Path, host_id: str) -> bool:
+    try:
+        status = json.loads((directory / cluster_cli.STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    topology = status.get("topology") or {}
+    return bool(
+        topology.get("change") == "remove"
+        and topology.get("removing") == host_id
+        and topology.get("phase") == "done"
+    )
+
+
+def run_removenode(arguments: argparse.Namespace) -> int:
+    data: Path = arguments.data
+    host_id = str(uuid.UUID(arguments.host_id))
+    layout: dict[str, object] | None = None
+    if (data / cluster_cli.LAYOUT_FILE).exists():
+        layout = cluster_cli._load_layout(data)
+        running = [
+            data / str(node["dir"])
+            for node in cluster_cli._nodes(layout)
+            if node["host_id"] != host_id and cluster_cli._pid(data / str(node["dir"]))
+        ]
+        if not running:
+            raise ConfigurationError(f"no running node in {data} to coordinate the removal")
+        directory = running[0]
+    else:
+        directory = data
+    refused = directory / "removenode.refused"
+    refused.unlink(missing_ok=True)
+    (directory / "removenode.request").write_text(host_id)
+    deadline = time.monotonic() + arguments.timeout
+    while not _removal_done(directory, host_id):
+        if refused.exists():
+            raise ConfigurationError(f"removenode {host_id} refused: {refused.read_text()}")
+        if time.monotonic() > deadline:
+            raise ConfigurationError(f"removenode {host_id} not done in {arguments.timeout} s")
+        time.sleep(0.2)
+    if layout is not None:
+        nodes = cluster_cli._nodes(layout)
+        gone = [node for node in nodes if node["host_id"] == host_id]
+        for node in gone:
+            nodes.remove(node)
+        departed = layout.setdefault("departed", [])
+        assert isinstance(departed, list)
+        departed.extend(gone)
+        _save_layout(data, layout)
+    print(f"node {host_id} removed from the ring", flush=True)
     return EXIT_OK

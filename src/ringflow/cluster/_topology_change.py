@@ -297,3 +297,26 @@ def sharding_of(
         for token in ring.tokens_of(host):
             result[token] = sharding
     return result
+
+
+REMOVING = "removing"
+REMOVED = "removed"
+
+
+def encode_removals(removals: Mapping[uuid.UUID, str]) -> str:
+    """The REMOVAL_COORDINATOR value of the node coordinating ``removenode``s:
+    ``removing:<host id>;removed:<host id>...`` (sorted)."""
+    return ";".join(f"{word}:{host_id}" for host_id, word in sorted(removals.items(), key=str))
+
+
+def decode_removals(value: str | None) -> dict[uuid.UUID, str]:
+    """``encode_removals`` reversed; malformed parts are ignored."""
+    removals: dict[uuid.UUID, str] = {}
+    for part in (value or "").split(";"):
+        word, _, host_id = part.partition(":")
+        if word in (REMOVING, REMOVED):
+            try:
+                removals[uuid.UUID(host_id)] = word
+            except ValueError:
+                continue
+    return removals

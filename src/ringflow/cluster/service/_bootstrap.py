@@ -58,10 +58,15 @@ from ringflow.cluster._topology_change import (
     LEAVING_STATUS,
     LEFT_STATUS,
     NORMAL_STATUS,
+    REMOVED,
+    REMOVING,
     StreamTask,
     choose_tokens,
+    decode_removals,
+    encode_removals,
     join_plan,
     leave_plan,
+    restream_plan,
     sharding_of,
     status_value,
 )
@@ -80,6 +85,8 @@ _log = logging.getLogger(__name__)
 
 BOOTSTRAP_FILE = "bootstrap.json"
 DECOMMISSION_REQUEST_FILE = "decommission.request"
+REMOVENODE_REQUEST_FILE = "removenode.request"
+REMOVENODE_REFUSED_FILE = "removenode.refused"
 STARTING_STATUS = "STARTING"
 RING_DELAY_ROUNDS = 5
 """Ring delay for topology changes, in gossip rounds, when none is configured."""
@@ -231,6 +238,8 @@ class TopologyService:
         self.stats = StreamStats()
         self.stream_started_ms = 0
         self.stream_ms = 0
+        self.removing: uuid.UUID | None = None
+        self.streamer.on_restream = self._restream_for_removal
         cluster.tick_listeners.append(self.tick)
 
     def _enter(self, phase: Phase) -> None:
@@ -264,8 +273,12 @@ class TopologyService:
                 self._set_status(BOOT_STATUS)
                 self._enter(Phase.ANNOUNCED)
         elif self.phase is Phase.ANNOUNCED and waited >= ring_delay_of(self.cluster):
-            self._enter(Phase.PROPOSING)
-            self._propose()
+            if self.change == "remove":
+                self._enter(Phase.STREAMING)
+                self._restream_everywhere()
+            else:
+                self._enter(Phase.PROPOSING)
+                self._propose()
         elif self.phase is Phase.WAIT_GENERATION and self._generation_operates(now_ms):
             self._finish()
         elif self.phase is Phase.LEFT and waited >= ring_delay_of(self.cluster):
@@ -287,7 +300,10 @@ class TopologyService:
         )
 
     def _finish(self) -> None:
-        if self.change == "join":
+        if self.change == "remove":
+            _log.info("removenode %s done", self.removing)
+            self._enter(Phase.DONE)
+        elif self.change == "join":
             self._set_status(NORMAL_STATUS)
             save_bootstrap_state(self.data_dir, "done")
             _log.info(
@@ -309,6 +325,97 @@ class TopologyService:
         self._set_status(LEAVING_STATUS)
         self._enter(Phase.ANNOUNCED)
         return True
+
+    def removenode(self, host_id: uuid.UUID) -> str | None:
+        """Start removing the dead node ``host_id`` (``removenode``): None, or why not."""
+        if self.phase not in (Phase.IDLE, Phase.DONE) or self.change == "leave":
+            return "a topology change is in progress here"
+        cluster = self.cluster
+        info = next((i for i in cluster.members.values() if i.host.host_id == host_id), None)
+        if info is None:
+            return f"{host_id} is not a ring member"
+        if cluster.live(info.host):
+            return f"{host_id} is alive: decommission it instead"
+        self.change, self.removing, self.generation = "remove", host_id, None
+        self._set_removal(host_id, REMOVING)
+        self._enter(Phase.ANNOUNCED)
+        return None
+
+    def _set_removal(self, host_id: uuid.UUID, word: str) -> None:
+        state = self.cluster.gossiper.endpoint_state(self.cluster.settings.endpoint)
+        value = None if state is None else state.get(ApplicationState.REMOVAL_COORDINATOR)
+        removals = decode_removals(None if value is None else value.value)
+        removals[host_id] = word
+        self.cluster.gossiper.set_application_state(
+            ApplicationState.REMOVAL_COORDINATOR, encode_removals(removals)
+        )
+        self.cluster.refresh_ring()
+
+    def _restream_everywhere(self) -> None:
+        """Every live member (this one too) pulls what it gains from the removal; then the
+        node is dropped from the ring and the new generation made."""
+        host_id = self.removing
+        assert host_id is not None
+        cluster = self.cluster
+        endpoints = [e for e in cluster.members if e != cluster.settings.endpoint]
+        endpoints = [e for e in endpoints if cluster.gossiper.is_alive(e)]
+        waiting = {"count": len(endpoints) + 1, "failed": 0}
+
+        def one_done(error: BaseException | None) -> None:
+            if error is not None:
+                _log.warning("restreaming for removenode %s: %s", host_id, error)
+                waiting["failed"] += 1
+            waiting["count"] -= 1
+            if waiting["count"] > 0:
+                return
+            if waiting["failed"]:
+                self.stream_attempts += 1
+                if self.stream_attempts < STREAM_ATTEMPTS:
+                    cluster.clock.call_later(2_000, self._restream_everywhere)
+                return
+            self.stream_ms = cluster.clock.now_ms() - self.stream_started_ms
+            self._set_removal(host_id, REMOVED)
+            self._enter(Phase.PROPOSING)
+            self._propose()
+
+        self.stream_started_ms = cluster.clock.now_ms()
+        self._restream_for_removal(host_id, one_done)
+        for endpoint in endpoints:
+            self.streamer.request_restream(endpoint, host_id, one_done)
+
+    def _restream_for_removal(
+        self, host_id: uuid.UUID, done: Callable[[BaseException | None], None]
+    ) -> None:
+        """Pull, from surviving replicas, every range this node gains from removing
+        ``host_id`` (``restream_plan``)."""
+        cluster = self.cluster
+        dead = next((i.host for i in cluster.members.values() if i.host.host_id == host_id), None)
+        if dead is None:  # already dropped: nothing left to gain
+            done(None)
+            return
+        current = cluster.token_metadata
+        future = current.without_host(dead)
+        tasks: list[StreamTask] = []
+        try:
+            for keyspace in sorted({t.keyspace for t in cluster.store.tables()} - LOCAL_KEYSPACES):
+
+                def strategy_of(
+                    ring: TokenMetadata, keyspace: str = keyspace
+                ) -> ReplicationStrategy:
+                    return cluster.strategy_of(keyspace, ring)
+
+                plan = restream_plan(keyspace, dead, current, future, strategy_of, cluster.live)
+                tasks += [task for task in plan if task.target == cluster.host]
+        except RingflowError as error:
+            done(error)
+            return
+
+        def streamed(stats: StreamStats, error: BaseException | None) -> None:
+            self.stats.partitions += stats.partitions
+            self.stats.bytes += stats.bytes
+            done(error)
+
+        self.streamer.run(tasks, streamed)
 
     # -- the generation of the changed ring ---------------------------------------------------
 
@@ -353,7 +460,10 @@ class TopologyService:
             _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
             service = self.generations
             service._run(service.decider.on_proposed(generation, now_ms))
-            self._start_streaming()
+            if self.change == "remove":  # the ranges moved before the dead node was dropped
+                self._enter(Phase.WAIT_GENERATION)
+            else:
+                self._start_streaming()
 
         write_in_order(cluster, mutations, ConsistencyLevel.ALL, written)
 
@@ -405,7 +515,19 @@ class TopologyService:
             self.cluster.clock.call_later(2_000, self._start_streaming)
 
     def poll(self) -> None:
-        """Called every second: a ``decommission.request`` file asks this node to leave."""
+        """Called every second: a ``decommission.request`` file asks this node to leave, a
+        ``removenode.request`` file (holding a host id) to remove that dead node."""
+        removal = self.data_dir / REMOVENODE_REQUEST_FILE
+        if removal.exists():
+            text = removal.read_text().strip()
+            removal.unlink(missing_ok=True)
+            try:
+                refused = self.removenode(uuid.UUID(text))
+            except ValueError:
+                refused = f"not a host id: {text!r}"
+            if refused is not None:
+                _log.warning("removenode refused: %s", refused)
+                (self.data_dir / REMOVENODE_REFUSED_FILE).write_text(refused)
         request = self.data_dir / DECOMMISSION_REQUEST_FILE
         if request.exists():
             request.unlink(missing_ok=True)
@@ -418,6 +540,7 @@ class TopologyService:
         """For ``status.json``."""
         return {
             "change": self.change,
+            "removing": None if self.removing is None else str(self.removing),
             "phase": self.phase.value,
             "generation": None if self.generation is None else self.generation.to_gossip(),
             "streamed_partitions": self.stats.partitions,

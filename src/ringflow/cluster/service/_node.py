@@ -90,8 +90,12 @@ from ringflow.cluster._read_path import ReadFailure, ReadKind, Respond, SendRead
 from ringflow.cluster._read_repair import SendRepair
 from ringflow.cluster._topology_change import (
     LEFT_STATUS,
+    REMOVED,
+    REMOVING,
+    Change,
     Transition,
     colocated,
+    decode_removals,
     future_ring,
     pending_replicas,
     status_word,
@@ -315,6 +319,8 @@ class ClusterNode:
         )
         self.members: dict[str, PeerInfo] = {}
         self.token_metadata = TokenMetadata({host: tuple(tokens)})
+        self.removals: dict[uuid.UUID, str] = {}
+        """Host ids being removed (``removenode``) or removed, as gossiped by anyone."""
         self.transitions: dict[str, Transition] = {}
         """Endpoints joining (STATUS=BOOT) or leaving (LEAVING) the ring, by endpoint."""
         self.future_metadata = self.token_metadata
@@ -439,7 +445,12 @@ class ClusterNode:
             self._events(event_type, change, address)
 
     def _refresh_ring(self) -> None:
-        members = ring_members(self.gossiper.endpoint_states())
+        self._refresh_removals()
+        members = {
+            endpoint: info
+            for endpoint, info in ring_members(self.gossiper.endpoint_states()).items()
+            if self.removals.get(info.host.host_id) != REMOVED
+        }
         changed = [
             info
             for endpoint, info in members.items()
@@ -466,9 +477,22 @@ class ClusterNode:
         """Rebuild the ring after a local STATUS change (a topology change of this node)."""
         self._refresh_ring()
 
+    def _refresh_removals(self) -> None:
+        """Dead nodes being removed (``removenode``), from every REMOVAL_COORDINATOR."""
+        removals: dict[uuid.UUID, str] = {}
+        for state in self.gossiper.endpoint_states().values():
+            value = state.get(ApplicationState.REMOVAL_COORDINATOR)
+            for host_id, word in decode_removals(None if value is None else value.value).items():
+                if removals.get(host_id) != REMOVED:
+                    removals[host_id] = word
+        self.removals = removals
+
     def _refresh_transitions(self) -> None:
         """Joining and leaving endpoints, and the ring after them (``_topology_change``)."""
         transitions = {}
+        for endpoint, info in self.members.items():  # dead nodes being removed: leaving
+            if self.removals.get(info.host.host_id) == REMOVING:
+                transitions[endpoint] = Transition(info.host, info.tokens, Change.LEAVE)
         for endpoint, state in self.gossiper.endpoint_states().items():
             values = {key: state.get(key) for key in _TRANSITION_STATES}
             found = transition_of(endpoint, *(v.value if v else None for v in values.values()))
@@ -484,7 +508,8 @@ class ClusterNode:
         for info in gone:
             state = self.gossiper.endpoint_state(info.host.endpoint)
             status = None if state is None else state.get(ApplicationState.STATUS)
-            if status is not None and status_word(status.value) in (LEFT_STATUS, "removed"):
+            removed = self.removals.get(info.host.host_id) == REMOVED
+            if removed or (status is not None and status_word(status.value) == LEFT_STATUS):
                 left.append(info)
         if not left:
             return

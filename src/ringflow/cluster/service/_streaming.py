@@ -13,6 +13,8 @@ Wire (verb STREAM_REQ, answers STREAM_RSP, failures FAILURE_RSP ``[STREAM_REQ, r
   ``(low, high]`` (and at most ``PAGE_BYTES_MAX`` bytes; nil state: the range is finished).
 * ``["push", keyspace, table, [mutation bytes...]]``: the target applies them and answers
   ``["ack"]``.
+* ``["restream", host id]`` (``removenode``): the receiver pulls every range it gains from the
+  removal of that dead node from surviving replicas, and answers ``["ack"]`` once done.
 
 ``Streamer.run`` moves a list of ``StreamTask``s one page at a time (one request in flight per
 run: bounded memory on both ends), every table of each task's keyspace, in order; a page that is
@@ -24,6 +26,7 @@ the stream id's (``CDCPartitioner``), and the range pieces are the same.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +45,7 @@ PAGE_PARTITIONS = 512
 PAGE_BYTES_MAX = 8 * 1024 * 1024
 REQUEST_TIMEOUT_MS = 30_000
 MAX_ATTEMPTS = 6
+RESTREAM_TIMEOUT_MS = 30 * 60_000
 _REQUEST_IDS = 3 << 61
 LOCAL_KEYSPACES = frozenset({"system", "system_schema"})
 """Never streamed: each node's own tables."""
@@ -65,6 +69,11 @@ class PushRequest:
     keyspace: str
     table: str
     partitions: tuple[Mutation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestreamRequest:
+    host_id: uuid.UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +125,14 @@ def _partitions(value: object) -> tuple[Mutation, ...]:
     return tuple(_mutation(item, "stream") for item in _list(value, "stream partitions"))
 
 
-def decode_stream_message(data: bytes) -> PullRequest | PushRequest | Page | None:
+def encode_restream(request: RestreamRequest) -> bytes:
+    payload: bytes = msgpack.packb(["restream", str(request.host_id)], use_bin_type=True)
+    return payload
+
+
+def decode_stream_message(
+    data: bytes,
+) -> PullRequest | PushRequest | RestreamRequest | Page | None:
     """A STREAM_REQ/STREAM_RSP payload (None: an ack)."""
     value = _list(_unpack(data, "stream"), "stream")
     kind = value[0] if value else None
@@ -132,6 +148,12 @@ def decode_stream_message(data: bytes) -> PullRequest | PushRequest | Page | Non
     if kind == "page":
         _, state, items = _list(value, "stream page", 3)
         return Page(_state(state), _partitions(items))
+    if kind == "restream":
+        _, host_id = _list(value, "stream restream", 2)
+        try:
+            return RestreamRequest(uuid.UUID(str(host_id)))
+        except ValueError:
+            raise InternodeProtocolError(f"stream restream: bad host id {host_id!r:.40}") from None
     if kind == "ack":
         return None
     raise InternodeProtocolError(f"stream: unknown message {value!r:.80}")
@@ -176,6 +198,10 @@ class Streamer:
         self.page_partitions = page_partitions
         self._runs: dict[int, _Run] = {}
         self._pending_state: dict[int, bytes | None] = {}
+        self._waiters: dict[int, Callable[[BaseException | None], None]] = {}
+        """``request_restream`` calls waiting for their answer, by request id."""
+        self.on_restream: Callable[[uuid.UUID, Callable[[BaseException | None], None]], None]
+        self.on_restream = _no_restream
         """A push in flight: the paging state after the page it carries."""
         self._next_id = _REQUEST_IDS
         cluster.extra_handlers[Verb.STREAM_REQ] = self._on_request
@@ -213,6 +239,12 @@ class Streamer:
                 return encode_page(Page(page.paging_state, tuple(page.mutations)))
 
             cluster.offload(serve, answer)
+        elif isinstance(message, RestreamRequest):
+
+            def finished(error: BaseException | None) -> None:
+                answer(None if error is not None else bytes(ACK), error)
+
+            self.on_restream(message.host_id, finished)
         elif isinstance(message, PushRequest):
             partitions = list(message.partitions)
 
@@ -285,7 +317,30 @@ class Streamer:
 
         self.cluster.offload(scan, scanned)
 
+    def request_restream(
+        self, endpoint: str, host_id: uuid.UUID, done: Callable[[BaseException | None], None]
+    ) -> None:
+        """Ask ``endpoint`` to restream what it gains from removing ``host_id``."""
+        self._next_id += 1
+        request_id = self._next_id
+        self._waiters[request_id] = done
+
+        def timed_out() -> None:
+            waiter = self._waiters.pop(request_id, None)
+            if waiter is not None:
+                waiter(StreamError(f"{endpoint} did not finish restreaming in time"))
+
+        self.cluster.clock.call_later(RESTREAM_TIMEOUT_MS, timed_out)
+        body = encode_restream(RestreamRequest(host_id))
+        if not self.cluster._send(endpoint, Verb.STREAM_REQ, request_id, body):
+            self._waiters.pop(request_id, None)
+            done(StreamError(f"could not reach {endpoint}"))
+
     def _on_response(self, source: str, request_id: int, payload: bytes) -> None:
+        waiter = self._waiters.pop(request_id, None)
+        if waiter is not None:
+            waiter(None)
+            return
         run = self._runs.pop(request_id, None)
         if run is None:
             return
@@ -329,6 +384,10 @@ class Streamer:
         self._step(run)
 
     def _on_failure(self, source: str, request_id: int, reason: str) -> None:
+        waiter = self._waiters.pop(request_id, None)
+        if waiter is not None:
+            waiter(StreamError(f"{source}: {reason}"))
+            return
         run = self._runs.pop(request_id, None)
         if run is not None:
             self._retry(run, reason)
@@ -355,3 +414,7 @@ class Streamer:
         self._runs.pop(run.request_id, None)
         run.request_id = 0
         run.done(run.stats, error)
+
+
+def _no_restream(host_id: uuid.UUID, done: Callable[[BaseException | None], None]) -> None:
+    done(StreamError("this node does not restream"))
