@@ -35,6 +35,8 @@ pytestmark = pytest.mark.timeout(420)
 ONE = ConsistencyLevel.ONE
 QUORUM = ConsistencyLevel.QUORUM
 KEYS = 12
+GENERATIONS: dict[str, object] = {}
+"""What the upgrade test created, for the expiry test that follows it."""
 
 
 def _one(text: str) -> SimpleStatement:
@@ -203,5 +205,60 @@ def test_v1_generations_are_rewritten_to_v2_once_after_the_upgrade(
 
     # once every node supports the feature, a new generation is a v2 one
     ringflow("cluster", "new-cdc-generation", cluster.addresses[0], "--data", str(cluster.data))
-    _, third_uuid = _agreed_generation(cluster, differs_from=(second, None))  # type: ignore[misc]
+    third, third_uuid = _agreed_generation(cluster, differs_from=(second, None))  # type: ignore[misc]
     assert third_uuid is not None
+    GENERATIONS.update(first=first, second=second, third=third, third_uuid=third_uuid)
+
+
+def test_superseded_generations_expire_after_the_cdc_ttl(old_cluster: LocalCluster) -> None:
+    """With every CDC log TTL at 1 s, the generations superseded more than 1 s ago get
+    ``expired`` (= successor's start + 1 s) and lose their internal description; the newest
+    keeps both (issue 7 §3 "Expired generations")."""
+    if not GENERATIONS:
+        pytest.skip("needs the upgraded cluster of the test above")
+    cluster = old_cluster
+    first, second, third = GENERATIONS["first"], GENERATIONS["second"], GENERATIONS["third"]
+    session = cluster.session()
+    session.execute("ALTER TABLE up.t WITH cdc = {'enabled': true, 'ttl': 1}")
+    assert session.wait_for_schema_agreement(wait_time=20)
+    _wait_operating(third + datetime.timedelta(seconds=1))  # type: ignore[operator]
+    second_ms = datetime.timedelta(seconds=1)
+    expected = {first: second + second_ms, second: third + second_ms, third: None}  # type: ignore[operator]
+    for address in cluster.addresses:
+        pinned = cluster.session(only=address)
+
+        def marked(pinned: object = pinned) -> bool:
+            rows = pinned.execute(  # type: ignore[attr-defined]
+                _one("SELECT time, expired FROM system_distributed.cdc_generation_timestamps")
+            )
+            return {row.time: row.expired for row in rows} == expected
+
+        wait_until(marked, 90, f"superseded generations marked expired on {address}")
+        v1_rows = pinned.execute(
+            _one("SELECT time, expired FROM system_distributed.cdc_streams_descriptions")
+        )
+        assert {row.time: row.expired for row in v1_rows} == {
+            first: expected[first],
+            second: expected[second],
+        }
+    wait_until(
+        lambda: (
+            not list(
+                cluster.session(only=cluster.addresses[0]).execute(
+                    SimpleStatement(
+                        "SELECT time FROM system_distributed.cdc_generation_descriptions",
+                        consistency_level=QUORUM,
+                    )
+                )
+            )
+        ),
+        60,
+        "the expired v1 internal descriptions deleted",
+    )
+    internal = session.execute(
+        _one(
+            "SELECT range_end FROM system_distributed_everywhere.cdc_generation_descriptions_v2 "
+            f"WHERE id = {GENERATIONS['third_uuid']}"
+        )
+    )
+    assert list(internal), "the newest generation keeps its internal description"

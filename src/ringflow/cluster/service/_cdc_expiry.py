@@ -1,6 +1,7 @@
 """Expired CDC generations, in the background (thin shell over ``ringflow.cdc._expiry``).
 
-Every ``interval_ms`` (and once the cluster is ready), a node with ``CDC_GENERATIONS_V2``:
+Every ``interval_ms`` (50 gossip rounds, at least 5 s; the first round once the cluster is
+ready), a node with ``CDC_GENERATIONS_V2``:
 
 1. reads, through the coordinator at QUORUM, the ``cdc_generation_timestamps`` partition, the v1
    ``cdc_streams_descriptions`` rows and the times of the v1 internal
@@ -48,7 +49,9 @@ from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_EXPIRY_INTERVAL_MS = 60_000
+EXPIRY_ROUNDS_GOSSIP = 50
+"""A round every 50 gossip rounds (50 s at the default 1 s gossip), at least every 5 s."""
+MIN_EXPIRY_INTERVAL_MS = 5_000
 
 
 def _expired_by_time(rows: list[RowValues]) -> dict[int, int | None]:
@@ -95,10 +98,13 @@ class GenerationExpiryService:
         cluster: ClusterNode,
         known_v2: Callable[[], Mapping[uuid.UUID, int]],
         *,
-        interval_ms: int = DEFAULT_EXPIRY_INTERVAL_MS,
+        interval_ms: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.known_v2 = known_v2
+        if interval_ms is None:
+            rounds = EXPIRY_ROUNDS_GOSSIP * cluster.settings.gossip_interval_ms
+            interval_ms = max(MIN_EXPIRY_INTERVAL_MS, rounds)
         self.interval_ms = interval_ms
         self.last_plan: ExpiryPlan | None = None
         self.rounds = 0
