@@ -188,8 +188,8 @@ def open_node(
         generation: CdcGeneration | None
         if create_generation:
             generation = ensure_cdc_generation(store, record, now_us=now_us, rng=rng)
-        else:
-            generation = load_local_generation(store, now_us)
+        else:  # rows gone (expired while the node was down): the cluster service takes over
+            generation = load_local_generation(store, now_us, missing_ok=True)
         cdc = CdcMetadata() if cdc is None else cdc
         if generation is not None:
             cdc.insert(generation.id.timestamp_ms, generation.description, now_us)
@@ -311,12 +311,16 @@ def local_generation_id(store: Store, now_us: int) -> GenerationId | None:
     return GenerationIdV2(timestamp_ms, generation_uuid)
 
 
-def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
+def load_local_generation(
+    store: Store, now_us: int, *, missing_ok: bool = False
+) -> CdcGeneration | None:
     """The v2 generation named by ``system.cdc_local``, rebuilt from its internal rows; None for
     a node that never committed one, or whose generation is a v1 one (its description lives in
     the replicated ``system_distributed``: the cluster service loads it through the
     coordinator, see ``local_generation_id``). InternalError if the named rows are missing or
-    partial."""
+    partial, unless ``missing_ok`` (a cluster node: the generation may have expired and its rows
+    been deleted while the node was down; the cluster service then prepares the id, retries and
+    learns the newer generations from gossip, as Scylla does)."""
     generation_id = local_generation_id(store, now_us)
     if not isinstance(generation_id, GenerationIdV2):
         return None
@@ -325,6 +329,9 @@ def load_local_generation(store: Store, now_us: int) -> CdcGeneration | None:
     try:
         description = description_from_generation_v2_rows(rows)
     except Exception as error:
+        if missing_ok:
+            _log.warning("CDC generation %s not loadable locally: %s", generation_uuid, error)
+            return None
         raise InternalError(
             f"system.cdc_local names CDC generation {generation_uuid}, whose stored "
             f"description is unusable: {error}"

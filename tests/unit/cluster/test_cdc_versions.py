@@ -446,3 +446,29 @@ def test_live_rows_honour_partition_deletions(tmp_path: Path) -> None:
     )
     assert live_rows(table, store.read_mutation(table, key), 0) == []  # type: ignore[arg-type]
     store.close()
+
+
+def test_a_generation_whose_rows_expired_is_left_to_the_service(tmp_path: Path) -> None:
+    from ringflow.errors import InternalError
+    from ringflow.schema._system_rows import cdc_local_row
+
+    store = _store(tmp_path)
+    gone = GenerationIdV2(NOW_US // 1000 - 48 * HOUR_MS, uuid.UUID(int=77))
+    store.apply(
+        [cdc_local_row(gone.timestamp_ms, gone.uuid, timestamp_us=NOW_US)],
+        now_s=NOW_US // 10**6,
+    )
+    assert local_generation_id(store, NOW_US) == gone
+    assert load_local_generation(store, NOW_US, missing_ok=True) is None
+    try:
+        load_local_generation(store, NOW_US)
+    except InternalError as error:
+        assert str(gone.uuid) in str(error)
+    else:
+        raise AssertionError("a single node must not start without its generation's rows")
+    decider = GenerationDecider(LOW, remembered=gone)
+    assert decider.start() == [Prepare(gone), Load(gone, 0)]
+    newer = GenerationIdV2(NOW_US // 1000, uuid.UUID(int=78))
+    assert decider.on_tick([_view(HIGH, V2, newer)], (), 0) == [Prepare(newer), Load(newer, 0)]
+    assert decider.on_loaded(gone, None) == []  # superseded: no more retries for it
+    store.close()
