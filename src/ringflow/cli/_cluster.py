@@ -10,6 +10,12 @@ seed. ``start`` returns when every node reports every other one UP with one sche
 and the same CDC generation loaded (read from the nodes' ``status.json``), or fails after
 ``--timeout``. ``kill`` sends SIGKILL (a crash), ``restart`` starts a killed node again with its
 data, ``stop`` sends SIGTERM to all.
+
+Timing settings (``--gossip-interval-ms``, ``--phi-convict-threshold``, ``--write-timeout-ms``,
+``--read-timeout-ms``, ``--range-timeout-ms``, ``--max-hint-window-ms``,
+``--hint-dispatch-interval-ms``, ``--schema-agreement-timeout-ms``: ``TIMING_OPTIONS``) are
+validated (a bad value is a usage error, exit 2), kept in ``cluster.json`` (a later ``start``
+may change them; restarted nodes get them too) and passed to every ``run-node``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
+from ringflow.cluster.service._settings import TIMING_OPTIONS, NodeTimings
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.node import (
     DEFAULT_IGNORE_MSB,
@@ -71,7 +78,7 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument(
         "--first-address", default="127.0.0.1", help="node i listens on this address + i - 1"
     )
-    start.add_argument("--gossip-interval-ms", type=int, default=1000)
+    add_timing_options(start)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -104,10 +111,55 @@ def register(subcommands: Subcommands) -> None:
     node.add_argument("--address", required=True)
     node.add_argument("--data", required=True, type=Path)
     node.add_argument("--seeds", required=True, help="comma-separated seed addresses")
-    node.add_argument("--gossip-interval-ms", type=int, default=1000)
+    add_timing_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
+
+
+# -- timing options --------------------------------------------------------------------------
+
+
+def add_timing_options(parser: argparse.ArgumentParser) -> None:
+    """One option per node timing setting (``--write-timeout-ms`` ...), all optional."""
+    group = parser.add_argument_group("node timings (default: the node's defaults)")
+    defaults = NodeTimings()
+    for option in TIMING_OPTIONS:
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            type=option.kind,
+            metavar="N",
+            help=f"{option.help} ({option.low:g}..{option.high:g}, default "
+            f"{getattr(defaults, option.name):g})",
+        )
+
+
+def given_timings(arguments: argparse.Namespace) -> dict[str, int | float]:
+    """The timing options given on the command line, validated (ConfigurationError: exit 2)."""
+    given = {
+        option.name: getattr(arguments, option.name)
+        for option in TIMING_OPTIONS
+        if getattr(arguments, option.name, None) is not None
+    }
+    NodeTimings.of(given)
+    return given
+
+
+def timing_arguments(timings: dict[str, int | float]) -> list[str]:
+    """``timings`` as command-line options (for a node process)."""
+    NodeTimings.of(timings)
+    flags = {option.name: option.flag for option in TIMING_OPTIONS}
+    return [part for name, value in sorted(timings.items()) for part in (flags[name], str(value))]
+
+
+def _layout_timings(layout: dict[str, object]) -> dict[str, int | float]:
+    saved = layout.get("timings")
+    timings = dict(saved) if isinstance(saved, dict) else {}
+    legacy = layout.get("gossip_interval_ms")  # layouts written before "timings"
+    if isinstance(legacy, int) and "gossip_interval_ms" not in timings:
+        timings["gossip_interval_ms"] = legacy
+    return timings
 
 
 # -- layout ----------------------------------------------------------------------------------
@@ -209,7 +261,7 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
             ignore_msb=DEFAULT_IGNORE_MSB,
         )
         save_record(directory, record)
-    layout = {"nodes": nodes, "gossip_interval_ms": arguments.gossip_interval_ms}
+    layout: dict[str, object] = {"nodes": nodes, "timings": given_timings(arguments)}
     data.mkdir(parents=True, exist_ok=True)
     (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     return layout
@@ -279,8 +331,7 @@ def _spawn(
         str(directory),
         "--seeds",
         ",".join(_seeds(_nodes(layout))),
-        "--gossip-interval-ms",
-        str(layout.get("gossip_interval_ms", 1000)),
+        *timing_arguments(_layout_timings(layout)),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -343,7 +394,14 @@ def wait_ready(data: Path, layout: dict[str, object], timeout_s: float) -> None:
 
 def run_cluster_start(arguments: argparse.Namespace) -> int:
     data: Path = arguments.data
-    layout = _load_layout(data) if (data / LAYOUT_FILE).exists() else _create(data, arguments)
+    timings = given_timings(arguments)
+    if (data / LAYOUT_FILE).exists():
+        layout = _load_layout(data)
+        if timings:  # new timings for the nodes started from now on
+            layout["timings"] = {**_layout_timings(layout), **timings}
+            (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
+    else:
+        layout = _create(data, arguments)
     for node in _nodes(layout):
         _spawn(data, layout, node, feature_arguments(arguments))
     wait_ready(data, layout, arguments.timeout)
@@ -462,6 +520,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
     )
     config = node_config(address=arguments.address, data_dir=arguments.data)
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
+    timings = NodeTimings.of(given_timings(arguments))
 
     def announce(line: str) -> None:
         print(line, flush=True)
@@ -471,7 +530,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
             config,
             seeds=seeds,
             cdc_generations_v2=not arguments.no_cdc_generations_v2,
-            gossip_interval_ms=arguments.gossip_interval_ms,
+            timings=timings,
             on_ready=announce,
         )
     )

@@ -6,6 +6,10 @@ and ``--data``), then ``run_node`` opens the store, publishes the first CDC gene
 node is new, and serves CQL on ``address:port``. When the server listens it prints one line,
 ``ringflow node <host id> listening on <address>:<port>``, which scripts and tests wait for.
 Exit code 0 after a clean shutdown; configuration mistakes are usage errors (2).
+
+With ``--seeds`` the node runs as a cluster node (gossip with the seeds, coordinated reads and
+writes), and accepts the node timing options (``--write-timeout-ms`` ..., see ``ringflow
+cluster start``); without seeds it is a single node, which has no use for them (usage error).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
+from ringflow.cli._cluster import add_timing_options, given_timings
+from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
 
 if TYPE_CHECKING:
@@ -46,10 +52,17 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    start.add_argument("--seeds", help="comma-separated seed addresses: run as a cluster node")
+    add_timing_options(start)
     start.set_defaults(handler=run_start)
 
 
 def run_start(arguments: argparse.Namespace) -> int:
+    timings = given_timings(arguments)
+    seeds = [seed for seed in (arguments.seeds or "").split(",") if seed]
+    if timings and not seeds:
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(timings))
+        raise ConfigurationError(f"{flags}: timing options configure a cluster node (give --seeds)")
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -68,6 +81,13 @@ def run_start(arguments: argparse.Namespace) -> int:
     def announce(line: str) -> None:
         print(line, flush=True)
 
-    asyncio.run(run_node(config, on_ready=announce))
+    if seeds:
+        from ringflow.cluster.service._process import run_cluster_node
+        from ringflow.cluster.service._settings import NodeTimings
+
+        timings_of = NodeTimings.of(timings)
+        asyncio.run(run_cluster_node(config, seeds=seeds, timings=timings_of, on_ready=announce))
+    else:
+        asyncio.run(run_node(config, on_ready=announce))
     print("ringflow node stopped", file=sys.stderr, flush=True)
     return EXIT_OK

@@ -14,10 +14,12 @@ Rules:
 * The schema's durable form is the ``system_schema`` rows themselves, as in Cassandra: every DDL
   rewrites the partitions of the keyspaces it touched (``system_schema_mutations``), and
   :func:`load_schema` rebuilds the ``SchemaState`` at start from ``system_schema.keyspaces``,
-  ``types`` and ``dropped_columns`` rows plus the table definitions the store keeps for its
-  registered tables (exact, with ids and UDTs); a table the rows describe but the store lost (a
-  crash between TRUNCATE's drop and re-registration) is rebuilt from its ``system_schema.tables``
-  and ``columns`` rows and registered again.
+  ``types``, ``tables``, ``columns`` and ``dropped_columns`` rows (a table the store holds
+  keeps its column order), then makes the store's tables match (``sync_store_tables``): the
+  rows are the truth, also when they were merged from a peer (seed 004: an ALTER or DROP made
+  elsewhere) or when a crash came between a DDL's commit and the store's registration or drop
+  (the DDL registers and drops after committing its rows, so a crash before the commit leaves
+  nothing of it).
 * The migration chain is durable too: each DDL writes its migrations to
   ``system.schema_migrations`` (one partition, clustered by version) in the same store batch
   as its ``system_schema`` rows. :func:`load_schema` follows the stored chain from the genesis
@@ -375,27 +377,55 @@ def _table_from_rows(
 def _load_tables(
     store: Store, keyspaces: Mapping[str, Keyspace], now_s: int
 ) -> dict[tuple[str, str], Table]:
-    """The store's own table definitions, plus any table ``system_schema`` describes that the
-    store lost (a crash inside TRUNCATE, between dropping and re-registering), re-registered."""
-    tables = {
-        (t.keyspace, t.name): t
-        for t in store.tables()
-        if t.keyspace in keyspaces and t.keyspace not in RESERVED_KEYSPACES
-    }
+    """The tables the ``system_schema.tables`` and ``columns`` rows describe (the durable
+    schema, peers' DDL merged in): a table the store holds with the same id keeps the store's
+    column order (the rows keep none), columns the rows add come after it."""
+    stored = {(t.keyspace, t.name): t for t in store.tables()}
     described = system_table("system_schema", "tables")
     column_rows: dict[tuple[str, str], list[ResultRow]] | None = None
+    tables: dict[tuple[str, str], Table] = {}
     for row in _all_rows(store, "system_schema", "tables", now_s):
         keyspace = str(_text_of(row, described, "keyspace_name"))
         key = (keyspace, str(_text_of(row, described, "table_name")))
-        if keyspace not in keyspaces or keyspace in RESERVED_KEYSPACES or key in tables:
+        if keyspace not in keyspaces or keyspace in RESERVED_KEYSPACES:
             continue
         if column_rows is None:
             column_rows = _column_rows(store, now_s)
         table = _table_from_rows(keyspaces[keyspace], row, column_rows.get(key, []))
-        _log.warning("table %s.%s was missing from the store: registered again", *key)
-        store.register_table(table)
+        known = stored.get(key)
+        if known is not None and known.id == table.id:
+            table = _in_stored_order(known, table)
         tables[key] = table
     return tables
+
+
+def _in_stored_order(stored: Table, table: Table) -> Table:
+    """``table`` with its columns in ``stored``'s order, columns new to it last."""
+    rank = {column.name: index for index, column in enumerate(stored.columns)}
+    ordered = sorted(table.columns, key=lambda c: rank.get(c.name, len(rank)))
+    return dataclasses.replace(table, columns=tuple(ordered))
+
+
+def sync_store_tables(store: Store, tables: Mapping[tuple[str, str], Table]) -> None:
+    """Make the store's user tables exactly ``tables``: drop the ones no longer described (a
+    DROP merged from a peer, a DDL whose rows never committed) or described with another id
+    (the same table created concurrently elsewhere), register the missing ones (a CREATE merged
+    from a peer, a crash between a DDL's commit and its registration) and the changed ones
+    (an ALTER merged from a peer)."""
+    stored = {
+        (t.keyspace, t.name): t for t in store.tables() if t.keyspace not in RESERVED_KEYSPACES
+    }
+    for key, known in list(stored.items()):
+        wanted = tables.get(key)
+        if wanted is None or wanted.id != known.id:
+            _log.warning("table %s.%s (id %s) is not in the schema: dropped", *key, known.id)
+            store.drop_table(*key)
+            del stored[key]
+    for key, table in tables.items():
+        if stored.get(key) != table:
+            if key not in stored:
+                _log.info("table %s.%s of the schema registered in the store", *key)
+            store.register_table(table)
 
 
 def load_migrations(store: Store, now_s: int) -> tuple[Migration, ...]:
@@ -461,7 +491,13 @@ def load_schema(store: Store, now_s: int) -> SchemaState:
     """The user schema a store holds (see the module docstring): the stored migration chain
     replayed, checked against the ``system_schema`` rows; the rows alone for a store without
     migrations; the rows with the stored chain when the rows have moved past it (schema
-    merged from a peer)."""
+    merged from a peer). The store's tables are then made to match it (``sync_store_tables``)."""
+    state = _load_state(store, now_s)
+    sync_store_tables(store, state.tables)
+    return state
+
+
+def _load_state(store: Store, now_s: int) -> SchemaState:
     described = _described_schema(store, now_s)
     try:
         migrations = load_migrations(store, now_s)
@@ -487,9 +523,6 @@ def _described_schema(store: Store, now_s: int) -> SchemaState:
     keyspaces = _load_keyspaces(store, now_s)
     _load_types(store, keyspaces, now_s)
     tables = _load_tables(store, keyspaces, now_s)
-    orphans = [t for t in store.tables() if t.keyspace not in set(keyspaces) | RESERVED_KEYSPACES]
-    for orphan in orphans:
-        _log.warning("table %s.%s has no keyspace in system_schema", orphan.keyspace, orphan.name)
     dropped = _load_dropped(store, tables, now_s)
     state = SchemaState(keyspaces=keyspaces, tables=tables, dropped_columns=dropped)
     state.validate()

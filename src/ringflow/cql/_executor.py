@@ -293,8 +293,12 @@ class QueryProcessor:
         self._consistency = Consistency.ONE
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
-        self._timestamps.last_us = schema_high_water_us(store)
-        self._write_schema_rows(None, frozenset())
+        high_water_us = schema_high_water_us(store)
+        self._timestamps.last_us = high_water_us
+        # At the stored schema's own time, not now: a newer DDL this node missed (merged later
+        # from a peer, seed 004) must win over this start-up rewrite.
+        stored = high_water_us > -(2**63)
+        self._write_schema_rows(None, frozenset(), at_us=high_water_us if stored else None)
 
     # --- introspection -------------------------------------------------------------------------
 
@@ -336,17 +340,10 @@ class QueryProcessor:
         peer's schema rows into it); register, update and drop tables to match. True if the
         schema changed."""
         with self._lock:
-            new = load_schema(self._store, self._clock() // 1_000_000)
+            new = load_schema(self._store, self._clock() // 1_000_000)  # the store matches it
             old = self._state
-            if schema_digest(new) == schema_digest(old):
+            if schema_digest(new) == schema_digest(old) and new.tables == old.tables:
                 return False
-            for key, table in old.tables.items():
-                replacement = new.tables.get(key)
-                if replacement is None or replacement.id != table.id:
-                    self._store.drop_table(*key)
-            for key, table in new.tables.items():
-                if old.tables.get(key) != table:
-                    self._store.register_table(table)
             self._state = new
             self._prepared.invalidate(lambda _entry: True)
             return True
@@ -600,6 +597,15 @@ class QueryProcessor:
         return outcome.response
 
     def _apply_ddl(self, outcome: DdlOutcome) -> None:
+        """Persist (rows and migrations, one transaction), then drop and register tables: a
+        crash before the commit leaves nothing of the DDL (seed 004 failure 1, "nothing has
+        been applied"), one after it is completed at start-up (``load_schema`` makes the
+        store's tables match the rows)."""
+        for table in outcome.truncate:
+            self._store.drop_table(table.keyspace, table.name)
+            self._store.register_table(table)
+        self._state = outcome.state
+        self._write_schema_rows(outcome.keyspaces, outcome.dropped_keyspaces, outcome.migrations)
         for keyspace, name in outcome.drop:
             try:
                 self._store.drop_table(keyspace, name)
@@ -607,11 +613,6 @@ class QueryProcessor:
                 _log.warning("dropped table %s.%s was not in the store", keyspace, name)
         for table in outcome.register:
             self._store.register_table(table)
-        for table in outcome.truncate:
-            self._store.drop_table(table.keyspace, table.name)
-            self._store.register_table(table)
-        self._state = outcome.state
-        self._write_schema_rows(outcome.keyspaces, outcome.dropped_keyspaces, outcome.migrations)
         for change in outcome.changes:
             self._invalidate_prepared(change)
             self._notify(change)
@@ -621,14 +622,16 @@ class QueryProcessor:
         keyspaces: frozenset[str] | None,
         dropped: frozenset[str],
         migrations: Sequence[Migration] = (),
+        *,
+        at_us: int | None = None,
     ) -> None:
         """Rewrite the ``system_schema`` partitions of ``keyspaces`` (all if None) and
         ``dropped``, and store ``migrations``: in one store batch while they fit in one (a
         DDL's do); otherwise the migrations ride in the last chunk, so a stored migration
-        always has its rows."""
+        always has its rows. Written at ``at_us`` if given, else at a new timestamp."""
         if keyspaces is not None and not keyspaces and not dropped and not migrations:
             return
-        timestamp = self._timestamps.next()
+        timestamp = self._timestamps.next() if at_us is None else at_us
         rows = dropped_keyspace_rows(sorted(dropped), timestamp)
         if keyspaces is None or keyspaces:
             rows += schema_rows(

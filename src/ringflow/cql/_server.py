@@ -92,10 +92,12 @@ _FRAME_SIZE_CEILING = 2**31 - 1
 @dataclass(frozen=True, slots=True)
 class Handled:
     """A backend's answer plus every schema change the statement made (a CDC table's CREATE
-    changes two tables, its answer names one), to push as events after the answer."""
+    changes two tables, its answer names one), to push as events after the answer, and the
+    warnings to send with it (native protocol v4 WARNING flag, e.g. no schema agreement)."""
 
     response: Response
     schema_changes: tuple[SchemaChange, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 class Backend(Protocol[SessionT]):
@@ -387,7 +389,7 @@ class CqlServer(Generic[SessionT]):
             )
         finally:
             pending.release()
-        await self._send(client, handled.response, stream_id)
+        await self._send(client, handled.response, stream_id, handled.warnings)
         for change in handled.schema_changes:
             self.push(SchemaChangeEvent(change), EventType.SCHEMA_CHANGE)
 
@@ -412,8 +414,14 @@ class CqlServer(Generic[SessionT]):
             return Handled(answer, (answer.change,))
         return Handled(answer)
 
-    async def _send(self, client: _Client[SessionT], response: Response, stream_id: int) -> None:
-        frame = client.connection.send(response, stream_id)
+    async def _send(
+        self,
+        client: _Client[SessionT],
+        response: Response,
+        stream_id: int,
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        frame = client.connection.send(response, stream_id, warnings=warnings)
         writer = client.writer
         if writer.is_closing():
             return

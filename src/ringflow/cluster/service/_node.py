@@ -22,6 +22,11 @@ Rules:
   and pushes its ``system_schema`` partitions to every live peer; a node that sees a peer
   gossip a different version pulls that peer's partitions. Partitions merge by timestamp, so
   pushes from several nodes commute; the processor then reloads its schema from the store.
+  ``schema_disagreement`` names the live nodes gossiping another version (a DDL answer waits
+  until there are none, ``ClusterDataPlane.await_schema_agreement``). Each migration stays in
+  the chain of the node that ran it (``system.schema_migrations``); peers take its rows.
+  ``schema_observer`` (optional) is told of every ``SchemaStep`` as it is reached: the seam
+  crash-point tests use (seed 004 "a node can fail during any step").
 * Range reads (``read_range``, cassandra-core.md §5, §7.2): the requested token range is cut at
   every ring token (wrap-around unwrapped), neighbouring pieces with the same replicas are joined,
   and the pieces are read one after the other in token order: each from blockFor live replicas
@@ -29,13 +34,14 @@ Rules:
   the answers merged per partition with ``merge_mutations``. Every replica sends at most the
   partitions still wanted; when one stops short, the result stops before the first token that
   replica did not cover and the caller resumes from there. A failed replica is ``ReadFailure``,
-  no answer by the deadline (``RANGE_TIMEOUT_FACTOR`` read timeouts for the whole range read)
-  ``ReadTimeout``. No read repair and no digests for range reads (yet).
+  no answer by the deadline (``range_timeout_ms`` for the whole range read, Cassandra's
+  ``range_request_timeout``) ``ReadTimeout``. No read repair and no digests for range reads (yet).
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -155,8 +161,6 @@ _TRANSITION_STATES = (
     ApplicationState.RACK,
     ApplicationState.TOKENS,
 )
-RANGE_TIMEOUT_FACTOR = 2
-"""A range read may take this many read timeouts in all (Cassandra: range 10 s, read 5 s)."""
 RANGE_ANSWER_MAX_BYTES = 4 * 1024 * 1024
 """A replica stops its RANGE_READ answer after the partition that reaches this size."""
 _RANGE_REQUEST_IDS = 1 << 62
@@ -256,6 +260,26 @@ class RangeRead:
     timer: TimerHandle | None = None
 
 
+class SchemaStep(enum.Enum):
+    """The steps of a schema change between nodes (seed 004), in the order they are reached."""
+
+    ANNOUNCE = "announce"
+    """A local DDL is persisted (rows and migration); its version is not gossiped yet."""
+    PUSH = "push"
+    """Announced; the push to one peer (the detail) is about to be sent."""
+    PULL = "pull"
+    """A peer (the detail) gossips another version: asking it for its schema."""
+    RECEIVE = "receive"
+    """A peer's (the detail) schema rows arrived (push or pull answer), not merged yet."""
+    MERGED = "merged"
+    """The merged rows are persisted; the schema is not reloaded nor gossiped yet."""
+
+
+SchemaObserver = Callable[[SchemaStep, str], None]
+"""Told ``(step, detail)`` at every ``SchemaStep``, on the node's thread (or its schema
+offload, for MERGED)."""
+
+
 class ClusterNode:
     """One node's cluster service (see the module docstring). ``start``, then ``stop``."""
 
@@ -275,6 +299,7 @@ class ClusterNode:
         events: EventSink | None = None,
         extra_states: dict[ApplicationState, str] | None = None,
         on_schema_merged: Callable[[], None] | None = None,
+        schema_observer: SchemaObserver | None = None,
     ) -> None:
         import random
 
@@ -287,6 +312,7 @@ class ClusterNode:
         self._offload = offload
         self._schema_offload = offload if schema_offload is None else schema_offload
         self._on_schema_merged = on_schema_merged
+        self._schema_observer = schema_observer
         self._events = events
         self._rng = random.Random(rng_seed)
         values = {
@@ -306,9 +332,12 @@ class ClusterNode:
             settings.seeds,
             settings.cluster_name,
             self._rng,
-            FailureDetector(),
+            FailureDetector(settings.phi_convict_threshold),
         )
-        self.hints = HintManager(dispatch_interval_ms=settings.hint_dispatch_interval_ms)
+        self.hints = HintManager(
+            dispatch_interval_ms=settings.hint_dispatch_interval_ms,
+            max_hint_window_ms=settings.max_hint_window_ms,
+        )
         self.hints.set_local_schema_version(processor.schema_version)
         self.coordinator = Coordinator(
             host,
@@ -534,18 +563,31 @@ class ClusterNode:
 
     def schema_agreement(self) -> bool:
         """Every live ring member gossips our schema version."""
+        return not self.schema_disagreement()
+
+    def schema_disagreement(self) -> dict[str, str | None]:
+        """The live nodes gossiping another schema version than ours (or none yet): their
+        address (RPC address when known) and the version they gossip."""
         ours = str(self.processor.schema_version)
-        for endpoint in self.gossiper.live_endpoints():
+        found: dict[str, str | None] = {}
+        for endpoint in self.gossiper.live_endpoints():  # the others: we are not listed
             state = self.gossiper.endpoint_state(endpoint)
             versioned = None if state is None else state.get(ApplicationState.SCHEMA)
             if versioned is None or versioned.value != ours:
-                return False
-        return True
+                info = self.members.get(endpoint)
+                address = endpoint.rsplit(":", 1)[0] if info is None else info.rpc_address
+                found[address] = None if versioned is None else versioned.value
+        return found
 
     # -- schema ------------------------------------------------------------------------------
 
+    def _observe(self, step: SchemaStep, detail: str = "") -> None:
+        if self._schema_observer is not None:
+            self._schema_observer(step, detail)
+
     def on_local_schema_change(self) -> None:
         """After a DDL here: gossip the new version and push our schema to every live peer."""
+        self._observe(SchemaStep.ANNOUNCE)
         version = self.processor.schema_version
         self.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
         self.hints.set_local_schema_version(version)
@@ -557,6 +599,7 @@ class ClusterNode:
                 return
             payload = _codec.encode_mutations_payload(mutations)
             for endpoint in targets:
+                self._observe(SchemaStep.PUSH, endpoint)
                 self._send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
 
         self._offload(self._schema_mutations, send)
@@ -585,12 +628,16 @@ class ClusterNode:
         if now_ms - self._last_pull_ms.get(endpoint, -SCHEMA_PULL_INTERVAL_MS) < 500:
             return
         self._last_pull_ms[endpoint] = now_ms
+        self._observe(SchemaStep.PULL, endpoint)
         self._send(endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
 
-    def _merge_schema(self, mutations: list[Mutation]) -> None:
+    def _merge_schema(self, source: str, mutations: list[Mutation]) -> None:
+        self._observe(SchemaStep.RECEIVE, source)
+
         def work() -> bool:
             if mutations:
                 self.store.apply(mutations, now_s=self.clock.now_ms() // 1000)
+            self._observe(SchemaStep.MERGED, source)
             changed = self.processor.reload_schema()
             if changed and self._on_schema_merged is not None:
                 self._on_schema_merged()
@@ -739,7 +786,7 @@ class ClusterNode:
         except Exception as error:
             done(None, None, error)
             return
-        deadline_ms = self.clock.now_ms() + self.settings.read_timeout_ms * RANGE_TIMEOUT_FACTOR
+        deadline_ms = self.clock.now_ms() + self.settings.range_timeout_ms
         state = RangeRead(keyspace, table, consistency, limit, pieces, deadline_ms, done)
         self._next_range_piece(state)
 
@@ -1172,7 +1219,7 @@ class ClusterNode:
         self._offload(lambda: self._serve_range(command), done)
 
     def _on_schema_push(self, source: str, request_id: int, payload: bytes) -> None:
-        self._merge_schema(_codec.decode_mutations_payload(payload))
+        self._merge_schema(source, _codec.decode_mutations_payload(payload))
 
     def _on_schema_pull(self, source: str, request_id: int, payload: bytes) -> None:
         def done(mutations: list[Mutation] | None, error: BaseException | None) -> None:
@@ -1183,7 +1230,7 @@ class ClusterNode:
         self._offload(self._schema_mutations, done)
 
     def _on_schema_pull_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        self._merge_schema(_codec.decode_mutations_payload(payload))
+        self._merge_schema(source, _codec.decode_mutations_payload(payload))
 
     def _host_at(self, endpoint: str) -> Host | None:
         info = self.members.get(endpoint)

@@ -21,6 +21,12 @@ first token on, written into the scratch store, then scanned there (rows, column
 The paging state this store hands out is its own, ``[chunk low, chunk high, scratch paging state,
 last chunk]``; a page resumed by a later statement reads its chunk again (the scratch store is
 cleared per statement).
+
+Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` blocks the
+statement thread (polling the node on the event loop, never blocking the loop) until every live
+node gossips this node's schema version, or ``schema_agreement_timeout_ms``; the DDL is answered
+either way, with ``agreement_warning`` attached to the answer when some node still disagrees
+(native protocol v4 warning; the drivers show it, e.g. ``ResponseFuture.warnings``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -35,7 +42,7 @@ from typing import Final
 import msgpack
 
 from ringflow.cdc import CdcCapture
-from ringflow.cluster.service._node import RANGE_TIMEOUT_FACTOR, ClusterNode
+from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency
 from ringflow.errors import InternalError, InvalidRequest
@@ -43,11 +50,25 @@ from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import ResultRow, ScanPage, Store
 
 _MARGIN_S = 2.0
+_AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
 """At most this many partitions per range read of the coordinator (one chunk)."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
+
+
+def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) -> str:
+    """The warning a DDL answer carries when ``disagreeing`` nodes (address: the schema
+    version they gossip) did not agree within ``timeout_ms``."""
+    nodes = ", ".join(
+        f"{address} (schema version {version or 'unknown'})"
+        for address, version in sorted(disagreeing.items())
+    )
+    return (
+        f"Schema agreement was not reached within {timeout_ms} ms: the schema change is applied "
+        f"on this node and will propagate, but these live nodes still disagree: {nodes}"
+    )
 
 
 def _wait(future: concurrent.futures.Future[object], timeout_s: float, what: str) -> object:
@@ -144,7 +165,7 @@ class ClusterDataPlane:
             self._node.read_range(table.keyspace, table.name, left, right, consistency, limit, done)
 
         self._loop.call_soon_threadsafe(start)
-        timeout_s = self._node.settings.read_timeout_ms * RANGE_TIMEOUT_FACTOR / 1000 + _MARGIN_S
+        timeout_s = self._node.settings.range_timeout_ms / 1000 + _MARGIN_S
         result = _wait(future, timeout_s, "range read")
         assert isinstance(result, tuple)
         partitions, covered = result
@@ -153,6 +174,42 @@ class ClusterDataPlane:
     def reader(self, consistency: Consistency) -> Store:
         self._reader.begin(consistency)
         return self._reader
+
+    def schema_disagreement(self) -> dict[str, str | None]:
+        """``ClusterNode.schema_disagreement``, asked on the event loop (statement thread)."""
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def probe() -> None:
+            try:
+                future.set_result(self._node.schema_disagreement())
+            except Exception as error:
+                future.set_exception(error)
+
+        self._loop.call_soon_threadsafe(probe)
+        found = _wait(future, _MARGIN_S + 8.0, "schema agreement probe")
+        assert isinstance(found, dict)
+        return found
+
+    def await_schema_agreement(self, timeout_ms: int | None = None) -> dict[str, str | None]:
+        """Block (the statement thread) until every live node agrees on this node's schema
+        version, at most ``timeout_ms`` (default: the node's ``schema_agreement_timeout_ms``);
+        the nodes still disagreeing then (empty: agreement)."""
+        if timeout_ms is None:
+            timeout_ms = self._node.settings.schema_agreement_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            disagreeing = self.schema_disagreement()
+            remaining = deadline - time.monotonic()
+            if not disagreeing or remaining <= 0:
+                return disagreeing
+            time.sleep(min(_AGREEMENT_POLL_S, remaining))
+
+    def schema_agreement_warning(self) -> str | None:
+        """After a DDL: wait for agreement (``await_schema_agreement``); the warning for the
+        answer if it was not reached, else None."""
+        timeout_ms = self._node.settings.schema_agreement_timeout_ms
+        disagreeing = self.await_schema_agreement(timeout_ms)
+        return agreement_warning(timeout_ms, disagreeing) if disagreeing else None
 
     def close(self) -> None:
         self._reader.close()

@@ -9,7 +9,10 @@
 * the ``ClusterDataPlane`` installed in the processor, so every write and partition read is
   coordinated at its consistency level;
 * native-protocol STATUS/TOPOLOGY EVENTs pushed through the ``CqlServer``;
-* a DDL answer that waits (bounded) for schema agreement;
+* a DDL answer that waits (bounded: ``schema_agreement_timeout_ms``) for schema agreement and,
+  without it, carries a warning naming the nodes that disagree
+  (``ClusterDataPlane.schema_agreement_warning``);
+* the node's timings (``NodeTimings``: gossip, failure detector, timeouts, hints) as given;
 * the cluster's CDC generation (``CdcGenerationService``): the node opens with
   ``create_generation=False`` (it only reloads the one ``system.cdc_local`` names) and learns or,
   as the highest host id, creates the one generation of the whole cluster;
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -45,7 +49,7 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
-from ringflow.cluster.service._settings import ClusterSettings
+from ringflow.cluster.service._settings import ClusterSettings, NodeTimings
 from ringflow.cql import (
     EventType,
     Inet,
@@ -71,7 +75,6 @@ _T = TypeVar("_T")
 
 STATUS_FILE_NAME = "status.json"
 SCRATCH_FILE_NAME = "coordinator-scratch.db"
-SCHEMA_AGREEMENT_TIMEOUT_S = 10.0
 
 
 class ExecutorOffload:
@@ -100,31 +103,21 @@ class ExecutorOffload:
 
 
 class ClusterBackend(ProcessorBackend):
-    """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004)."""
+    """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004), with a
+    warning when it is not reached in time."""
 
-    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, node: Node) -> None:
         super().__init__(node.processor)
-        self._loop = loop
-        self.cluster: ClusterNode | None = None
+        self.plane: ClusterDataPlane | None = None
 
     def handle(self, session: SessionState, statement: Statement) -> Handled:
         handled = super().handle(session, statement)
-        if handled.schema_changes and self.cluster is not None:
-            self._await_agreement(self.cluster)
+        if handled.schema_changes and self.plane is not None:
+            warning = self.plane.schema_agreement_warning()
+            if warning is not None:
+                _log.warning("%s", warning)
+                handled = dataclasses.replace(handled, warnings=(*handled.warnings, warning))
         return handled
-
-    def _await_agreement(self, cluster: ClusterNode) -> None:
-        deadline = time.monotonic() + SCHEMA_AGREEMENT_TIMEOUT_S
-        while time.monotonic() < deadline:
-            probe = asyncio.run_coroutine_threadsafe(_agreement(cluster), self._loop)
-            if probe.result(timeout=SCHEMA_AGREEMENT_TIMEOUT_S):
-                return
-            time.sleep(0.05)
-        _log.warning("no schema agreement after %s s", SCHEMA_AGREEMENT_TIMEOUT_S)
-
-
-async def _agreement(cluster: ClusterNode) -> bool:
-    return cluster.schema_agreement()
 
 
 def _event_sink(
@@ -187,9 +180,7 @@ async def run_cluster_node(
     *,
     seeds: Sequence[str],
     bootstrap: bool = False,
-    gossip_interval_ms: int = 1000,
-    write_timeout_ms: int = 2000,
-    read_timeout_ms: int = 5000,
+    timings: NodeTimings | None = None,
     cdc_generations_v2: bool = True,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
@@ -218,10 +209,7 @@ async def run_cluster_node(
                 seeds=tuple(f"{seed}:{INTERNODE_PORT}" for seed in seeds),
                 cluster_name=node.record.cluster_name,
                 cdc_generations_v2=cdc_generations_v2,
-                gossip_interval_ms=gossip_interval_ms,
-                write_timeout_ms=write_timeout_ms,
-                read_timeout_ms=read_timeout_ms,
-            )
+            ).with_timings(timings or NodeTimings())
             await _serve(node, settings, (statements, storage, schema), stop, on_ready, rng)
         finally:
             await loop.run_in_executor(storage, node.close)
@@ -241,7 +229,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     statements, storage, schema = pools
     config, record = node.config, node.record
-    backend = ClusterBackend(node, loop)
+    backend = ClusterBackend(node)
     server = CqlServer(
         backend,
         statements,
@@ -301,8 +289,8 @@ async def _serve(
         remembered=remembered,
         v2_enabled=settings.cdc_generations_v2,
     )
-    backend.cluster = cluster
     plane = ClusterDataPlane(cluster, loop, node.store, config.data_dir / SCRATCH_FILE_NAME)
+    backend.plane = plane
     node.processor.use_data_plane(plane)
 
     def schema_changed(_change: object) -> None:

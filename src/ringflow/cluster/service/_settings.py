@@ -1,18 +1,29 @@
 """The settings and small value types of a cluster node's service (``_node``).
 
 ``ClusterSettings`` is the cluster part of a node's configuration (seeds, endpoints, timings);
-``Offload`` is how the node runs store work off its thread; ``WriteGroup``/``PendingRead`` are the
-shell's bookkeeping of client requests in flight on the coordinator.
+``NodeTimings`` are its timings alone, validated (``ConfigurationError``, 0x2300, exit 2 on the
+command line), with ``TIMING_OPTIONS`` describing each for the command line (``ringflow cluster
+start --write-timeout-ms 3000``); ``Offload`` is how the node runs store work off its thread;
+``WriteGroup``/``PendingRead`` are the shell's bookkeeping of client requests in flight on the
+coordinator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from ringflow.cluster._failure_detector import (
+    DEFAULT_PHI_CONVICT_THRESHOLD,
+    PHI_CONVICT_THRESHOLD_MAX,
+    PHI_CONVICT_THRESHOLD_MIN,
+)
 from ringflow.cluster._gossip import GOSSIP_INTERVAL_MS
+from ringflow.cluster._hints import MAX_HINT_WINDOW_MS
 from ringflow.cluster.service import _codec
+from ringflow.errors import ConfigurationError
 from ringflow.schema import Mutation
 
 _T = TypeVar("_T")
@@ -31,8 +42,110 @@ EventSink = Callable[[str, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
+class TimingOption:
+    """One timing setting: its field, its bounds (inclusive) and what it means."""
+
+    name: str
+    kind: type[int] | type[float]
+    low: float
+    high: float
+    help: str
+
+    @property
+    def flag(self) -> str:
+        """The command-line option: ``write_timeout_ms`` is ``--write-timeout-ms``."""
+        return "--" + self.name.replace("_", "-")
+
+
+_HOUR_MS = 3_600_000
+TIMING_OPTIONS: tuple[TimingOption, ...] = (
+    TimingOption("gossip_interval_ms", int, 10, 60_000, "gossip round interval"),
+    TimingOption(
+        "phi_convict_threshold",
+        float,
+        PHI_CONVICT_THRESHOLD_MIN,
+        PHI_CONVICT_THRESHOLD_MAX,
+        "phi-accrual failure detector: phi above which a node is DOWN",
+    ),
+    TimingOption("write_timeout_ms", int, 10, _HOUR_MS, "coordinator write timeout"),
+    TimingOption("read_timeout_ms", int, 10, _HOUR_MS, "coordinator partition read timeout"),
+    TimingOption("range_timeout_ms", int, 10, _HOUR_MS, "coordinator range read timeout"),
+    TimingOption(
+        "max_hint_window_ms",
+        int,
+        1,
+        30 * 24 * _HOUR_MS,
+        "hints are stored for a replica down at most this long",
+    ),
+    TimingOption("hint_dispatch_interval_ms", int, 10, _HOUR_MS, "hint replay interval"),
+    TimingOption(
+        "schema_agreement_timeout_ms",
+        int,
+        0,
+        _HOUR_MS,
+        "a DDL answer waits this long for every live node to agree on the schema",
+    ),
+)
+"""Every timing setting of a node, with its bounds (Cassandra's defaults where it has one)."""
+
+
+def check_timing(name: str, value: object) -> None:
+    """ConfigurationError unless ``value`` is a valid setting ``name`` (see ``TIMING_OPTIONS``)."""
+    option = next((o for o in TIMING_OPTIONS if o.name == name), None)
+    if option is None:
+        raise ConfigurationError(f"unknown timing setting {name!r}")
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not numeric or (option.kind is int and not isinstance(value, int)):
+        raise ConfigurationError(
+            f"{option.flag}: expected {'an integer' if option.kind is int else 'a number'}, "
+            f"got {value!r}"
+        )
+    assert isinstance(value, int | float)
+    if not option.low <= value <= option.high:
+        raise ConfigurationError(
+            f"{option.flag}: {value} is out of range [{option.low:g}, {option.high:g}]"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTimings:
+    """A node's timing settings (``TIMING_OPTIONS``), validated on construction."""
+
+    gossip_interval_ms: int = GOSSIP_INTERVAL_MS
+    phi_convict_threshold: float = DEFAULT_PHI_CONVICT_THRESHOLD
+    write_timeout_ms: int = 2_000
+    read_timeout_ms: int = 5_000
+    range_timeout_ms: int = 10_000
+    max_hint_window_ms: int = MAX_HINT_WINDOW_MS
+    hint_dispatch_interval_ms: int = 1_000
+    schema_agreement_timeout_ms: int = 10_000
+    """As the drivers' ``max_schema_agreement_wait`` (10 s)."""
+
+    def __post_init__(self) -> None:
+        for option in TIMING_OPTIONS:
+            check_timing(option.name, getattr(self, option.name))
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> NodeTimings:
+        """Timings from ``values`` (missing or None: the default); ConfigurationError on an
+        unknown name or a bad value."""
+        known = {option.name for option in TIMING_OPTIONS}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigurationError(f"unknown timing settings: {', '.join(unknown)}")
+        given = {name: value for name, value in values.items() if value is not None}
+        for name, value in given.items():
+            check_timing(name, value)
+        return cls(**given)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {option.name: getattr(self, option.name) for option in TIMING_OPTIONS}
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSettings:
-    """The cluster part of a node's configuration; every timing has a default."""
+    """The cluster part of a node's configuration; every timing has a default (``NodeTimings``
+    holds the same timings, validated the same way here)."""
 
     endpoint: str
     rpc_address: str
@@ -50,6 +163,21 @@ class ClusterSettings:
     cdc_generations_v2: bool = True
     """Advertise the ``CDC_GENERATIONS_V2`` feature (v2 generation ids and tables, the v1 -> v2
     rewrite, expiry); False simulates a node of an older version (v1 generations only)."""
+    phi_convict_threshold: float = DEFAULT_PHI_CONVICT_THRESHOLD
+    range_timeout_ms: int = 10_000
+    max_hint_window_ms: int = MAX_HINT_WINDOW_MS
+    schema_agreement_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        for option in TIMING_OPTIONS:
+            check_timing(option.name, getattr(self, option.name))
+
+    @property
+    def timings(self) -> NodeTimings:
+        return NodeTimings(**{o.name: getattr(self, o.name) for o in TIMING_OPTIONS})
+
+    def with_timings(self, timings: NodeTimings) -> ClusterSettings:
+        return dataclasses.replace(self, **timings.as_dict())  # type: ignore[arg-type]
 
 
 WriteDone = Callable[[BaseException | None], None]
