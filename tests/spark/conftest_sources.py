@@ -2,7 +2,7 @@
 
 Import the fixtures into a test module (``from tests.spark.conftest_sources import ...``); the
 SparkSession comes from ``tests/spark/conftest.py``. The node binds a random loopback address
-(``tests/integration/node/_node_process.py``) and is SIGKILLed after the module's tests.
+(``ringflow.cli._demo_cluster.NodeProcess``) and is SIGKILLed after the module's tests.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from cassandra.cluster import Cluster, Session
 
+from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
 from ringflow.pipeline._cdc_source import RingflowCdcDataSource
 from ringflow.pipeline._cluster_client import ClusterOptions, make_cluster
 from ringflow.pipeline._table_source import RingflowTableDataSource
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
 
 
 @pytest.fixture(scope="module")

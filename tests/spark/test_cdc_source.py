@@ -23,12 +23,12 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from ringflow.cli._demo_cluster import NodeProcess
 from ringflow.pipeline import change_from_log_row, change_from_row, change_to_row, materialize
 from ringflow.pipeline._cdc_source import read_changes
 from ringflow.pipeline._cluster_client import load_table, plain_value
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.schema import Table
-from tests.integration.node._node_process import NodeProcess
 from tests.spark import conftest_sources
 from tests.spark.conftest_sources import source_options
 

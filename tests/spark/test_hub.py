@@ -18,6 +18,7 @@ from cassandra.query import dict_factory
 from pyspark.sql import SparkSession
 
 from ringflow.cdc import CdcOperation
+from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
 from ringflow.pipeline import (
     STREAM_ID_FIELD,
     Change,
@@ -30,7 +31,6 @@ from ringflow.pipeline import (
 from ringflow.pipeline._hub import HubDataSource, apply_to_hub, hub_options
 from ringflow.pipeline._materialize import canonical_value
 from ringflow.schema import timeuuid_from_micros
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
 
 from ._streams import change_stream, run_to_end, write_change_files
 from ._workload import T0, TABLE, workload

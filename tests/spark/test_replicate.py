@@ -33,10 +33,10 @@ from ringflow.cli._demo import (
     live_rows,
     read_cql_table,
 )
+from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
 from ringflow.pipeline import PipelineConfigError, materialize, read_lake_changes
 from ringflow.pipeline._postgres import read_postgres_live
 from ringflow.pipeline._replicate import cdc_options, parse_hosts, source_table
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
 
 CONFIDENCE_MS = 1000
 

@@ -23,6 +23,7 @@ from cassandra.concurrent import execute_concurrent_with_args
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from ringflow.cli._demo_cluster import NodeProcess
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._spark_types import from_spark_value
 from ringflow.pipeline._table_source import (
@@ -36,7 +37,6 @@ from ringflow.pipeline._table_source import (
     split_ranges,
 )
 from ringflow.schema import parse_type
-from tests.integration.node._node_process import NodeProcess
 from tests.spark import conftest_sources
 from tests.spark.conftest_sources import register_sources, source_options
 

@@ -1,24 +1,28 @@
 """``ringflow demo``: the whole story on one machine, from an empty directory to a verified copy.
 
-1. Start an edge node (127.0.0.1, CDC on) and a hub node (127.0.0.11) as real processes, and a
-   throwaway PostgreSQL server (``_demo_cluster``, ``_demo_postgres``).
-2. Create ``shop.orders`` (CDC enabled) on the edge and the same table on the hub.
-3. Run a write workload through the Scylla driver with prepared statements: inserts (some with
-   a 2 h TTL), updates (some with a 1 s TTL, expired long before the check), set additions,
-   column, row and range deletes. (Short TTLs go on UPDATEs, not INSERTs: the hub sink cannot
-   replay the expired row marker of an INSERT whose TTL ran out before replication, so a
-   short-TTL INSERT over an older row would leave the row alive on the hub.)
-4. Half-way, SIGKILL the edge node, restart it on the same data directory and go on; writes
-   that failed while it was down are retried (acked writes survive the crash: the commit log).
-5. Replicate the table's CDC log to the hub, a Parquet change lake and PostgreSQL with the
-   ``ringflow replicate`` job in ``once`` mode, after the confidence window has passed.
-6. Verify each destination equals the edge table (keys, values and write timestamps: the edge
-   and the hub through ``WRITETIME``, the lake through ``materialize``, PostgreSQL through its
-   ``_live`` view and ``_wt_`` columns), print a report and plot the lag to ``lag.png``.
+1. Start an edge cluster of 3 real node processes (127.0.0.1-3, the code of ``ringflow cluster
+   start``), a hub node (127.0.0.11) and a throwaway PostgreSQL server (``_demo_cluster``,
+   ``_demo_postgres``); every wait is bounded.
+2. Create ``shop.orders`` (RF 3, CDC enabled) on the edge and the same table on the hub.
+3. Run a write workload through the Scylla driver (token-aware, QUORUM, prepared statements):
+   inserts (some with a 2 h TTL), updates (some with a 1 s TTL, expired long before the check),
+   set additions, column, row and range deletes. (Short TTLs go on UPDATEs, not INSERTs: the hub
+   sink cannot replay the expired row marker of an INSERT whose TTL ran out before replication,
+   so a short-TTL INSERT over an older row would leave the row alive on the hub.)
+4. A third of the way in, SIGKILL one edge node; the workload goes on at QUORUM with 2 of 3
+   replicas (the coordinators keep hints for the dead one). Two thirds of the way in, restart it
+   on its data directory while the workload continues. Afterwards wait (bounded) until the
+   cluster is UP again and the restarted node alone, read at ONE, has every row: the hints
+   were replayed.
+5. Replicate the table's CDC log (read at QUORUM) to the hub, a Parquet change lake and
+   PostgreSQL with the ``ringflow replicate`` job in ``once`` mode, after the confidence window.
+6. Verify each destination equals the edge table read at ALL (keys, values and write
+   timestamps: the edge and the hub through ``WRITETIME``, the lake through ``materialize``,
+   PostgreSQL through its ``_live`` view and ``_wt_`` columns), print a report and plot the lag
+   to ``lag.png``.
 7. Stop everything, also on Ctrl-C or an error.
 
-One edge node for now: the 3-node RF 3 edge with a node kill comes with the cluster issue.
-Exit code 0 only when every destination matched.
+Exit code 0 only when every destination matched (and the restarted node caught up).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
-from ringflow.cli._demo_cluster import DemoNode, NodeGroup
+from ringflow.cli._demo_cluster import LocalCluster, NodeGroup, NodeProcess
 from ringflow.cli._demo_postgres import PostgresServer
 
 if TYPE_CHECKING:
@@ -48,19 +52,22 @@ if TYPE_CHECKING:
     from ringflow.pipeline._replicate import ReplicationPlan, ReplicationSummary
     from ringflow.schema import Table
 
-EDGE_ADDRESS = "127.0.0.1"
+EDGE_ADDRESS = "127.0.0.1"  # the first of the edge nodes' addresses
+EDGE_NODES = 3
+REPLICATION_FACTOR = 3
 HUB_ADDRESS = "127.0.0.11"
 KEYSPACE, TABLE = "shop", "orders"
 CONFIDENCE_MS = 3000
 QUERY_WINDOW_MS = 5000
-MAX_WINDOW_MS = 10000
+MAX_WINDOW_MS = 30000
 ORDERS_PER_CUSTOMER = 40
 SHORT_TTL_S = 1
 LONG_TTL_S = 7200
 RETRY_TIMEOUT_S = 90.0
-# 4 vnodes, not 16: the CDC source plans one Spark task per vnode and each task opens its own
-# driver session, which dominates a micro-batch on two cores.
-NODE_ARGS = ("--num-tokens", "4")
+CATCH_UP_TIMEOUT_S = 90.0
+# 4 vnodes a node, not 16: the CDC source plans one Spark task per vnode and each task opens its
+# own driver session, which dominates a micro-batch on two cores.
+NUM_TOKENS = 4
 ATOMIC = ("status", "qty", "amount", "placed")
 COLUMNS = (*ATOMIC, "tags")
 DDL = (
@@ -73,15 +80,24 @@ STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
 def register(subcommands: Subcommands) -> None:
     parser = subcommands.add_parser(
         "demo",
-        help="the whole story: edge + hub + PostgreSQL, workload, crash, replicate, verify",
-        description="Start an edge node, a hub node and PostgreSQL, write a workload (with a "
-        "kill -9 of the edge half-way), replicate to the hub, a Parquet lake and PostgreSQL, "
-        "and verify every destination equals the edge table.",
+        help="the whole story: edge cluster + hub + PostgreSQL, workload, crash, replicate, verify",
+        description="Start a 3-node edge cluster (RF 3), a hub node and PostgreSQL, write a "
+        "workload at QUORUM (with a kill -9 and a restart of one edge node on the way), "
+        "replicate to the hub, a Parquet lake and PostgreSQL, and verify every destination "
+        "equals the edge table.",
     )
     parser.add_argument("--rows", type=int, default=1500, help="write operations (default 1500)")
     parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=7, help="workload random seed")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--edge-address",
+        default=EDGE_ADDRESS,
+        help=f"the first edge node's loopback address; the others follow (default {EDGE_ADDRESS})",
+    )
+    parser.add_argument(
+        "--hub-address", default=HUB_ADDRESS, help=f"the hub's address (default {HUB_ADDRESS})"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -96,6 +112,9 @@ class WorkloadStats:
     retried: int = 0
     seconds: float = 0.0
     last_write_ms: int = 0
+    victim: str = ""
+    killed_after: int = 0
+    restarted_after: int = 0
 
     @property
     def total(self) -> int:
@@ -105,11 +124,11 @@ class WorkloadStats:
 class Workload:
     """Prepared statements of the demo table and one random operation at a time."""
 
-    def __init__(self, session: Any, rows: int, seed: int) -> None:
+    def __init__(self, session: Any, rows: int, seed: int, keyspace: str = KEYSPACE) -> None:
         self.session = session
         self.rng = random.Random(seed)
         self.customers = max(8, rows // 25)
-        table = f"{KEYSPACE}.{TABLE}"
+        table = f"{keyspace}.{TABLE}"
         columns = "customer, order_id, status, qty, amount, placed, tags"
         prepare = session.prepare
         self.insert = prepare(f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -165,12 +184,13 @@ def datetime_now_ms() -> Any:
 
 
 def _execute_retrying(session: Any, statement: Any, values: tuple[object, ...]) -> int:
-    """Execute, retrying (bounded) while the node is down; the number of failed attempts."""
+    """Execute, retrying (bounded) on a failure; the number of failed attempts. (At QUORUM a
+    write can fail only while the driver still uses a connection to the node just killed.)"""
     deadline = time.monotonic() + RETRY_TIMEOUT_S
     failures = 0
     while True:
         try:
-            session.execute(statement, values, timeout=5.0)
+            session.execute(statement, values, timeout=10.0)
             return failures
         except Exception:  # the driver's NoHostAvailable / OperationTimedOut / connection errors
             failures += 1
@@ -180,11 +200,13 @@ def _execute_retrying(session: Any, statement: Any, values: tuple[object, ...]) 
 
 
 def run_workload(
-    console: Console, session: Any, edge: DemoNode, rows: int, seed: int
+    console: Console, session: Any, edge: LocalCluster, rows: int, seed: int
 ) -> WorkloadStats:
-    """``rows`` writes with a progress bar; kill -9 and restart the edge node half-way."""
+    """``rows`` writes at QUORUM with a progress bar; one edge node is SIGKILLed a third of the
+    way in and restarted (on its data) two thirds of the way in, the workload going on."""
     workload = Workload(session, rows, seed)
-    stats = WorkloadStats()
+    stats = WorkloadStats(victim=edge.addresses[1], killed_after=rows // 3)
+    stats.restarted_after = 2 * rows // 3
     started = time.monotonic()
     columns = (
         TextColumn("[bold]workload"),
@@ -196,33 +218,23 @@ def run_workload(
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("workload", total=rows, note="")
         for step in range(rows):
-            if step == rows // 2:
-                bar.update(task, note="[red]kill -9 edge node")
-                edge.kill()
-                console.print(f"[red]kill -9[/] edge node {edge.endpoint} after {step} writes")
-                kind, statement, values = workload.next_operation()
-                failed = _attempt_once(session, statement, values)
-                edge.start()
-                console.print(f"[green]restarted[/] edge node on {edge.data_dir}")
+            if step == stats.killed_after:
+                edge.kill(stats.victim)
+                console.print(f"[red]kill -9[/] edge node {stats.victim} after {step} writes")
+                bar.update(task, note=f"[red]{stats.victim} down: QUORUM on 2 of 3")
+            elif step == stats.restarted_after:
+                edge.restart(stats.victim)
+                console.print(
+                    f"[green]restarted[/] edge node {stats.victim} on its data after {step} writes"
+                )
                 bar.update(task, note="")
-                stats.retried += failed + _execute_retrying(session, statement, values)
-            else:
-                kind, statement, values = workload.next_operation()
-                stats.retried += _execute_retrying(session, statement, values)
+            kind, statement, values = workload.next_operation()
+            stats.retried += _execute_retrying(session, statement, values)
             stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
             bar.advance(task)
     stats.seconds = time.monotonic() - started
     stats.last_write_ms = time.time_ns() // 1_000_000
     return stats
-
-
-def _attempt_once(session: Any, statement: Any, values: tuple[object, ...]) -> int:
-    """One write while the node is down: 1 if it failed (it is retried after the restart)."""
-    try:
-        session.execute(statement, values, timeout=2.0)
-    except Exception:
-        return 1
-    return 0
 
 
 # --- reading and comparing --------------------------------------------------------------------
@@ -238,14 +250,22 @@ def _plain(value: object) -> object:
     return list(value)
 
 
-def read_cql_table(session: Any, table: Table) -> dict[tuple[object, ...], Row]:
-    """The table through the driver: values and WRITETIME of the atomic columns."""
+def read_cql_table(
+    session: Any, table: Table, consistency: str | None = None
+) -> dict[tuple[object, ...], Row]:
+    """``table`` (the demo's columns) through the driver (at ``consistency``, default: the
+    session's): values and WRITETIME of the atomic columns."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
     from ringflow.pipeline._materialize import canonical_value
 
     times = ", ".join(f"WRITETIME({c}) AS wt_{c}" for c in ATOMIC)
-    query = f"SELECT customer, order_id, {', '.join(COLUMNS)}, {times} FROM {KEYSPACE}.{TABLE}"
+    source = f"{table.keyspace}.{table.name}"
+    query = f"SELECT customer, order_id, {', '.join(COLUMNS)}, {times} FROM {source}"
+    level = None if consistency is None else ConsistencyLevel.name_to_value[consistency]
     result: dict[tuple[object, ...], Row] = {}
-    for row in session.execute(query, timeout=60.0):
+    for row in session.execute(SimpleStatement(query, consistency_level=level), timeout=60.0):
         values = {
             c: canonical_value(table.column(c).type, _plain(row[c]))
             for c in COLUMNS
@@ -286,26 +306,61 @@ def compare(
 # --- the story ------------------------------------------------------------------------------------
 
 
-def _cql_session(node: DemoNode) -> tuple[Any, Any]:
-    from cassandra.cluster import Cluster
+def driver_cluster(contact_points: list[str], port: int, policy: Any, consistency: str) -> Any:
+    """A driver ``Cluster`` (protocol v4) whose requests use ``policy`` at ``consistency``, rows
+    as dicts; it reconnects to a restarted node within a second."""
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import ConstantReconnectionPolicy
     from cassandra.query import dict_factory
 
-    cluster = Cluster(
-        [node.address],
-        port=node.port,
+    profile = ExecutionProfile(
+        load_balancing_policy=policy,
+        consistency_level=ConsistencyLevel.name_to_value[consistency],
+        row_factory=dict_factory,
+        request_timeout=30.0,
+    )
+    return Cluster(
+        contact_points,
+        port=port,
         protocol_version=4,
         connect_timeout=10,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         reconnection_policy=ConstantReconnectionPolicy(0.3, None),
     )
-    session = cluster.connect()
-    session.row_factory = dict_factory
-    return cluster, session
+
+
+def _connect(stage: Stage, name: str, driver: Any) -> Any:
+    stage.clusters.append(driver)
+    session = driver.connect()
+    stage.sessions[name] = session
+    return session
+
+
+def _open_sessions(stage: Stage) -> None:
+    """``edge``: token-aware over the 3 edge nodes at QUORUM; ``hub``: the hub at ONE."""
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+
+    edge_policy = TokenAwarePolicy(DCAwareRoundRobinPolicy())
+    _connect(stage, "edge", driver_cluster(stage.edge.addresses, 9042, edge_policy, "QUORUM"))
+    hub = driver_cluster([stage.hub.address], stage.hub.port, RoundRobinPolicy(), "ONE")
+    _connect(stage, "hub", hub)
+
+
+def _pinned_session(stage: Stage, address: str) -> Any:
+    """A session whose every request goes to ``address`` (at ONE)."""
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    pinned = driver_cluster([address], 9042, WhiteListRoundRobinPolicy([address]), "ONE")
+    return _connect(stage, f"pinned {address}", pinned)
 
 
 def _create_schema(edge_session: Any, hub_session: Any) -> None:
-    replication = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
-    for session, cdc in ((edge_session, " WITH cdc = {'enabled': true}"), (hub_session, "")):
+    for session, rf, cdc in (
+        (edge_session, REPLICATION_FACTOR, " WITH cdc = {'enabled': true}"),
+        (hub_session, 1, ""),
+    ):
+        replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
         session.execute(f"CREATE KEYSPACE {KEYSPACE} WITH replication = {replication}")
         session.execute(DDL.format(ks=KEYSPACE, t=TABLE, cdc=cdc))
 
@@ -328,8 +383,8 @@ class Stage:
     """Where everything runs."""
 
     workdir: Path
-    edge: DemoNode
-    hub: DemoNode
+    edge: LocalCluster
+    hub: NodeProcess
     postgres: PostgresServer
     sessions: dict[str, Any] = field(default_factory=dict)
     clusters: list[Any] = field(default_factory=list)
@@ -339,7 +394,8 @@ def _print_places(console: Console, stage: Stage) -> None:
     places = RichTable(title="ringflow demo", show_header=True)
     places.add_column("what")
     places.add_column("where")
-    places.add_row("edge node (CDC on)", f"{stage.edge.endpoint}  data {stage.edge.data_dir}")
+    edge = f"{', '.join(stage.edge.addresses)}  data {stage.edge.data}"
+    places.add_row(f"edge cluster ({len(stage.edge.addresses)} nodes, RF 3, CDC on)", edge)
     places.add_row("hub node", f"{stage.hub.endpoint}  data {stage.hub.data_dir}")
     places.add_row("PostgreSQL", stage.postgres.url)
     places.add_row("Parquet lake", str(stage.workdir / "lake"))
@@ -347,19 +403,36 @@ def _print_places(console: Console, stage: Stage) -> None:
     console.print(places)
 
 
-def _replicate(
-    console: Console, stage: Stage, master: str, wait_until_ms: int
-) -> tuple[ReplicationPlan, ReplicationSummary]:
-    from ringflow.pipeline._replicate import (
-        cdc_options,
-        plan_replication,
-        replication_spark,
-        run_replication,
-    )
+def wait_caught_up(stage: Stage, table: Table, victim: str) -> tuple[float | None, list[str]]:
+    """Wait (bounded) until each edge node alone, read at ONE, holds the same rows: the
+    restarted ``victim`` got the writes it missed from the coordinators' hints (reads at ONE
+    repair nothing). (seconds it took or None, the last differences)"""
+    started = time.monotonic()
+    sessions = {address: _pinned_session(stage, address) for address in stage.edge.addresses}
+    problems: list[str] = []
+    while time.monotonic() - started < CATCH_UP_TIMEOUT_S:
+        try:
+            reference = read_cql_table(sessions[stage.edge.addresses[0]], table)
+            problems = []
+            for address, session in sessions.items():
+                _, differences = compare(reference, read_cql_table(session, table))
+                problems.extend(f"{address} {problem}" for problem in differences)
+        except Exception as error:  # a node still warming up: try again until the deadline
+            problems = [f"read failed: {error}"]
+        if not problems:
+            return time.monotonic() - started, []
+        time.sleep(1.0)
+    return None, problems
+
+
+def _plan(stage: Stage) -> ReplicationPlan:
+    """The checked replication plan: the edge's CDC log at QUORUM to hub, lake, PostgreSQL."""
+    from ringflow.pipeline._replicate import cdc_options, plan_replication
 
     options = cdc_options(
-        stage.edge.endpoint,
+        stage.edge.contact_points,
         f"{KEYSPACE}.{TABLE}",
+        consistency="QUORUM",
         confidence_window_ms=CONFIDENCE_MS,
         query_window_ms=QUERY_WINDOW_MS,
         max_window_ms=MAX_WINDOW_MS,
@@ -369,7 +442,14 @@ def _replicate(
         f"parquet:{stage.workdir / 'lake'}",
         stage.postgres.url,
     ]
-    plan = plan_replication(options, urls, stage.workdir / "checkpoints")
+    return plan_replication(options, urls, stage.workdir / "checkpoints")
+
+
+def _replicate(
+    console: Console, plan: ReplicationPlan, master: str, wait_until_ms: int
+) -> ReplicationSummary:
+    from ringflow.pipeline._replicate import replication_spark, run_replication
+
     console.print("[bold]starting Spark[/] (local mode) ...")
     spark = replication_spark("ringflow-demo", master)
     try:
@@ -383,7 +463,7 @@ def _replicate(
         spark.stop()
     if summary.interrupted:
         raise KeyboardInterrupt
-    return plan, summary
+    return summary
 
 
 @dataclass(slots=True)
@@ -397,12 +477,12 @@ class Verdict:
 
 
 def verify(stage: Stage, plan: ReplicationPlan) -> list[Verdict]:
-    """Each destination against the edge table at one pinned ``now``."""
+    """Each destination against the edge table (read at ALL) at one pinned ``now``."""
     from ringflow.pipeline import materialize, read_lake_changes, read_postgres_live
 
     table = plan.table
     now_s = int(time.time())
-    edge = read_cql_table(stage.sessions["edge"], table)
+    edge = read_cql_table(stage.sessions["edge"], table, "ALL")
     readers: dict[str, Callable[[], dict[tuple[object, ...], Row]]] = {
         "hub": lambda: read_cql_table(stage.sessions["hub"], table),
         "lake": lambda: live_rows(
@@ -433,6 +513,10 @@ def _report(
     console.print(
         f"workload: {workload.total:,} writes in {workload.seconds:.1f}s ({rate:,.0f}/s; {kinds}); "
         f"{workload.retried} failed attempt(s) during the crash, retried"
+    )
+    console.print(
+        f"edge: node {workload.victim} SIGKILLed after {workload.killed_after:,} writes, "
+        f"restarted after {workload.restarted_after:,}; every write at QUORUM (2 of 3 replicas)"
     )
     by_channel = {c.channel: c for c in summary.channels}
     report = RichTable(title="verification: each destination vs the edge table")
@@ -484,17 +568,27 @@ def plot_lag(summary: ReplicationSummary, path: Path) -> None:
 
 def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> bool:
     _print_places(console, stage)
-    for name, node in (("edge", stage.edge), ("hub", stage.hub)):
-        cluster, session = _cql_session(node)
-        stage.clusters.append(cluster)
-        stage.sessions[name] = session
+    _open_sessions(stage)
     _create_schema(stage.sessions["edge"], stage.sessions["hub"])
-    console.print(f"created {KEYSPACE}.{TABLE} (CDC enabled) on the edge and on the hub")
+    console.print(f"created {KEYSPACE}.{TABLE} (RF 3, CDC enabled) on the edge and on the hub")
     workload = run_workload(
         console, stage.sessions["edge"], stage.edge, arguments.rows, arguments.seed
     )
-    plan, summary = _replicate(
-        console, stage, arguments.master, workload.last_write_ms + CONFIDENCE_MS + 500
+    console.print(f"waiting for {workload.victim} to rejoin and get its hints ...")
+    stage.edge.wait_ready()
+    plan = _plan(stage)
+    caught_up_s, lagging = wait_caught_up(stage, plan.table, workload.victim)
+    if caught_up_s is None:
+        console.print(f"[red]the edge nodes still differ after {CATCH_UP_TIMEOUT_S:.0f}s[/]")
+        for problem in lagging[:5]:
+            console.print(f"[red]  {problem}")
+    else:
+        console.print(
+            f"hints replayed: {workload.victim} alone (read at ONE) has the rows of the other "
+            f"edge nodes ({caught_up_s:.1f}s after the cluster was UP)"
+        )
+    summary = _replicate(
+        console, plan, arguments.master, workload.last_write_ms + CONFIDENCE_MS + 500
     )
     from ringflow.pipeline._replicate import print_summary
 
@@ -504,7 +598,7 @@ def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> boo
     plot = stage.workdir / "lag.png"
     plot_lag(summary, plot)
     console.print(f"lag plot: {plot}")
-    return all(not v.problems for v in verdicts) and summary.ok
+    return all(not v.problems for v in verdicts) and summary.ok and caught_up_s is not None
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -522,8 +616,16 @@ def run(arguments: argparse.Namespace) -> int:
         postgres = PostgresServer()
         try:
             console.print(f"[bold]ringflow demo[/] in {workdir}")
-            edge = nodes.start("edge", EDGE_ADDRESS, workdir / "edge" / "data", *NODE_ARGS)
-            hub = nodes.start("hub", HUB_ADDRESS, workdir / "hub" / "data", *NODE_ARGS)
+            edge_cluster = LocalCluster(
+                workdir / "edge",
+                EDGE_NODES,
+                first_address=arguments.edge_address,
+                num_tokens=NUM_TOKENS,
+            )
+            console.print(f"starting the edge cluster ({EDGE_NODES} nodes) ...")
+            edge = nodes.cluster(edge_cluster)
+            hub_args = ("--num-tokens", str(NUM_TOKENS))
+            hub = nodes.node("hub", arguments.hub_address, workdir / "hub" / "data", *hub_args)
             postgres.start()
             stage = Stage(workdir, edge, hub, postgres)
             try:

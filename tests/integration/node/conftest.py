@@ -14,7 +14,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import dict_factory
 
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
+from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
 
 REQUEST_TIMEOUT_S = 30.0
 DICT_ROWS = "dict_rows"

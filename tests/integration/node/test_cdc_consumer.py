@@ -27,8 +27,8 @@ import pytest
 from cassandra.cluster import Cluster, Session
 from cassandra.query import BatchStatement, BatchType, SimpleStatement
 
+from ringflow.cli._demo_cluster import NodeProcess
 from ringflow.ring import murmur3_token
-from tests.integration.node._node_process import NodeProcess
 from tests.integration.node.conftest import DICT_ROWS, saved_tokens
 
 KEYSPACE = "consumer"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.node._node_process import NodeProcess
+from ringflow.cli._demo_cluster import NodeProcess
 
 CQLSH_TIMEOUT_S = 60
 

@@ -26,7 +26,7 @@ from cassandra.protocol import SyntaxException
 from cassandra.query import BatchStatement, BatchType, SimpleStatement
 from cassandra.util import Date, Duration, Time
 
-from tests.integration.node._node_process import NodeProcess
+from ringflow.cli._demo_cluster import NodeProcess
 from tests.integration.node.conftest import saved_tokens
 
 KEYSPACE = "e2e"

@@ -18,6 +18,7 @@ import time
 
 from cassandra.cluster import Cluster
 
+from ringflow.cli._demo_cluster import NodeProcess
 from ringflow.cql import (
     Batch,
     BatchStatement,
@@ -36,7 +37,6 @@ from ringflow.cql import (
     encode_message,
 )
 from ringflow.cql import EventType as CqlEventType
-from tests.integration.node._node_process import NodeProcess
 from tests.integration.node.conftest import make_cluster
 
 SEED = 20240601

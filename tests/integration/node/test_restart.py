@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cassandra.cluster import Session
 
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
+from ringflow.cli._demo_cluster import NodeProcess, NodeStartError, random_loopback_address
 from tests.integration.node.conftest import make_cluster, saved_tokens
 
 ROWS = 200
@@ -107,6 +107,6 @@ def test_restart_with_another_cluster_name_is_refused(tmp_path: Path) -> None:
     first = NodeProcess(data, address).start()
     first.kill()
     wrong = NodeProcess(data, address, "--cluster-name", "other")
-    with pytest.raises(RuntimeError, match="exited with 2"):
+    with pytest.raises(NodeStartError, match="exited with 2"):
         wrong.start()
     assert "cluster_name" in wrong.log()

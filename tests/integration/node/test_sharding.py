@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cassandra.cluster import Cluster, Session
 
-from tests.integration.node._node_process import NodeProcess, random_loopback_address
+from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
 from tests.integration.node.conftest import make_cluster
 
 SHARDS = 3
