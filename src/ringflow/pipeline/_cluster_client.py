@@ -7,6 +7,10 @@ session (connect and request timeouts, protocol v4, token-aware routing), and tu
 driver's schema metadata into a :class:`ringflow.schema.Table` so the change model
 (:mod:`ringflow.pipeline._changes`) and the type mapping (:mod:`._spark_types`) apply.
 
+Executors keep one connected session per cluster options in each Python worker process
+(:func:`shared_session`; Spark reuses its Python workers, ``spark.python.worker.reuse``), with
+its prepared statements (:func:`prepared`), so a task costs queries, not a connection.
+
 Errors are the operator's: an unreachable contact point, an unknown keyspace or table, a bad
 option, all raise :class:`PipelineConfigError` on the driver program when the DataFrame is
 created (``schema()``), before any Spark job starts.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +33,12 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
-from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import dict_factory
+from cassandra.policies import (
+    ExponentialReconnectionPolicy,
+    RoundRobinPolicy,
+    TokenAwarePolicy,
+)
+from cassandra.query import PreparedStatement, dict_factory
 from cassandra.util import Date, Time
 
 from ringflow.pipeline._errors import PipelineConfigError
@@ -51,6 +60,9 @@ DEFAULT_PAGE_SIZE = 1000
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 MAX_PAGE_SIZE = 100_000
+MAX_SHARED_SESSIONS = 4  # distinct clusters one worker process keeps connected
+MAX_PREPARED = 64  # prepared statements kept per shared session
+RECONNECT_MAX_S = 10.0  # a restarted node is used again within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +157,7 @@ def make_cluster(options: ClusterOptions, *, metadata: bool = True) -> Cluster:
         max_schema_agreement_wait=int(options.connect_timeout_s),
         schema_metadata_enabled=metadata,
         token_metadata_enabled=metadata,
+        reconnection_policy=ExponentialReconnectionPolicy(0.5, RECONNECT_MAX_S),
     )
 
 
@@ -170,6 +183,67 @@ def open_session(options: ClusterOptions) -> Iterator[tuple[Cluster, Session]]:
         yield cluster, session
     finally:
         cluster.shutdown()
+
+
+class _SharedSessions:
+    """Connected sessions of this process by cluster options (at most MAX_SHARED_SESSIONS, the
+    oldest shut down first), and their prepared statements by query text."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sessions: dict[ClusterOptions, tuple[Cluster, Session]] = {}
+        self.prepared: dict[tuple[int, str], PreparedStatement] = {}
+
+
+_SHARED = _SharedSessions()
+
+
+def shared_session(options: ClusterOptions) -> Session:
+    """This process's connected session for ``options`` (no schema or token metadata), made on
+    first use; :func:`forget_session` after an error so the next use connects afresh."""
+    with _SHARED.lock:
+        entry = _SHARED.sessions.get(options)
+        if entry is not None and not entry[0].is_shutdown:
+            return entry[1]
+        stale = [entry] if entry is not None else []
+        if entry is None and len(_SHARED.sessions) >= MAX_SHARED_SESSIONS:
+            stale.append(_SHARED.sessions.pop(next(iter(_SHARED.sessions))))
+        for _, old in stale:
+            _drop_prepared(old)
+        entry = connect(options, metadata=False)
+        _SHARED.sessions[options] = entry
+    for cluster, _ in stale:
+        cluster.shutdown()
+    return entry[1]
+
+
+def _drop_prepared(session: Session) -> None:
+    for key in [k for k in _SHARED.prepared if k[0] == id(session)]:
+        del _SHARED.prepared[key]
+
+
+def forget_session(options: ClusterOptions) -> None:
+    """Shut the shared session of ``options`` down (if any)."""
+    with _SHARED.lock:
+        entry = _SHARED.sessions.pop(options, None)
+        if entry is not None:
+            _drop_prepared(entry[1])
+    if entry is not None:
+        entry[0].shutdown()
+
+
+def prepared(session: Session, query: str) -> PreparedStatement:
+    """``session.prepare(query)``, once per session and query text."""
+    key = (id(session), query)
+    with _SHARED.lock:
+        statement = _SHARED.prepared.get(key)
+    if statement is None:
+        statement = session.prepare(query)
+        with _SHARED.lock:
+            if len(_SHARED.prepared) >= MAX_PREPARED * MAX_SHARED_SESSIONS:
+                _SHARED.prepared.clear()
+            _SHARED.prepared[key] = statement
+    return statement
 
 
 def load_table(cluster: Cluster, keyspace: str, table: str) -> Table:

@@ -14,7 +14,9 @@ the hub's state depend only on the set of changes: a replayed micro-batch, a ret
 same DataFrame written twice in another order changes nothing. Hence the stream writer's
 ``commit`` and ``abort`` only log, and a failed statement fails its task (Spark retries it).
 
-Each writer task opens its own driver session in ``write()`` and runs its statements with
+Each writer task uses its Python worker's driver session for the hub (made on first use, kept
+for the next tasks, dropped after an error; Spark reuses its Python workers) and runs its
+statements with
 ``execute_concurrent`` at the configured concurrency, ``batch_rows`` changes at a time. A range
 delete arrives as two rows (start and end bound) that must reach the same task: the CDC source
 keeps a stream in one partition; other DataFrames should be repartitioned by ``cdc$stream_id``
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,7 +47,11 @@ from cassandra.cluster import (
     Session,
 )
 from cassandra.concurrent import execute_concurrent
-from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import (
+    ExponentialReconnectionPolicy,
+    RoundRobinPolicy,
+    TokenAwarePolicy,
+)
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -82,6 +89,8 @@ _OPTIONS = frozenset(
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 _log = logging.getLogger(__name__)
+_MAX_SHARED = 4  # hub sessions one worker process keeps
+_RECONNECT_MAX_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +171,7 @@ def connect(config: HubConfig) -> tuple[Cluster, Session]:
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=CONNECT_TIMEOUT_S,
         control_connection_timeout=CONNECT_TIMEOUT_S,
+        reconnection_policy=ExponentialReconnectionPolicy(0.5, _RECONNECT_MAX_S),
     )
     try:
         return cluster, cluster.connect()
@@ -339,18 +349,50 @@ class HubCommitMessage(WriterCommitMessage):
         self.skipped_list_removals = report.skipped_list_removals
 
 
+class _SharedHubs:
+    """This process's hub sessions by config (oldest shut down beyond ``_MAX_SHARED``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sessions: dict[HubConfig, tuple[Cluster, Session]] = {}
+
+    def session(self, config: HubConfig) -> Session:
+        with self.lock:
+            entry = self.sessions.get(config)
+            if entry is not None and not entry[0].is_shutdown:
+                return entry[1]
+            old = (
+                self.sessions.pop(next(iter(self.sessions)))
+                if len(self.sessions) >= _MAX_SHARED
+                else None
+            )
+            entry = self.sessions[config] = connect(config)
+        if old is not None:
+            old[0].shutdown()
+        return entry[1]
+
+    def forget(self, config: HubConfig) -> None:
+        with self.lock:
+            entry = self.sessions.pop(config, None)
+        if entry is not None:
+            entry[0].shutdown()
+
+
+_SHARED = _SharedHubs()
+
+
 def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessage:
     table = config.table
-    cluster, session = connect(config)
     try:
-        applier = HubApplier(config, session)
+        applier = HubApplier(config, _SHARED.session(config))
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
                 applier.add(change_from_row(table, row))
         applier.flush()
         return HubCommitMessage(applier.report)
-    finally:
-        cluster.shutdown()
+    except Exception:
+        _SHARED.forget(config)  # the next task connects afresh
+        raise
 
 
 def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:
