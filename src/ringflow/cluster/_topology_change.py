@@ -103,11 +103,14 @@ def transition_of(
 
 
 def future_ring(current: TokenMetadata, transitions: Iterable[Transition]) -> TokenMetadata:
-    """The ring once every transition completed."""
+    """The ring once every transition completed. A joining node claiming a token already taken
+    is left out (it cannot become NORMAL; two nodes bootstrapping at once with stale views can
+    do that, which is why a node only announces BOOT when no other change is in progress)."""
     future = current
-    for transition in transitions:
+    for transition in sorted(transitions, key=lambda t: t.host.endpoint):
         if transition.change is Change.JOIN:
-            if transition.host not in future:
+            taken = set(future.sorted_tokens)
+            if transition.host not in future and not taken & set(transition.tokens):
                 future = future.with_tokens(transition.host, transition.tokens)
         elif transition.host in future:
             future = future.without_host(transition.host)

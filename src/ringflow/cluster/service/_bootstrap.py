@@ -287,9 +287,12 @@ class TopologyService:
                 self.on_exit()
 
     def _ready_to_announce(self) -> bool:
+        """Schema agreed with the live members, and no other node joining or leaving (one
+        range movement at a time, Cassandra's ``consistent.rangemovement``)."""
         cluster = self.cluster
         live = cluster.gossiper.live_endpoints()
-        return bool(cluster.members) and bool(live) and cluster.schema_agreement()
+        others = [e for e in cluster.transitions if e != cluster.settings.endpoint]
+        return bool(cluster.members) and bool(live) and not others and cluster.schema_agreement()
 
     def _generation_operates(self, now_ms: int) -> bool:
         generation = self.generation
@@ -318,8 +321,8 @@ class TopologyService:
             self._enter(Phase.LEFT)
 
     def decommission(self) -> bool:
-        """Start leaving the ring; False when a change is already in progress."""
-        if self.phase is not Phase.IDLE:
+        """Start leaving the ring; False when a change is in progress here or elsewhere."""
+        if self.phase not in (Phase.IDLE, Phase.DONE) or self.cluster.transitions:
             return False
         self.change = "leave"
         self._set_status(LEAVING_STATUS)

@@ -18,9 +18,9 @@ Wire (verb STREAM_REQ, answers STREAM_RSP, failures FAILURE_RSP ``[STREAM_REQ, r
 
 ``Streamer.run`` moves a list of ``StreamTask``s one page at a time (one request in flight per
 run: bounded memory on both ends), every table of each task's keyspace, in order; a page that is
-not answered within ``REQUEST_TIMEOUT_MS`` or fails is retried ``MAX_ATTEMPTS`` times with
-backoff, then the run fails. CDC log tables are streamed like their base tables: their token is
-the stream id's (``CDCPartitioner``), and the range pieces are the same.
+not answered within ``REQUEST_TIMEOUT_FACTOR`` read timeouts or fails is retried
+``MAX_ATTEMPTS`` times with backoff, then the run fails. CDC log tables are streamed like their
+base tables: their token is the stream id's (``CDCPartitioner``), the range pieces the same.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ _log = logging.getLogger(__name__)
 
 PAGE_PARTITIONS = 512
 PAGE_BYTES_MAX = 8 * 1024 * 1024
-REQUEST_TIMEOUT_MS = 30_000
+REQUEST_TIMEOUT_FACTOR = 2
+"""A page not answered within this many read timeouts is asked again."""
 MAX_ATTEMPTS = 6
 RESTREAM_TIMEOUT_MS = 30 * 60_000
 _REQUEST_IDS = 3 << 61
@@ -273,7 +274,8 @@ class Streamer:
         run.request_id = self._next_id
         self._runs[run.request_id] = run
         request_id = run.request_id
-        self.cluster.clock.call_later(REQUEST_TIMEOUT_MS, lambda: self._timed_out(request_id))
+        timeout_ms = REQUEST_TIMEOUT_FACTOR * self.cluster.settings.read_timeout_ms
+        self.cluster.clock.call_later(timeout_ms, lambda: self._timed_out(request_id))
         if task.source == self.cluster.host:
             self._push_next(run, task, table)
         else:
