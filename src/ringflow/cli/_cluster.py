@@ -107,6 +107,9 @@ def register(subcommands: Subcommands) -> None:
     from ringflow.cli._cdc_admin import register_cdc_admin
 
     register_cdc_admin(actions)  # new-cdc-generation
+    from ringflow.cli._topology import register_cluster
+
+    register_cluster(actions)  # add, decommission, join-node
     node = actions.add_parser("run-node", help="(internal) run one cluster node in the foreground")
     node.add_argument("--address", required=True)
     node.add_argument("--data", required=True, type=Path)

@@ -55,6 +55,9 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument("--seeds", help="comma-separated seed addresses: run as a cluster node")
     add_timing_options(start)
     start.set_defaults(handler=run_start)
+    from ringflow.cli._topology import register_node
+
+    register_node(actions)  # add, decommission
 
 
 def run_start(arguments: argparse.Namespace) -> int:

@@ -532,12 +532,9 @@ class TopologyService:
                 _log.warning("removenode refused: %s", refused)
                 (self.data_dir / REMOVENODE_REFUSED_FILE).write_text(refused)
         request = self.data_dir / DECOMMISSION_REQUEST_FILE
-        if request.exists():
+        if request.exists() and self.decommission():  # else kept until no change is running
             request.unlink(missing_ok=True)
-            if self.decommission():
-                save_bootstrap_state(self.data_dir, "leaving")
-            else:
-                _log.warning("decommission refused: a topology change is in progress")
+            save_bootstrap_state(self.data_dir, "leaving")
 
     def status(self) -> dict[str, object]:
         """For ``status.json``."""
