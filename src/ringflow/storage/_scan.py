@@ -215,7 +215,7 @@ def scan_partitions(
         low, high = segments[index]
         token, pk = (resume[0], resume[1]) if index == first and resume else (low + 1, b"")
         wanted = page_size - len(found)
-        params = (info.tid, high, token, pk) * 2 + (wanted,)
+        params = (info.tid, high, token, pk, wanted) * 2 + (wanted,)
         found.extend(connection.execute(SELECT_PARTITIONS_AFTER, params).fetchall())
         if len(found) >= page_size:
             last_token, last_pk = found[-1]

@@ -239,11 +239,20 @@ ORDER BY token, pk"""
 # Partitions in a token range (for raw scans), resuming strictly after (token, pk).
 SELECT_PARTITIONS_AFTER: Final = """
 SELECT token, pk FROM (
-    SELECT DISTINCT token, pk FROM atoms WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+    SELECT * FROM (
+        SELECT DISTINCT token, pk FROM atoms WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+        ORDER BY token, pk LIMIT ?
+    )
     UNION
-    SELECT DISTINCT token, pk FROM partition_atoms
-    WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+    SELECT * FROM (
+        SELECT DISTINCT token, pk FROM partition_atoms
+        WHERE tid = ? AND token <= ? AND (token, pk) > (?, ?)
+        ORDER BY token, pk LIMIT ?
+    )
 ) ORDER BY token, pk LIMIT ?"""
+"""The first keys after a position, each branch limited on its own: without the inner limits
+SQLite built the whole remaining range's DISTINCT set before the outer LIMIT (a page of a
+1,000,000-row table took ~0.5 s instead of ~1 ms, every page of a range scan or stream)."""
 
 SELECT_PARTITION_ALL_ATOMS: Final = f"""
 SELECT {_ATOM_COLUMNS} FROM atoms WHERE tid = ? AND token = ? AND pk = ? ORDER BY ck"""
