@@ -6,9 +6,9 @@ Run with the project venv: ``.venv/bin/python bench/bench_topology.py [--rows N]
    ``bench`` (SimpleStrategy RF 3), tables ``bench.t (k bigint PRIMARY KEY, v text)`` (the data
    to stream) and ``bench.w (k int PRIMARY KEY, v text) WITH cdc`` (the client workload), then
    ``cluster stop``.
-2. Bulk load: N rows into ``bench.t`` of every node's store directly (``Store.apply`` in batches,
-   the cluster stopped: RF 3 on 3 nodes, so every node holds every row), as ``bench_storage.py``
-   does for scans, to keep the load fast.
+2. Bulk load: N rows into ``bench.t`` of node 1's store directly (``Store.apply`` in batches,
+   the cluster stopped), then its stored atoms copied into nodes 2 and 3 (RF 3 on 3 nodes: every
+   node holds every row), as ``bench_storage.py`` loads for scans, to keep the load fast.
 3. ``cluster start`` again; steady state: QUORUM INSERTs into ``bench.w`` through the driver
    (token aware, 16 in flight) for ``--steady-s`` seconds -> rows/s.
 4. The same workload runs in a thread while ``ringflow cluster add`` bootstraps the 4th node:
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,29 @@ def bulk_load(store_path: Path, rows: int) -> None:
             store.apply(batch, now_s=now_s)
     finally:
         store.close()
+
+
+def copy_table(source: Path, target: Path) -> None:
+    """``bench.t``'s stored atoms from ``source`` into ``target`` (same rows on every replica;
+    each store numbers its tables itself, so the table id is mapped)."""
+    connection = sqlite3.connect(target, isolation_level=None)
+    try:
+        connection.execute("ATTACH DATABASE ? AS source", (str(source),))
+        query = "SELECT tid FROM {}._tables WHERE keyspace = 'bench' AND name = 't'"
+        (source_tid,) = connection.execute(query.format("source")).fetchone()
+        (target_tid,) = connection.execute(query.format("main")).fetchone()
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(atoms)")]
+        rest = ", ".join(columns[1:])
+        assert columns[0] == "tid", columns
+        connection.execute("BEGIN")
+        connection.execute(
+            f"INSERT INTO main.atoms (tid, {rest}) SELECT ?, {rest} FROM source.atoms "
+            "WHERE tid = ?",
+            (target_tid, source_tid),
+        )
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
 
 
 class Workload:
@@ -126,8 +150,9 @@ def setup(data: Path, first: str, rows: int) -> None:
     cluster.shutdown()
     ringflow("cluster", "stop", "--data", str(data))
     start = time.perf_counter()
-    for node in ("node1", "node2", "node3"):
-        bulk_load(data / node / "store.sqlite", rows)
+    bulk_load(data / "node1" / "store.sqlite", rows)
+    for node in ("node2", "node3"):
+        copy_table(data / "node1" / "store.sqlite", data / node / "store.sqlite")
     print(f"  bulk load: {rows:,} rows x 3 stores in {time.perf_counter() - start:.1f} s")
     ringflow("cluster", "start", "--data", str(data), "--timeout", "180", timeout_s=240)
 
