@@ -56,8 +56,10 @@ def edge_cluster() -> Iterator[LocalCluster]:
     """3 real node processes (RF 3 keyspaces go on all of them), gossiping every 200 ms so a
     killed node is convicted within seconds; stopped (SIGTERM, then SIGKILL) at the end."""
     data = Path(tempfile.mkdtemp(prefix="ringflow-edge-"))
+    first = free_loopback_block(EDGE_NODES)
+    # 2 vnodes a node: the CDC source runs one Spark task per vnode, a cost per micro-batch
     cluster = LocalCluster(
-        data, EDGE_NODES, first_address=free_loopback_block(EDGE_NODES), gossip_interval_ms=200
+        data, EDGE_NODES, first_address=first, num_tokens=2, gossip_interval_ms=200
     )
     try:
         yield cluster.start()

@@ -22,11 +22,8 @@ from ringflow.pipeline._table_source import RingflowTableDataSource
 @pytest.fixture(scope="module")
 def ringflow_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     base: Path = tmp_path_factory.mktemp("ringflow-node")
-    process = NodeProcess(base / "data", random_loopback_address())
-    try:
-        yield process.start()
-    finally:
-        process.kill()
+    with NodeProcess(base / "data", random_loopback_address()) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

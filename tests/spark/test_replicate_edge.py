@@ -186,19 +186,27 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
     _write(workload, 200, pause_s=0)
     job = Job(arguments, tmp_path / "job.log")
     victim = edge_cluster.addresses[2]
+    started = time.monotonic()
+
+    def phase(text: str) -> None:  # shown when the test fails (or with -s)
+        print(f"{time.monotonic() - started:6.1f}s {text}", flush=True)
+
     try:
         # 1. the job runs: a workload at QUORUM until the lake channel committed a batch
         commits = tmp_path / "checkpoints" / "lake" / "commits"
         while not (commits / "0").exists():  # Spark's commit log of batch 0
             assert job.running(), job.output()
-            _write(workload, 5)
+            _write(workload, 1, pause_s=0.5)  # a trickle: every change costs the catch-up
         # 2. an edge node crashes; QUORUM writes go on with 2 of 3 replicas
+        phase("the lake channel committed batch 0")
         edge_cluster.kill(victim)
         _write(workload, PHASE_WRITES)
         # 3. it restarts on its data; until it has loaded the CDC generation it refuses the CDC
         # writes it coordinates ("could not find any CDC stream"), so wait for UP + generation
+        phase(f"{PHASE_WRITES} writes with {victim} down")
         edge_cluster.restart(victim)
         edge_cluster.wait_ready()
+        phase(f"{victim} restarted and UP")
         _write(workload, PHASE_WRITES)
         assert job.running(), job.output()
         # 4. the job itself crashes in the middle of a micro-batch
@@ -207,6 +215,7 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
             "a staged lake file",
         )
         job.kill()
+        phase("job SIGKILLed with a batch staged")
     finally:
         job.kill()
         edge_cluster.wait_ready()  # the victim is UP again even if the test failed half-way
@@ -219,6 +228,7 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
     # 5. started again on the same checkpoints, it catches up exactly once
     time.sleep(CONFIDENCE_MS / 1000 + 1.6)  # past the window, and the 1 s TTLs have run out
     assert main([*arguments, "--once"]) == 0
+    phase("caught up (--once)")
     table, rows = _check_all_equal(stage, edge_cluster, keyspace, tmp_path)
     assert rows > 50
     lake = read_lake_changes(tmp_path / "lake", f"{keyspace}.{TABLE}")

@@ -234,6 +234,18 @@ class NodeProcess:
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
 
+    def __enter__(self) -> NodeProcess:
+        """``with NodeProcess(...) as node``: started, and SIGKILLed on the way out."""
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.kill()
+
 
 # --- a local cluster: the code of ``ringflow cluster ...`` ------------------------------------
 

@@ -52,11 +52,8 @@ def saved_tokens(node: NodeProcess) -> list[int]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     base: Path = tmp_path_factory.mktemp("node")
-    process = NodeProcess(base / "data", random_loopback_address())
-    try:
-        yield process.start()
-    finally:
-        process.kill()
+    with NodeProcess(base / "data", random_loopback_address()) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

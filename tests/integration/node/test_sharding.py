@@ -25,11 +25,8 @@ SHARDS = 3
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     base: Path = tmp_path_factory.mktemp("sharded")
-    process = NodeProcess(base / "data", random_loopback_address(), "--shards", str(SHARDS))
-    try:
-        yield process.start()
-    finally:
-        process.kill()
+    with NodeProcess(base / "data", random_loopback_address(), "--shards", str(SHARDS)) as node:
+        yield node
 
 
 @pytest.fixture(scope="module")
