@@ -7,8 +7,6 @@ always stopped (SIGTERM, then SIGKILL) in teardown. Every wait is bounded.
 
 from __future__ import annotations
 
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +26,8 @@ from cassandra.policies import (
     WhiteListRoundRobinPolicy,
 )
 
+from ringflow.cli._demo_cluster import free_loopback_block
+
 START_TIMEOUT_S = 60.0
 NODES = 3
 
@@ -42,19 +42,8 @@ def ringflow(*arguments: str, timeout_s: float = 90.0) -> str:
 
 
 def free_block(count: int) -> str:
-    rng = random.Random()
-    while True:
-        base = f"127.{rng.randint(2, 253)}.{rng.randint(2, 253)}.{rng.randint(2, 240)}"
-        prefix, last = base.rsplit(".", 1)
-        addresses = [f"{prefix}.{int(last) + i}" for i in range(count)]
-        try:
-            for address in addresses:
-                for port in (9042, 7000):
-                    with socket.socket() as probe:
-                        probe.bind((address, port))
-        except OSError:
-            continue
-        return base
+    """The first of ``count`` loopback addresses whose CQL and internode ports are free."""
+    return free_loopback_block(count)
 
 
 @dataclass
