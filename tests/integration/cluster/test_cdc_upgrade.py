@@ -8,7 +8,9 @@ with the feature (a rolling upgrade). Checked on every node: both v1 generations
 once in ``cdc_generation_timestamps`` with exactly their v1 streams in
 ``cdc_streams_descriptions_v2``; ``system.cdc_local`` has the ``'rewritten'`` row; every CDC log
 row is found from the v2 tables (its stream belongs to the generation operating at its time);
-and a generation requested after the upgrade is a v2 one.
+and a generation requested after the upgrade is a v2 one. Then expiry (CDC TTL 1 s: superseded
+generations marked ``expired``, their internal descriptions deleted) and a 4th node joining
+(``ringflow cluster add``: a v2 generation, and the new node has ``'rewritten'`` from bootstrap).
 """
 
 from __future__ import annotations
@@ -262,3 +264,21 @@ def test_superseded_generations_expire_after_the_cdc_ttl(old_cluster: LocalClust
         )
     )
     assert list(internal), "the newest generation keeps its internal description"
+
+
+def test_a_node_joining_the_upgraded_cluster_makes_a_v2_generation(
+    old_cluster: LocalCluster,
+) -> None:
+    """Bootstrap after the upgrade (issue 7 §4 "Upgrade"): the new generation is v2, and the
+    new node wrote ``'rewritten'`` at bootstrap, so it never rewrites (seed 000)."""
+    if not GENERATIONS:
+        pytest.skip("needs the upgraded cluster of the tests above")
+    cluster = old_cluster
+    before = (GENERATIONS["third"], GENERATIONS["third_uuid"])
+    ringflow("cluster", "add", "--data", str(cluster.data), "--timeout", "150", timeout_s=200)
+    prefix, last = cluster.addresses[-1].rsplit(".", 1)
+    cluster.addresses.append(f"{prefix}.{int(last) + 1}")
+    _, joined_uuid = _agreed_generation(cluster, differs_from=before)  # type: ignore[misc]
+    assert joined_uuid is not None, "a generation made after the upgrade is v2"
+    local = _cdc_local(cluster, cluster.addresses[-1])
+    assert "rewritten" in local
