@@ -202,6 +202,7 @@ class _Node:
             for i, ttl in enumerate(cdc_ttls)
         }
         self.processor = SimpleNamespace(schema=SimpleNamespace(tables=tables))
+        self.failing_reads = 0
 
     def offload(self, work: Callable[[], object], done: Callable[..., None]) -> None:
         done(work(), None)
@@ -223,6 +224,13 @@ class _Node:
     ) -> None:
         done(self.store.read_mutation((keyspace, table), key), None)
 
+    def _fails(self, done: Callable[..., None], *nones: None) -> bool:
+        if self.failing_reads <= 0:
+            return False
+        self.failing_reads -= 1
+        done(*nones, RuntimeError("replicas unavailable"))
+        return True
+
     def read_range(
         self,
         keyspace: str,
@@ -233,6 +241,8 @@ class _Node:
         limit: int,
         done: Callable[..., None],
     ) -> None:
+        if self._fails(done, None, None):
+            return
         page = self.store.scan_mutations((keyspace, table), left, right, page_size=min(limit, 1000))
         assert page.paging_state is None
         done(list(page.mutations), None, None)
@@ -471,4 +481,24 @@ def test_a_generation_whose_rows_expired_is_left_to_the_service(tmp_path: Path) 
     newer = GenerationIdV2(NOW_US // 1000, uuid.UUID(int=78))
     assert decider.on_tick([_view(HIGH, V2, newer)], (), 0) == [Prepare(newer), Load(newer, 0)]
     assert decider.on_loaded(gone, None) == []  # superseded: no more retries for it
+    store.close()
+
+
+def test_the_rewrite_retries_in_the_background_after_a_failed_read(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    now_ms = NOW_US // 1000
+    _seed_v1(store, [now_ms - HOUR_MS])
+    node = _Node(store, LOW, [86_400])
+    node.gossiper.states = _states(v2=True)
+    node.failing_reads = 1
+    rewrite = StreamsRewriteService(node)  # type: ignore[arg-type]
+    rewrite.start()
+    rewrite.tick(now_ms)  # the scan fails: back to waiting, with a delay
+    assert rewrite.state is RewriteState.WAITING and rewrite.attempts == 1
+    assert _v2_times(store) == []
+    rewrite.tick(now_ms)  # too early for the retry
+    assert rewrite.attempts == 1 and _v2_times(store) == []
+    node.clock.now += 60_000_000
+    rewrite.tick(node.clock.now_ms())
+    assert rewrite.state is RewriteState.DONE and _v2_times(store) == [now_ms - HOUR_MS]
     store.close()

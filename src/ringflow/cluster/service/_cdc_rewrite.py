@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ringflow.cdc import (
     GenerationDescriptionV1Row,
@@ -159,7 +159,7 @@ class StreamsRewriteService:
         if not cluster_ready(views, self.cluster.settings.seeds):
             return
         self.state = RewriteState.RUNNING
-        self._scan()
+        self._guarded("scanning", self._scan)
 
     def _failed(self, what: str, error: BaseException | None) -> None:
         self.attempts += 1
@@ -167,6 +167,14 @@ class StreamsRewriteService:
         _log.info("CDC streams rewrite: %s failed (%s); retrying in %d ms", what, error, delay)
         self._retry_at_ms = self.cluster.clock.now_ms() + delay
         self.state = RewriteState.WAITING
+
+    def _guarded(self, what: str, step: Callable[..., None], *arguments: object) -> None:
+        """Run a step of the background part; an unexpected error retries it all later."""
+        try:
+            step(*arguments)
+        except Exception as error:
+            _log.exception("CDC streams rewrite: %s failed", what)
+            self._failed(what, error)
 
     def _table(self, name: tuple[str, str]) -> Table:
         return self.cluster.store.table(*name)
@@ -179,13 +187,17 @@ class StreamsRewriteService:
             if error is not None or rows is None:
                 self._failed("scanning cdc_streams_descriptions", error)
                 return
-            v1_times = [ms_of(row["time"]) for row in rows]
+            try:
+                v1_times = [ms_of(row["time"]) for row in rows]
+            except Exception as bad:
+                self._failed("decoding cdc_streams_descriptions", bad)
+                return
 
             def v2_read(found: list[RowValues] | None, failure: BaseException | None) -> None:
                 if failure is not None or found is None:
                     self._failed("reading cdc_generation_timestamps", failure)
                     return
-                self._fetch(v1_times, [ms_of(row["time"]) for row in found])
+                self._guarded("planning", self._fetch, v1_times, [ms_of(r["time"]) for r in found])
 
             timestamps = self._table(TIMESTAMPS_TABLE)
             read_partition_rows(self.cluster, timestamps, [TIMESTAMPS_KEY], quorum, v2_read)
@@ -208,7 +220,7 @@ class StreamsRewriteService:
 
         def next_one() -> None:
             if not wanted:
-                self._rewrite(v1_times, v2_times, descriptions, now_ms)
+                self._guarded("rewriting", self._rewrite, v1_times, v2_times, descriptions, now_ms)
                 return
             time_ms = wanted.pop(0)
 
@@ -216,9 +228,13 @@ class StreamsRewriteService:
                 if error is not None or rows is None:
                     self._failed(f"reading v1 description {time_ms}", error)
                     return
-                for row in rows:
-                    if row.get("description") is not None:
-                        descriptions[time_ms] = v1_row(time_ms, row)
+                try:
+                    for row in rows:
+                        if row.get("description") is not None:
+                            descriptions[time_ms] = v1_row(time_ms, row)
+                except Exception as bad:
+                    self._failed(f"decoding v1 description {time_ms}", bad)
+                    return
                 next_one()
 
             key = [datetime_from_ms(time_ms)]
