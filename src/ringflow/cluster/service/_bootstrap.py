@@ -31,6 +31,17 @@ in the data dir, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``
 ``ring_delay``, a new generation for the ring without this node (made the same way), push every
 piece it holds to the hosts gaining it (``leave_plan``), wait until the generation operates,
 STATUS=``LEFT,<token>``, wait ``ring_delay`` for gossip to spread it, then the process exits.
+One change at a time: a node announces BOOT or starts leaving only when gossip shows no other
+node joining or leaving.
+
+Removenode (``TopologyService.removenode``, asked through ``removenode.request`` holding the dead
+node's host id): this node gossips REMOVAL_COORDINATOR ``removing:<host id>`` (every node then
+treats the dead node as leaving: writes also go to the replicas gaining its ranges), waits
+``ring_delay``, has every live member (itself too) pull what it gains from surviving replicas
+(STREAM_REQ ``restream``, ``restream_plan``), gossips ``removed:<host id>`` (every node drops it
+from the ring and ``system.peers``), then makes the generation without its tokens. Here the
+generation comes last: while the dead node is a member its CL=ALL write could not succeed, and
+the previous generation, finer than the smaller ring, stays colocated in it.
 """
 
 from __future__ import annotations
@@ -87,6 +98,8 @@ BOOTSTRAP_FILE = "bootstrap.json"
 DECOMMISSION_REQUEST_FILE = "decommission.request"
 REMOVENODE_REQUEST_FILE = "removenode.request"
 REMOVENODE_REFUSED_FILE = "removenode.refused"
+ALIVE = "the node is alive (decommission a live node)"
+BUSY = "a topology change is in progress here"
 STARTING_STATUS = "STARTING"
 RING_DELAY_ROUNDS = 5
 """Ring delay for topology changes, in gossip rounds, when none is configured."""
@@ -332,13 +345,13 @@ class TopologyService:
     def removenode(self, host_id: uuid.UUID) -> str | None:
         """Start removing the dead node ``host_id`` (``removenode``): None, or why not."""
         if self.phase not in (Phase.IDLE, Phase.DONE) or self.change == "leave":
-            return "a topology change is in progress here"
+            return BUSY
         cluster = self.cluster
         info = next((i for i in cluster.members.values() if i.host.host_id == host_id), None)
         if info is None:
             return f"{host_id} is not a ring member"
         if cluster.live(info.host):
-            return f"{host_id} is alive: decommission it instead"
+            return ALIVE
         self.change, self.removing, self.generation = "remove", host_id, None
         self._set_removal(host_id, REMOVING)
         self._enter(Phase.ANNOUNCED)
@@ -523,11 +536,13 @@ class TopologyService:
         removal = self.data_dir / REMOVENODE_REQUEST_FILE
         if removal.exists():
             text = removal.read_text().strip()
-            removal.unlink(missing_ok=True)
             try:
                 refused = self.removenode(uuid.UUID(text))
             except ValueError:
                 refused = f"not a host id: {text!r}"
+            if refused in (ALIVE, BUSY):  # kept: a killed node takes a few seconds to convict
+                return
+            removal.unlink(missing_ok=True)
             if refused is not None:
                 _log.warning("removenode refused: %s", refused)
                 (self.data_dir / REMOVENODE_REFUSED_FILE).write_text(refused)
