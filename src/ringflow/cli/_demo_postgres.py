@@ -1,8 +1,9 @@
-"""A throwaway PostgreSQL server for ``ringflow demo``: initdb + pg_ctl in a temp directory.
+"""A throwaway PostgreSQL server for ``ringflow demo`` and the Spark tests' ``postgres_url``
+fixture (``tests/spark/conftest.py``): initdb + pg_ctl in a temp directory.
 
-The same recipe as the Spark tests' fixture (``tests/spark/conftest.py``): a fresh cluster in a
-temporary directory, listening on 127.0.0.1 only (plus a Unix socket in that directory) with
-trust authentication, fsync off, stopped with ``-m immediate`` and deleted afterwards.
+A fresh cluster in a temporary directory, listening on 127.0.0.1 only (plus a Unix socket in
+that directory) with trust authentication, fsync off, stopped with ``-m immediate`` and deleted
+afterwards.
 ``initdb`` and ``postgres`` refuse to run as root, so as root they run as ``nobody`` (via
 ``runuser``, else ``setpriv``) with the directory handed to that user. Every wait is bounded.
 """
