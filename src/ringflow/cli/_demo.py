@@ -185,7 +185,8 @@ def datetime_now_ms() -> Any:
 
 def _execute_retrying(session: Any, statement: Any, values: tuple[object, ...]) -> int:
     """Execute, retrying (bounded) on a failure; the number of failed attempts. (At QUORUM a
-    write can fail only while the driver still uses a connection to the node just killed.)"""
+    write fails only on a connection to the node just killed, or on the restarted node before it
+    has loaded the CDC generation: until then it refuses the CDC writes it coordinates.)"""
     deadline = time.monotonic() + RETRY_TIMEOUT_S
     failures = 0
     while True:
