@@ -58,6 +58,7 @@ JOINERS = ("n4", "n5")
 TOKENS_PER_NODE = 4
 GOSSIP_MS = 1_000
 SEEDS = tuple(range(30))
+WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
 GENERATION_MS = DEFAULT_EPOCH_MS - 60_000
 INITIAL_UUID = uuid.UUID(int=7, version=4)
@@ -233,6 +234,8 @@ class Writes:
     acked: dict[int, int] = field(default_factory=dict)
     streams: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     refused: int = 0
+    settled: int = 0
+    """Writes issued and answered (acknowledged or refused)."""
 
 
 def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_ms: int) -> None:
@@ -243,6 +246,7 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
             candidates = cluster.coordinators()
             if not candidates:
                 writes.refused += 1
+                writes.settled += 1
                 return
             name = rng.choice(candidates)
             node = cluster.nodes[name]
@@ -254,10 +258,12 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
                 capture = prepare_cdc_write(mutation, table, ts_us, ts_us, cluster.cdc[name], rng)
             except Exception:
                 writes.refused += 1
+                writes.settled += 1
                 return
             writes.streams[key] = (capture.stream_id, ts_us)
 
             def done(error: BaseException | None) -> None:
+                writes.settled += 1
                 if error is None:
                     writes.acked[key] = value
                 else:
@@ -324,12 +330,13 @@ def run_scenario(seed: int) -> None:
             )
         )
         writes = Writes()
-        schedule_writes(cluster, writes, 90, 150_000)
+        schedule_writes(cluster, writes, WRITES, 150_000)
         leaver = rng.choice(FIRST[1:])
         victim = next(n for n in FIRST if n not in ("n1", leaver))
         crash_at = rng.randrange(5_000, 100_000)
-        sim.after(crash_at, lambda: sim.crash(victim))
-        sim.after(crash_at + rng.randrange(2_000, 20_000), lambda: sim.restart(victim))
+        sim.after(crash_at, lambda: sim.process(victim).running and sim.crash(victim))
+        restart_at = crash_at + rng.randrange(2_000, 20_000)
+        sim.after(restart_at, lambda: sim.process(victim).running or sim.restart(victim))
         sim.after(1_000, lambda: add_joiner(cluster, "n4"))
 
         def done(name: str) -> bool:
@@ -350,6 +357,8 @@ def run_scenario(seed: int) -> None:
         if not sim.process(victim).running:
             sim.restart(victim)
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
+        answered = sim.run_until_true(lambda: writes.settled == WRITES, timeout_ms=300_000)
+        assert answered, f"{writes.settled} of {WRITES} writes answered; {sim.describe()}"
         remaining = cluster.running()
         assert sorted(remaining) == sorted({"n1", "n2", "n3", "n4", "n5"} - {leaver})
         for name in remaining:  # every node's ring: the four remaining nodes, nobody moving
