@@ -7,7 +7,8 @@ add|decommission``.
   ``ringflow.cluster.service._bootstrap``); returns once every node sees it UP and NORMAL with
   one CDC generation, its host id and tokens then saved in ``cluster.json``.
 * ``node add --address A --data DIR --seeds S [--dc ..] [--rack ..]``: the same joining node in
-  the foreground, outside a cluster directory.
+  the foreground, outside a cluster directory (without ``--address``, ``DIR`` is a cluster
+  directory and this is ``cluster add``).
 * ``cluster removenode HOST_ID --data CLUSTER`` (or ``node removenode HOST_ID --data NODE_DIR``
   of a live node): a running node coordinates the removal of the dead node (request file
   ``removenode.request``): every live node pulls what it gains from surviving replicas, the dead
@@ -87,7 +88,11 @@ def register_node(actions: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _join_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", required=True, help="loopback address (127.0.0.N)")
+    parser.add_argument(
+        "--address",
+        help="loopback address (127.0.0.N); without it DIR must be a cluster directory and the "
+        "node is added as 'ringflow cluster add' does",
+    )
     parser.add_argument("--data", required=True, type=Path)
     parser.add_argument("--seeds", default="127.0.0.1", help="comma-separated seed addresses")
     parser.add_argument("--dc")
@@ -101,6 +106,11 @@ def run_join_node(arguments: argparse.Namespace) -> int:
     from ringflow.cluster.service._process import run_cluster_node
     from ringflow.cluster.service._settings import NodeTimings
 
+    if arguments.address is None:
+        if not (arguments.data / cluster_cli.LAYOUT_FILE).exists():
+            raise ConfigurationError("--address is needed outside a cluster directory")
+        arguments.timeout = getattr(arguments, "timeout", None) or 180.0
+        return run_cluster_add(arguments)
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
