@@ -38,7 +38,11 @@ from ringflow.cluster.service._bootstrap import (
     joining_states,
     save_bootstrap_state,
 )
-from ringflow.cluster.service._cdc_generations import CdcGenerationService, read_description
+from ringflow.cluster.service._cdc_generations import (
+    CDC_GENERATIONS_V2_FEATURE,
+    CdcGenerationService,
+    read_description,
+)
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._settings import ClusterSettings
 from ringflow.cql._exec_system import ensure_system_tables
@@ -124,7 +128,11 @@ class TopologyCluster:
                 cluster_name="sim",
                 gossip_interval_ms=GOSSIP_MS,
             )
-            states = {ApplicationState.SHARD_COUNT: "2", ApplicationState.IGNORE_MSB: "12"}
+            states = {
+                ApplicationState.SHARD_COUNT: "2",
+                ApplicationState.IGNORE_MSB: "12",
+                ApplicationState.SUPPORTED_FEATURES: CDC_GENERATIONS_V2_FEATURE,
+            }
             if initial is not None:
                 states[ApplicationState.CDC_GENERATION_ID] = initial.id.to_gossip()
             node = ClusterNode(

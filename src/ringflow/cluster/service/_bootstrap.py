@@ -57,7 +57,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ringflow.cdc import DEFAULT_LEEWAY_US, GenerationIdV2, generate_topology_description
+from ringflow.cdc import (
+    DEFAULT_LEEWAY_US,
+    GenerationId,
+    GenerationIdV1,
+    GenerationIdV2,
+    generate_topology_description,
+)
 from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._failure_detector import FailureDetector
@@ -81,7 +87,13 @@ from ringflow.cluster._topology_change import (
     sharding_of,
     status_value,
 )
-from ringflow.cluster.service._cdc_generations import CdcGenerationService, internal_mutations
+from ringflow.cluster.service._cdc_generations import (
+    CdcGenerationService,
+    generation_version,
+    internal_mutations,
+    member_views,
+)
+from ringflow.cluster.service._cdc_tables import v1_generation_mutations
 from ringflow.cluster.service._membership import local_endpoint_state, ring_members
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
@@ -246,7 +258,7 @@ class TopologyService:
         self.change: str | None = "join" if joining else None
         self.phase = Phase.WAIT_SCHEMA if joining else Phase.IDLE
         self.phase_since_ms = cluster.clock.now_ms()
-        self.generation: GenerationIdV2 | None = None
+        self.generation: GenerationId | None = None
         self.stream_attempts = 0
         self.stats = StreamStats()
         self.stream_started_ms = 0
@@ -450,8 +462,13 @@ class TopologyService:
 
     def _propose(self) -> None:
         """Generate the future ring's description, write it at CL=ALL, pick the timestamp,
-        hand it to the generation service."""
+        hand it to the generation service. A cluster where some node lacks
+        ``CDC_GENERATIONS_V2`` gets a v1 generation (``_propose_v1``)."""
         cluster = self.cluster
+        gossiper = cluster.gossiper
+        if generation_version(member_views(gossiper.endpoint_states(), gossiper.is_alive)) == 1:
+            self._propose_v1()
+            return
         generation_uuid = uuid.UUID(int=self.rng.getrandbits(128), version=4)
         try:
             sharding = self._future_sharding()
@@ -471,17 +488,46 @@ class TopologyService:
                 return
             now_ms = cluster.clock.now_ms()
             timestamp = new_generation_timestamp(now_ms, ring_delay_of(cluster))
-            generation = GenerationIdV2(timestamp, generation_uuid)
-            self.generation = generation
-            _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
-            service = self.generations
-            service._run(service.decider.on_proposed(generation, now_ms))
-            if self.change == "remove":  # the ranges moved before the dead node was dropped
-                self._enter(Phase.WAIT_GENERATION)
-            else:
-                self._start_streaming()
+            self._adopt(GenerationIdV2(timestamp, generation_uuid))
 
         write_in_order(cluster, mutations, ConsistencyLevel.ALL, written)
+
+    def _propose_v1(self) -> None:
+        """A v1 generation: its timestamp is its key, chosen first; the one-row description is
+        written at QUORUM in ``system_distributed`` (seed 000 "V1 IDs", as the generation
+        service's ``_propose_v1``)."""
+        cluster = self.cluster
+        now_us = cluster.clock.now_us()
+        timestamp = new_generation_timestamp(now_us // 1000, ring_delay_of(cluster))
+        generation = GenerationIdV1(timestamp)
+        try:
+            sharding = self._future_sharding()
+            description = generate_topology_description(sharding.keys(), sharding, self.rng)
+            mutations = v1_generation_mutations(cluster.store, generation, description, now_us)
+        except RingflowError:
+            _log.exception("building the v1 CDC generation of the changed ring failed")
+            self._retry_proposal()
+            return
+
+        def written(error: BaseException | None) -> None:
+            if error is not None:
+                _log.warning("writing v1 CDC generation %s failed: %s", generation, error)
+                self._retry_proposal()
+            else:
+                self._adopt(generation)
+
+        write_in_order(cluster, mutations, ConsistencyLevel.QUORUM, written)
+
+    def _adopt(self, generation: GenerationId) -> None:
+        """The generation service takes the new generation (gossip, load, persist, publish)."""
+        self.generation = generation
+        _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
+        service = self.generations
+        service._run(service.decider.on_proposed(generation, self.cluster.clock.now_ms()))
+        if self.change == "remove":  # the ranges moved before the dead node was dropped
+            self._enter(Phase.WAIT_GENERATION)
+        else:
+            self._start_streaming()
 
     def _retry_proposal(self) -> None:
         self.cluster.clock.call_later(2 * self.cluster.settings.gossip_interval_ms, self._propose)
