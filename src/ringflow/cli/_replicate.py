@@ -50,7 +50,11 @@ def register(subcommands: Subcommands) -> None:
     mode.add_argument("--once", action="store_true", help="replicate what is there, then stop")
     mode.add_argument("--continuous", action="store_true", help="run until Ctrl-C")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    parser.add_argument("--consistency", default="ONE", help="source read consistency")
+    parser.add_argument(
+        "--consistency",
+        default="QUORUM",
+        help="source read consistency (QUORUM: a replica that missed writes cannot hide them)",
+    )
     parser.add_argument(
         "--confidence-window-ms",
         type=int,

@@ -117,7 +117,7 @@ def parse_table_name(text: str) -> tuple[str, str]:
 
 
 def cdc_options(
-    source: str, table: str, *, consistency: str = "ONE", **extra: int | None
+    source: str, table: str, *, consistency: str = "QUORUM", **extra: int | None
 ) -> dict[str, str]:
     """The ``ringflow-cdc`` options for ``table`` at ``source`` (extra: window options)."""
     hosts, port = parse_hosts(source, "source")
