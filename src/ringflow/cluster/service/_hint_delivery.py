@@ -1,0 +1,155 @@
+"""Hint storage and delivery: the shell that runs ``HintManager``'s actions (seed 003, hinted
+handoff; cassandra-core.md on hints).
+
+Owns ``HintDelivery``: storing a hint the coordinator asks for (``StoreHint``, with the unit's CDC
+captures, ``Store.store_hint(captures=)``), replaying stored hints as HINT_REQ when the manager
+says the target is up and agrees on the schema, deleting delivered or expired ones, and the
+HINT_RSP / FAILURE_RSP answers.
+
+Rules:
+
+* Hints survive a restart: every target still holding some is reported to the manager at start
+  (its window counts from then, the hints' exact age being unknown).
+* At most ``HINT_FETCH_LIMIT`` hints of one target are read from the store at a time.
+* A delivery whose answer never comes (lost connection, target crashed mid-delivery) is given
+  up after the write timeout, so the target's replay does not stay in flight forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ringflow.cluster._coordinator import HintStored
+from ringflow.cluster._hints import DeleteHint, DeliverHint, HintAction, ReplayHints
+from ringflow.cluster._messages import Verb
+from ringflow.cluster._write_path import StoreHint, WriteUnit
+from ringflow.cluster.service import _codec
+from ringflow.errors import RingflowError
+from ringflow.storage._hints import Hint
+
+if TYPE_CHECKING:
+    from ringflow.cluster.service._node import ClusterNode
+
+_log = logging.getLogger(__name__)
+
+HINT_FETCH_LIMIT = 64
+
+
+class HintDelivery:
+    """Runs a node's ``HintManager`` actions against its store and the network."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self._node = node
+        self._fetched: dict[int, Hint] = {}
+
+    def on_stored_hint_targets(
+        self, targets: list[uuid.UUID] | None, error: BaseException | None
+    ) -> None:
+        """Hints survive a restart: tell the manager about every target still holding some
+        (their exact age is unknown here, so the window counts from now)."""
+        if error is not None:
+            _log.error("reading the stored hint targets failed", exc_info=error)
+        now_ms = self._node.clock.now_ms()
+        for target_id in targets or []:
+            self._node.hints.on_hint_stored(target_id, now_ms)
+
+    def store_hint(self, action: StoreHint) -> None:
+        """Store the hint the coordinator asked for, then tell it (``HintStored``)."""
+        node = self._node
+        created_ms = node.clock.now_ms()
+        unit, target, request_id = action.unit, action.target, action.request_id
+
+        def work() -> int:
+            return node.store.store_hint(
+                target.host_id, unit.mutations, created_ms, captures=unit.captures
+            )
+
+        def done(_hint_id: int | None, error: BaseException | None) -> None:
+            if error is not None:
+                _log.error("storing a hint for %s failed", target, exc_info=error)
+                return
+            node.handle(HintStored(request_id, target, created_ms))
+
+        node.offload(work, done)
+
+    def run(self, actions: Sequence[HintAction]) -> None:
+        """Carry out the manager's ``actions``."""
+        for action in actions:
+            if isinstance(action, ReplayHints):
+                self._fetch_hints(action.target_id)
+            elif isinstance(action, DeliverHint):
+                self._deliver_hint(action)
+            elif isinstance(action, DeleteHint):
+                self._fetched.pop(action.hint_id, None)
+                self._delete_hint(action.hint_id)
+
+    def _delete_hint(self, hint_id: int) -> None:
+        node = self._node
+        node.offload(lambda: node.store.delete_hint(hint_id), node.log_failure("hint delete"))
+
+    def _fetch_hints(self, target_id: uuid.UUID) -> None:
+        node = self._node
+
+        def done(hints: list[Hint] | None, error: BaseException | None) -> None:
+            if error is not None or hints is None:
+                hints = []
+            for hint in hints:
+                self._fetched[hint.hint_id] = hint
+            actions = node.hints.on_hints_fetched(
+                target_id, hints, node.clock.now_ms(), self._gc_grace_s
+            )
+            self.run(actions)
+
+        node.offload(lambda: node.store.hints_for(target_id, HINT_FETCH_LIMIT), done)
+
+    def _gc_grace_s(self, keyspace: str, table: str) -> int:
+        found = self._node.processor.schema.tables.get((keyspace, table))
+        return 864_000 if found is None else found.options.gc_grace_seconds
+
+    def _deliver_hint(self, action: DeliverHint) -> None:
+        node = self._node
+        hint = self._fetched.get(action.hint_id)
+        captures = () if hint is None else hint.captures
+        unit = WriteUnit(action.mutations, captures)
+        target = next(
+            (i.host for i in node.members.values() if i.host.host_id == action.target_id), None
+        )
+        sent = target is not None and node._send(
+            target.endpoint, Verb.HINT_REQ, action.hint_id, _codec.encode_unit(unit)
+        )
+        if not sent:
+            self.run(node.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
+            return
+        # An answer lost with the connection (or a target that crashed mid-delivery) must not
+        # leave the target's replay stuck in flight: give up on it after the write timeout.
+        node.clock.call_later(
+            node.settings.write_timeout_ms,
+            lambda: self._hint_unanswered(action.target_id, action.hint_id),
+        )
+
+    def _hint_unanswered(self, target_id: uuid.UUID, hint_id: int) -> None:
+        try:
+            actions = self._node.hints.on_hint_delivery_failed(target_id, hint_id)
+        except RingflowError:
+            return  # answered in time: nothing in flight any more
+        self.run(actions)
+
+    def on_hint_answer(self, source: str, hint_id: int, delivered: bool) -> None:
+        """``source`` answered HINT_REQ ``hint_id`` (HINT_RSP, or FAILURE_RSP: not delivered)."""
+        node = self._node
+        info = node.members.get(source)
+        if info is None:
+            return
+        target_id = info.host.host_id
+        try:
+            if delivered:
+                actions = node.hints.on_hint_delivered(target_id, hint_id)
+            else:
+                actions = node.hints.on_hint_delivery_failed(target_id, hint_id)
+        except RingflowError:
+            _log.debug("late hint answer %s from %s ignored", hint_id, source)
+            return
+        self.run(actions)
