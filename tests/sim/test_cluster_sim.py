@@ -20,74 +20,38 @@ replay of that target in DELIVERING for good (reported with these tests).
 
 from __future__ import annotations
 
-import random
 import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import pytest
 
-from ringflow.cdc import CdcMetadata, StreamId, generate_topology_description
-from ringflow.cluster import ConsistencyLevel
+from ringflow.cdc import CdcMetadata, StreamId
 from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
-from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import ClusterSettings
-from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
-from ringflow.cql._requests import Query, QueryParameters
-from ringflow.cql._wire import Consistency
-from ringflow.ring import Host
-from ringflow.runtime import Clock, Runtime
-from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation, Row
-from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, ProcessCrashed, Simulation
-from ringflow.storage import Store
-
-pytestmark = pytest.mark.timeout(120)
-_T = TypeVar("_T")
-QUORUM = ConsistencyLevel.QUORUM
-NAMES = ("n1", "n2", "n3")
-TOKENS_PER_NODE = 4
-GOSSIP_MS = 1_000
-SEEDS = tuple(range(50))  # issue 6: >= 50 seeds in CI (about a minute)
-_NAMESPACE = uuid.UUID("0d5b2a4e-6a53-4c59-9d0e-3e5f1f0f7a11")
-
-
-def endpoint(name: str) -> str:
-    return f"10.0.0.{NAMES.index(name) + 1}:{INTERNODE_PORT}"
-
-
-def tokens_of(name: str) -> tuple[int, ...]:
-    """Evenly interleaved tokens: every node owns a third of the ring."""
-    step = 2**64 // (len(NAMES) * TOKENS_PER_NODE)
-    index = NAMES.index(name)
-    return tuple(-(2**63) + (index + len(NAMES) * j) * step + 1 for j in range(TOKENS_PER_NODE))
-
-
-GENERATION_MS = DEFAULT_EPOCH_MS - 60_000
-"""The cluster's one CDC generation, operating since a minute before the simulation starts."""
-DESCRIPTION = generate_topology_description(
-    sorted(t for name in NAMES for t in tokens_of(name)), lambda token: (2, 12), random.Random(0)
+from ringflow.cluster.service._node import ClusterNode
+from ringflow.runtime import Runtime
+from ringflow.schema import CDC_LOG_SUFFIX, Cell
+from ringflow.sim import NetworkConfig, ProcessCrashed, Simulation
+from tests.sim._harness import (
+    NAMES,
+    QUORUM,
+    all_alive,
+    create_cdc_table,
+    endpoint,
+    kv_key,
+    kv_value,
+    kv_write,
+    open_store,
+    random_faults,
+    read_all,
+    sim_host,
+    start_layout_node,
 )
 
-
-def sim_offload(clock: Clock) -> Callable[..., None]:
-    """``Offload`` in the simulator: the work runs as a 0 ms timer of the incarnation."""
-
-    def offload(
-        work: Callable[[], _T], done: Callable[[_T | None, BaseException | None], None]
-    ) -> None:
-        def run() -> None:
-            try:
-                result = work()
-            except Exception as error:
-                done(None, error)
-                return
-            done(result, None)
-
-        clock.call_later(0, run)
-
-    return offload
+pytestmark = pytest.mark.timeout(120)
+SEEDS = tuple(range(50))  # issue 6: >= 50 seeds in CI (about a minute)
+_NAMESPACE = uuid.UUID("0d5b2a4e-6a53-4c59-9d0e-3e5f1f0f7a11")
 
 
 @dataclass
@@ -97,39 +61,10 @@ class SimCluster:
     cdc: dict[str, CdcMetadata] = field(default_factory=dict)
 
     def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
-        host = Host(uuid.uuid5(_NAMESPACE, name), endpoint(name), "datacenter1", "rack1")
+        host = sim_host(_NAMESPACE, name, endpoint(name))
 
         def make(runtime: Runtime) -> ClusterNode:
-            store = Store(runtime.disk.root / "store.sqlite", synchronous="NORMAL")
-            runtime.disk.adopt(store)  # a crash closes it like a killed process would
-            cdc = self.cdc[name] = CdcMetadata()
-            cdc.insert(GENERATION_MS, DESCRIPTION, runtime.clock.now_us())
-            processor = QueryProcessor(
-                store,
-                node=NodeIdentity(host.host_id, tokens=tokens_of(name)),
-                clock=runtime.clock.now_us,
-                cdc=cdc,
-                rng=random.Random(runtime.random.getrandbits(64)),
-            )
-            settings = ClusterSettings(
-                endpoint=endpoint(name),
-                rpc_address=endpoint(name).split(":")[0],
-                seeds=(endpoint("n1"),),
-                cluster_name="sim",
-                gossip_interval_ms=GOSSIP_MS,
-            )
-            node = ClusterNode(
-                settings,
-                host=host,
-                tokens=tokens_of(name),
-                store=store,
-                processor=processor,
-                clock=runtime.clock,
-                network=runtime.network,
-                rng_seed=runtime.random.getrandbits(64),
-                offload=sim_offload(runtime.clock),
-            )
-            node.start()
+            node, self.cdc[name] = start_layout_node(runtime, name, host, open_store(runtime))
             self.nodes[name] = node
             return node
 
@@ -142,38 +77,12 @@ class SimCluster:
         return [p.name for p in self.sim.processes if p.running]
 
     def all_up(self) -> bool:
-        for name in self.running():
-            node = self.nodes[name]
-            others = [n for n in self.running() if n != name]
-            if not all(node.gossiper.is_alive(endpoint(other)) for other in others):
-                return False
-        return True
+        return all_alive(self.nodes, self.running(), endpoint)
 
     def agreed(self) -> bool:
         versions = {self.nodes[name].processor.schema_version for name in self.running()}
         keyspaces = all("ks" in self.nodes[n].processor.schema.keyspaces for n in self.running())
         return len(versions) == 1 and keyspaces
-
-
-def _ddl(node: ClusterNode, text: str) -> None:
-    response = node.processor.query(Query(text, QueryParameters(Consistency.ONE)), SessionState())
-    assert "Error" not in type(response).__name__, response
-    node.on_local_schema_change()
-
-
-def _write(key: int, value: int, ts_us: int) -> Mutation:
-    cells = {"v": Cell.live(ts_us, struct.pack(">i", value))}
-    return Mutation("ks", "kv", (struct.pack(">i", key),), rows=(Row((), cells=cells),))
-
-
-def _value(partition: Mutation | None) -> int | None:
-    if partition is None or not partition.rows:
-        return None
-    cell = partition.rows[0].cells.get("v")
-    if not isinstance(cell, Cell) or not cell.value:
-        return None
-    value: int = struct.unpack(">i", cell.value)[0]
-    return value
 
 
 def check_cdc_log(cluster: SimCluster, streams: dict[int, bytes], sim: Simulation) -> None:
@@ -183,10 +92,10 @@ def check_cdc_log(cluster: SimCluster, streams: dict[int, bytes], sim: Simulatio
     for name in NAMES:
         node = cluster.node(name)
         for key, stream in streams.items():
-            token_replicas = node.replicas_of("ks", base_token(_write(key, 0, 1)))
+            token_replicas = node.replicas_of("ks", base_token(kv_write(key, 0, 1)))
             stream_replicas = node.replicas_of("ks", log_token(StreamId.from_bytes(stream)))
             assert set(token_replicas.natural) == set(stream_replicas.natural)
-            value = _value(node.store.read_mutation(("ks", "kv"), (struct.pack(">i", key),)))
+            value = kv_value(node.store.read_mutation(("ks", "kv"), kv_key(key)))
             if value is None:
                 continue
             log = node.store.read_mutation(("ks", "kv" + CDC_LOG_SUFFIX), (stream,))
@@ -202,19 +111,8 @@ def check_cdc_log(cluster: SimCluster, streams: dict[int, bytes], sim: Simulatio
 
 def read_back(sim: Simulation, reader: ClusterNode, keys: list[int]) -> dict[int, int | None]:
     """QUORUM-read ``keys`` through ``reader``; every read must answer without error."""
-    answers: dict[int, int | None] = {}
-    errors: list[BaseException] = []
-    for key in keys:
-
-        def got(partition: Mutation | None, error: BaseException | None, key: int = key) -> None:
-            if error is not None:
-                errors.append(error)
-            answers[key] = _value(partition)
-
-        reader.read("ks", "kv", (struct.pack(">i", key),), QUORUM, got)
-    assert sim.run_until_true(lambda: len(answers) == len(keys), timeout_ms=30_000)
-    assert not errors, (errors, sim.describe())
-    return answers
+    answers = read_all(sim, reader, "kv", {key: kv_key(key) for key in keys}, timeout_ms=30_000)
+    return {key: kv_value(partition) for key, partition in answers.items()}
 
 
 def boot(seed: int) -> tuple[Simulation, SimCluster]:
@@ -225,15 +123,7 @@ def boot(seed: int) -> tuple[Simulation, SimCluster]:
         for name in NAMES:
             sim.add_process(name, cluster.factory(name))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        _ddl(
-            cluster.node("n1"),
-            "CREATE KEYSPACE ks WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 3}",
-        )
-        _ddl(
-            cluster.node("n1"),
-            "CREATE TABLE ks.kv (k int PRIMARY KEY, v int) WITH cdc = {'enabled': true}",
-        )
+        create_cdc_table(cluster.node("n1"))
         assert sim.run_until_true(cluster.agreed, timeout_ms=60_000), sim.describe()
     except BaseException:
         sim.close()
@@ -247,15 +137,7 @@ def run_scenario(seed: int) -> tuple[str, dict[int, int], int]:
     sim, cluster = boot(seed)
     with sim:
         rng = sim.rng
-        sim.configure_network(
-            NetworkConfig(
-                delay_us_min=200,
-                delay_us_max=rng.choice((2_000, 50_000, 400_000)),
-                delay_distribution="exponential",
-                drop_probability=rng.choice((0.0, 0.02, 0.1)),
-                reorder=True,
-            )
-        )
+        sim.configure_network(random_faults(rng, (2_000, 50_000, 400_000), (0.0, 0.02, 0.1)))
         acked: dict[int, int] = {}
         streams: dict[int, bytes] = {}
         refused = [0]
@@ -281,7 +163,7 @@ def run_scenario(seed: int) -> tuple[str, dict[int, int], int]:
 
                 node = cluster.node(coordinator)
                 ts_us = node.clock.now_us()
-                mutation = _write(key, value, ts_us)
+                mutation = kv_write(key, value, ts_us)
                 capture = prepare_cdc_write(
                     mutation,
                     node.processor.schema.tables[("ks", "kv")],

@@ -7,11 +7,9 @@ the coordinator restarted. Seeded simulation of the real ClusterNode (tests/sim/
 
 from __future__ import annotations
 
-import struct
-
 from ringflow.cluster._hints import ReplayPhase
-
-from .test_cluster_sim import QUORUM, _value, _write, boot
+from tests.sim._harness import QUORUM, kv_key, kv_value, kv_write
+from tests.sim.test_cluster_sim import boot
 
 
 def test_hints_replay_after_the_target_crashed_during_delivery() -> None:
@@ -30,7 +28,7 @@ def test_hints_replay_after_the_target_crashed_during_delivery() -> None:
         acked: list[tuple[int, object]] = []
         for key in range(20):
             n1.write(
-                [_write(key, key, n1.clock.now_us())],
+                [kv_write(key, key, n1.clock.now_us())],
                 {},
                 QUORUM,
                 lambda error, k=key: acked.append((k, error)),
@@ -49,6 +47,6 @@ def test_hints_replay_after_the_target_crashed_during_delivery() -> None:
         missing = [
             key
             for key in range(20)
-            if _value(n3.store.read_mutation(("ks", "kv"), (struct.pack(">i", key),))) != key
+            if kv_value(n3.store.read_mutation(("ks", "kv"), kv_key(key))) != key
         ]
         assert not missing, f"n3 misses hinted writes {missing}: {n1.hints.story()[-4:]}"

@@ -35,7 +35,6 @@ change; and the table takes a QUORUM write read back at QUORUM through every nod
 from __future__ import annotations
 
 import functools
-import random
 import struct
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,37 +42,30 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ringflow.cdc import CdcMetadata
-from ringflow.cluster import ConsistencyLevel
 from ringflow.cluster.service._node import ClusterNode, SchemaStep
-from ringflow.cluster.service._settings import ClusterSettings
 from ringflow.cql._exec_system import load_migrations
-from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
-from ringflow.cql._requests import Query, QueryParameters
-from ringflow.cql._wire import Consistency
-from ringflow.ring import Host
 from ringflow.runtime import Runtime
 from ringflow.schema import Cell, Mutation, Row
 from ringflow.sim import Simulation
 from ringflow.storage import Store
-from tests.sim.test_cluster_sim import (
-    DESCRIPTION,
-    GENERATION_MS,
-    GOSSIP_MS,
+from tests.sim._harness import (
+    KEYSPACE_RF3,
     NAMES,
+    QUORUM,
+    all_alive,
+    ddl,
     endpoint,
-    sim_offload,
-    tokens_of,
+    kv_key,
+    open_store,
+    sim_host,
+    start_layout_node,
 )
 
 pytestmark = pytest.mark.timeout(180)
-QUORUM = ConsistencyLevel.QUORUM
 RESTART_AFTER_MS = 3_000
 CONVERGE_MS = 60_000
 _NAMESPACE = uuid.UUID("5f0c7e1a-2b43-4f7e-9a61-0d3c2e8b9a10")
-KEYSPACE = (
-    "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}"
-)
+KEYSPACE = KEYSPACE_RF3
 TABLE = "CREATE TABLE ks.t (k int PRIMARY KEY, v int)"
 
 
@@ -101,41 +93,13 @@ class SchemaCluster:
     nodes: dict[str, ClusterNode] = field(default_factory=dict)
 
     def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
-        host = Host(uuid.uuid5(_NAMESPACE, name), endpoint(name), "datacenter1", "rack1")
+        host = sim_host(_NAMESPACE, name, endpoint(name))
 
         def make(runtime: Runtime) -> ClusterNode:
-            store = CrashingStore(runtime.disk.root / "store.sqlite", synchronous="NORMAL")
+            store = open_store(runtime, CrashingStore)
             store.crash = lambda: self._crash_point(name, "persist", "")
-            runtime.disk.adopt(store)
-            cdc = CdcMetadata()
-            cdc.insert(GENERATION_MS, DESCRIPTION, runtime.clock.now_us())
-            processor = QueryProcessor(
-                store,
-                node=NodeIdentity(host.host_id, tokens=tokens_of(name)),
-                clock=runtime.clock.now_us,
-                cdc=cdc,
-                rng=random.Random(runtime.random.getrandbits(64)),
-            )
-            settings = ClusterSettings(
-                endpoint=endpoint(name),
-                rpc_address=endpoint(name).split(":")[0],
-                seeds=(endpoint("n1"),),
-                cluster_name="sim",
-                gossip_interval_ms=GOSSIP_MS,
-            )
-            node = ClusterNode(
-                settings,
-                host=host,
-                tokens=tokens_of(name),
-                store=store,
-                processor=processor,
-                clock=runtime.clock,
-                network=runtime.network,
-                rng_seed=runtime.random.getrandbits(64),
-                offload=sim_offload(runtime.clock),
-                schema_observer=lambda step, detail: self._crash_point(name, step, detail),
-            )
-            node.start()
+            observer = functools.partial(self._crash_point, name)
+            node, _cdc = start_layout_node(runtime, name, host, store, schema_observer=observer)
             self.nodes[name] = node
             return node
 
@@ -171,13 +135,7 @@ class SchemaCluster:
 
     def all_up(self) -> bool:
         running = self.running()
-        if len(running) != len(NAMES):
-            return False
-        return all(
-            self.nodes[name].gossiper.is_alive(endpoint(other))
-            for name in running
-            for other in running
-        )
+        return len(running) == len(NAMES) and all_alive(self.nodes, running, endpoint)
 
     def agreed(self) -> bool:
         if not self.all_up():
@@ -187,13 +145,8 @@ class SchemaCluster:
 
     def ddl(self, name: str, text: str) -> bool:
         """Run ``text`` on ``name`` as a client would; False if the node crashed under it."""
-        node = self.nodes[name]
         try:
-            response = node.processor.query(
-                Query(text, QueryParameters(Consistency.ONE)), SessionState()
-            )
-            assert "Error" not in type(response).__name__, response
-            node.on_local_schema_change()
+            ddl(self.nodes[name], text)
         except Crashed:
             return False
         return True
@@ -240,17 +193,13 @@ def _chains(cluster: SchemaCluster) -> dict[str, tuple[uuid.UUID, ...]]:
     return chains
 
 
-def _key(key: int) -> tuple[bytes]:
-    return (struct.pack(">i", key),)
-
-
 def _use_table(cluster: SchemaCluster, table: str, key: int) -> None:
     """A QUORUM write through n1 of ``ks.<table>``, read back at QUORUM through every node."""
     node = cluster.nodes["n1"]
     ts_us = node.clock.now_us()
     row = Row((), cells={"v": Cell.live(ts_us, struct.pack(">i", key * 7))})
     written: list[BaseException | None] = []
-    node.write([Mutation("ks", table, _key(key), rows=(row,))], {}, QUORUM, written.append)
+    node.write([Mutation("ks", table, kv_key(key), rows=(row,))], {}, QUORUM, written.append)
     assert cluster.run_until(lambda: bool(written)), cluster.sim.describe()
     assert written == [None], written
     for name in NAMES:
@@ -263,7 +212,7 @@ def _use_table(cluster: SchemaCluster, table: str, key: int) -> None:
         ) -> None:
             answers.append((partition, error))
 
-        cluster.nodes[name].read("ks", table, _key(key), QUORUM, done)
+        cluster.nodes[name].read("ks", table, kv_key(key), QUORUM, done)
         assert cluster.run_until(functools.partial(bool, answers)), cluster.sim.describe()
         partition, error = answers[0]
         assert error is None and partition is not None, (name, answers)

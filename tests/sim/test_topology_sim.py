@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from ringflow.cdc import CdcMetadata, GenerationIdV2, TopologyDescription
-from ringflow.cdc import generate_topology_description as generate
-from ringflow.cluster import ConsistencyLevel
 from ringflow.cluster._coordinator import prepare_cdc_write
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._topology_change import choose_tokens
@@ -44,27 +42,37 @@ from ringflow.cluster.service._cdc_generations import (
     read_description,
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import ClusterSettings
 from ringflow.cql._exec_system import ensure_system_tables
-from ringflow.cql._executor import NodeIdentity, QueryProcessor
 from ringflow.node._startup import CdcGeneration, load_local_generation
 from ringflow.ring import Host, TokenMetadata
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation
-from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, Simulation
-from ringflow.storage import Store
-from tests.sim.test_cluster_sim import _ddl, _value, _write, sim_offload
+from ringflow.sim import NetworkConfig, Simulation
+from tests.sim._harness import (
+    DESCRIPTION,
+    GENERATION_MS,
+    QUORUM,
+    SEED_NODE,
+    all_alive,
+    create_cdc_table,
+    interleaved_tokens,
+    kv_key,
+    kv_value,
+    kv_write,
+    open_store,
+    random_faults,
+    read_all,
+    sim_host,
+    sim_node,
+)
 
 pytestmark = pytest.mark.timeout(300)
-QUORUM = ConsistencyLevel.QUORUM
 FIRST = ("n1", "n2", "n3")
 JOINERS = ("n4", "n5")
 TOKENS_PER_NODE = 4
-GOSSIP_MS = 1_000
 SEEDS = tuple(range(30))
 WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
-GENERATION_MS = DEFAULT_EPOCH_MS - 60_000
 INITIAL_UUID = uuid.UUID(int=7, version=4)
 
 
@@ -73,18 +81,11 @@ def endpoint(name: str) -> str:
 
 
 def host_of(name: str) -> Host:
-    return Host(uuid.uuid5(_NAMESPACE, name), endpoint(name), "datacenter1", "rack1")
+    return sim_host(_NAMESPACE, name, endpoint(name))
 
 
 def first_tokens(name: str) -> tuple[int, ...]:
-    step = 2**64 // (len(FIRST) * TOKENS_PER_NODE)
-    index = FIRST.index(name)
-    return tuple(-(2**63) + (index + len(FIRST) * j) * step + 1 for j in range(TOKENS_PER_NODE))
-
-
-DESCRIPTION = generate(
-    sorted(t for name in FIRST for t in first_tokens(name)), lambda _t: (2, 12), random.Random(0)
-)
+    return interleaved_tokens(FIRST, name, TOKENS_PER_NODE)
 
 
 @dataclass
@@ -105,8 +106,7 @@ class TopologyCluster:
             if fresh[0]:
                 save_bootstrap_state(root, "joining")
                 fresh[0] = False
-            store = Store(root / "store.sqlite", synchronous="NORMAL")
-            runtime.disk.adopt(store)
+            store = open_store(runtime)
             ensure_system_tables(store)
             cdc = self.cdc[name] = CdcMetadata()
             initial = load_local_generation(store, runtime.clock.now_us())  # a restart
@@ -114,20 +114,6 @@ class TopologyCluster:
                 initial = CdcGeneration(GenerationIdV2(GENERATION_MS, INITIAL_UUID), DESCRIPTION)
             if initial is not None:
                 cdc.insert(initial.id.timestamp_ms, initial.description, runtime.clock.now_us())
-            processor = QueryProcessor(
-                store,
-                node=NodeIdentity(host.host_id, tokens=self.tokens[name]),
-                clock=runtime.clock.now_us,
-                cdc=cdc,
-                rng=random.Random(runtime.random.getrandbits(64)),
-            )
-            settings = ClusterSettings(
-                endpoint=endpoint(name),
-                rpc_address=endpoint(name).split(":")[0],
-                seeds=(endpoint("n1"),),
-                cluster_name="sim",
-                gossip_interval_ms=GOSSIP_MS,
-            )
             states = {
                 ApplicationState.SHARD_COUNT: "2",
                 ApplicationState.IGNORE_MSB: "12",
@@ -135,16 +121,13 @@ class TopologyCluster:
             }
             if initial is not None:
                 states[ApplicationState.CDC_GENERATION_ID] = initial.id.to_gossip()
-            node = ClusterNode(
-                settings,
+            node = sim_node(
+                runtime,
                 host=host,
                 tokens=self.tokens[name],
                 store=store,
-                processor=processor,
-                clock=runtime.clock,
-                network=runtime.network,
-                rng_seed=runtime.random.getrandbits(64),
-                offload=sim_offload(runtime.clock),
+                cdc=cdc,
+                seed=endpoint(SEED_NODE),
                 extra_states={**states, **joining_states(root)},
             )
             rng = random.Random(runtime.random.getrandbits(64))
@@ -181,12 +164,7 @@ class TopologyCluster:
         return self.nodes["n1"].token_metadata
 
     def all_up(self) -> bool:
-        for name in self.running():
-            node = self.nodes[name]
-            others = [n for n in self.running() if n != name]
-            if not all(node.gossiper.is_alive(endpoint(other)) for other in others):
-                return False
-        return True
+        return all_alive(self.nodes, self.running(), endpoint)
 
 
 def add_joiner(cluster: TopologyCluster, name: str) -> None:
@@ -220,15 +198,7 @@ def boot(seed: int) -> tuple[Simulation, TopologyCluster]:
             cluster.tokens[name] = first_tokens(name)
             sim.add_process(name, cluster.factory(name, joining=False))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        _ddl(
-            cluster.nodes["n1"],
-            "CREATE KEYSPACE ks WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 3}",
-        )
-        _ddl(
-            cluster.nodes["n1"],
-            "CREATE TABLE ks.kv (k int PRIMARY KEY, v int) WITH cdc = {'enabled': true}",
-        )
+        create_cdc_table(cluster.nodes["n1"])
         versions = lambda: {cluster.nodes[n].processor.schema_version for n in FIRST}  # noqa: E731
         assert sim.run_until_true(lambda: len(versions()) == 1, timeout_ms=60_000)
     except BaseException:
@@ -260,7 +230,7 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
             node = cluster.nodes[name]
             value = rng.randrange(1 << 30)
             ts_us = node.clock.now_us()
-            mutation = _write(key, value, ts_us)
+            mutation = kv_write(key, value, ts_us)
             table = node.processor.schema.tables[("ks", "kv")]
             try:
                 capture = prepare_cdc_write(mutation, table, ts_us, ts_us, cluster.cdc[name], rng)
@@ -280,24 +250,6 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
             node.write([mutation], {0: capture}, QUORUM, done)
 
         sim.after(rng.randrange(0, span_ms), issue)
-
-
-def read_all(
-    sim: Simulation, reader: ClusterNode, table: str, keys: dict[int, tuple[bytes, ...]]
-) -> dict[int, Mutation | None]:
-    answers: dict[int, Mutation | None] = {}
-    errors: list[BaseException] = []
-    for key, partition_key in keys.items():
-
-        def got(partition: Mutation | None, error: BaseException | None, key: int = key) -> None:
-            if error is not None:
-                errors.append(error)
-            answers[key] = partition
-
-        reader.read("ks", table, partition_key, QUORUM, got)
-    assert sim.run_until_true(lambda: len(answers) == len(keys), timeout_ms=60_000)
-    assert not errors, (errors, sim.describe())
-    return answers
 
 
 def logged(partition: Mutation | None, key: int) -> set[int]:
@@ -328,15 +280,7 @@ def run_scenario(seed: int) -> None:
     sim, cluster = boot(seed)
     with sim:
         rng = sim.rng
-        sim.configure_network(
-            NetworkConfig(
-                delay_us_min=200,
-                delay_us_max=rng.choice((2_000, 50_000, 200_000)),
-                delay_distribution="exponential",
-                drop_probability=rng.choice((0.0, 0.01, 0.05)),
-                reorder=True,
-            )
-        )
+        sim.configure_network(random_faults(rng, (2_000, 50_000, 200_000), (0.0, 0.01, 0.05)))
         writes = Writes()
         schedule_writes(cluster, writes, WRITES, 150_000)
         leaver = rng.choice(FIRST[1:])
@@ -384,15 +328,15 @@ def run_scenario(seed: int) -> None:
             streams = {s.to_bytes() for s in generations[operating].all_streams()}
             assert stream in streams, f"write {key} at {ts_us} left its generation"
 
-        base_keys = {k: (struct.pack(">i", k),) for k in writes.acked}
+        base_keys = {k: kv_key(k) for k in writes.acked}
         log_keys = {k: (writes.streams[k][0],) for k in writes.acked}
         for reader in remaining:
             node = cluster.nodes[reader]
-            base = read_all(sim, node, "kv", base_keys)
-            lost = {k: v for k, v in writes.acked.items() if _value(base[k]) != v}
+            base = read_all(sim, node, "kv", base_keys, timeout_ms=60_000)
+            lost = {k: v for k, v in writes.acked.items() if kv_value(base[k]) != v}
             assert not lost, f"acked writes lost through {reader}: {lost}; {sim.describe()}"
         consumer = cluster.nodes[remaining[0]]
-        log = read_all(sim, consumer, "kv" + CDC_LOG_SUFFIX, log_keys)
+        log = read_all(sim, consumer, "kv" + CDC_LOG_SUFFIX, log_keys, timeout_ms=60_000)
         missing = {k: v for k, v in writes.acked.items() if v not in logged(log[k], k)}
         assert not missing, f"changes missing from the CDC log: {missing}; {sim.describe()}"
 

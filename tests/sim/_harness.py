@@ -1,0 +1,240 @@
+"""The simulated-cluster harness shared by the ``ringflow.sim`` tests.
+
+A simulated process runs the real ``ClusterNode`` over a real SQLite ``Store`` on its
+``SimDisk`` (adopted, so a crash closes it like a killed process would), a ``QueryProcessor``
+for the schema, the process's ``SimClock`` and ``ProcessNetwork``, and an ``Offload`` that runs
+store work as a zero-delay timer of the incarnation (lost with it on a crash). The tests drive
+the coordinator API directly (``ClusterNode.write``/``read``), not CQL: the CQL data plane blocks
+a statement thread, which the one-threaded simulator has no room for.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ringflow.cdc import CdcMetadata, generate_topology_description
+from ringflow.cluster import ConsistencyLevel
+from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._settings import ClusterSettings
+from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
+from ringflow.cql._requests import Query, QueryParameters
+from ringflow.cql._wire import Consistency
+from ringflow.ring import Host
+from ringflow.runtime import Clock, Runtime
+from ringflow.schema import Cell, Mutation, Row
+from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, Simulation
+from ringflow.storage import Store
+
+_T = TypeVar("_T")
+_S = TypeVar("_S", bound=Store)
+QUORUM = ConsistencyLevel.QUORUM
+GOSSIP_MS = 1_000
+SEED_NODE = "n1"
+KEYSPACE_RF3 = (
+    "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}"
+)
+CDC_TABLE = "CREATE TABLE ks.kv (k int PRIMARY KEY, v int) WITH cdc = {'enabled': true}"
+
+
+def interleaved_tokens(names: Sequence[str], name: str, per_node: int) -> tuple[int, ...]:
+    """Evenly interleaved tokens: each of ``names`` owns an equal share of the ring."""
+    step = 2**64 // (len(names) * per_node)
+    index = names.index(name)
+    return tuple(-(2**63) + (index + len(names) * j) * step + 1 for j in range(per_node))
+
+
+NAMES = ("n1", "n2", "n3")
+"""The three nodes of ``test_cluster_sim``'s and ``test_schema_migration_sim``'s cluster."""
+TOKENS_PER_NODE = 4
+
+
+def endpoint(name: str) -> str:
+    return f"10.0.0.{NAMES.index(name) + 1}:{INTERNODE_PORT}"
+
+
+def tokens_of(name: str) -> tuple[int, ...]:
+    """Evenly interleaved tokens: every node owns a third of the ring."""
+    return interleaved_tokens(NAMES, name, TOKENS_PER_NODE)
+
+
+GENERATION_MS = DEFAULT_EPOCH_MS - 60_000
+"""The cluster's one CDC generation, operating since a minute before the simulation starts."""
+DESCRIPTION = generate_topology_description(
+    sorted(t for name in NAMES for t in tokens_of(name)), lambda token: (2, 12), random.Random(0)
+)
+
+
+def sim_host(namespace: uuid.UUID, name: str, endpoint: str) -> Host:
+    return Host(uuid.uuid5(namespace, name), endpoint, "datacenter1", "rack1")
+
+
+def sim_offload(clock: Clock) -> Callable[..., None]:
+    """``Offload`` in the simulator: the work runs as a 0 ms timer of the incarnation."""
+
+    def offload(
+        work: Callable[[], _T], done: Callable[[_T | None, BaseException | None], None]
+    ) -> None:
+        def run() -> None:
+            try:
+                result = work()
+            except Exception as error:
+                done(None, error)
+                return
+            done(result, None)
+
+        clock.call_later(0, run)
+
+    return offload
+
+
+def open_store(runtime: Runtime, kind: type[_S] = Store) -> _S:  # type: ignore[assignment]
+    """The process's store on its disk, adopted: a crash closes it like a killed process."""
+    store = kind(runtime.disk.root / "store.sqlite", synchronous="NORMAL")
+    runtime.disk.adopt(store)
+    return store
+
+
+def sim_node(
+    runtime: Runtime,
+    *,
+    host: Host,
+    tokens: tuple[int, ...],
+    store: Store,
+    cdc: CdcMetadata,
+    seed: str,
+    **options: Any,
+) -> ClusterNode:
+    """A ``ClusterNode`` (not started) at ``host.endpoint`` with its ``QueryProcessor``, seeded
+    from the incarnation's random source; ``options`` go to ``ClusterNode``."""
+    processor = QueryProcessor(
+        store,
+        node=NodeIdentity(host.host_id, tokens=tokens),
+        clock=runtime.clock.now_us,
+        cdc=cdc,
+        rng=random.Random(runtime.random.getrandbits(64)),
+    )
+    settings = ClusterSettings(
+        endpoint=host.endpoint,
+        rpc_address=host.endpoint.split(":")[0],
+        seeds=(seed,),
+        cluster_name="sim",
+        gossip_interval_ms=GOSSIP_MS,
+    )
+    return ClusterNode(
+        settings,
+        host=host,
+        tokens=tokens,
+        store=store,
+        processor=processor,
+        clock=runtime.clock,
+        network=runtime.network,
+        rng_seed=runtime.random.getrandbits(64),
+        offload=sim_offload(runtime.clock),
+        **options,
+    )
+
+
+def start_layout_node(
+    runtime: Runtime, name: str, host: Host, store: Store, **options: Any
+) -> tuple[ClusterNode, CdcMetadata]:
+    """Node ``name`` of the ``NAMES`` layout started (seed n1), its CDC metadata holding the
+    cluster's one generation; ``options`` go to ``ClusterNode``."""
+    cdc = CdcMetadata()
+    cdc.insert(GENERATION_MS, DESCRIPTION, runtime.clock.now_us())
+    node = sim_node(
+        runtime,
+        host=host,
+        tokens=tokens_of(name),
+        store=store,
+        cdc=cdc,
+        seed=endpoint(SEED_NODE),
+        **options,
+    )
+    node.start()
+    return node, cdc
+
+
+def random_faults(
+    rng: random.Random, max_delays_us: Sequence[int], drop_probabilities: Sequence[float]
+) -> NetworkConfig:
+    """Delays (exponential, from 200 us up to one of ``max_delays_us``), one of
+    ``drop_probabilities`` and reordering, chosen by ``rng``."""
+    return NetworkConfig(
+        delay_us_min=200,
+        delay_us_max=rng.choice(max_delays_us),
+        delay_distribution="exponential",
+        drop_probability=rng.choice(drop_probabilities),
+        reorder=True,
+    )
+
+
+def all_alive(
+    nodes: Mapping[str, ClusterNode], running: Sequence[str], endpoint: Callable[[str], str]
+) -> bool:
+    """Every running node's failure detector sees every other running node alive."""
+    for name in running:
+        node = nodes[name]
+        others = [n for n in running if n != name]
+        if not all(node.gossiper.is_alive(endpoint(other)) for other in others):
+            return False
+    return True
+
+
+def ddl(node: ClusterNode, text: str) -> None:
+    """Run ``text`` on ``node`` as a client would (it must succeed) and announce the change."""
+    response = node.processor.query(Query(text, QueryParameters(Consistency.ONE)), SessionState())
+    assert "Error" not in type(response).__name__, response
+    node.on_local_schema_change()
+
+
+def create_cdc_table(node: ClusterNode) -> None:
+    """Keyspace ``ks`` (RF 3) and the CDC-enabled table ``ks.kv (k int, v int)``."""
+    ddl(node, KEYSPACE_RF3)
+    ddl(node, CDC_TABLE)
+
+
+def kv_key(key: int) -> tuple[bytes]:
+    return (struct.pack(">i", key),)
+
+
+def kv_write(key: int, value: int, ts_us: int) -> Mutation:
+    cells = {"v": Cell.live(ts_us, struct.pack(">i", value))}
+    return Mutation("ks", "kv", kv_key(key), rows=(Row((), cells=cells),))
+
+
+def kv_value(partition: Mutation | None) -> int | None:
+    if partition is None or not partition.rows:
+        return None
+    cell = partition.rows[0].cells.get("v")
+    if not isinstance(cell, Cell) or not cell.value:
+        return None
+    value: int = struct.unpack(">i", cell.value)[0]
+    return value
+
+
+def read_all(
+    sim: Simulation,
+    reader: ClusterNode,
+    table: str,
+    keys: Mapping[int, tuple[bytes, ...]],
+    timeout_ms: int,
+) -> dict[int, Mutation | None]:
+    """QUORUM-read each partition key of ``ks.<table>`` through ``reader``; every read must
+    answer without error."""
+    answers: dict[int, Mutation | None] = {}
+    errors: list[BaseException] = []
+    for key, partition_key in keys.items():
+
+        def got(partition: Mutation | None, error: BaseException | None, key: int = key) -> None:
+            if error is not None:
+                errors.append(error)
+            answers[key] = partition
+
+        reader.read("ks", table, partition_key, QUORUM, got)
+    assert sim.run_until_true(lambda: len(answers) == len(keys), timeout_ms=timeout_ms)
+    assert not errors, (errors, sim.describe())
+    return answers
