@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -21,6 +23,7 @@ pytest.importorskip("cassandra")
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import (
     FallthroughRetryPolicy,
+    LoadBalancingPolicy,
     RoundRobinPolicy,
     TokenAwarePolicy,
     WhiteListRoundRobinPolicy,
@@ -68,17 +71,24 @@ class LocalCluster:
             if only is not None
             else TokenAwarePolicy(RoundRobinPolicy())
         )
+        return self.connect(only or self.addresses[0], policy, timeout_s=timeout_s)
+
+    def connect(
+        self, contact: str, policy: LoadBalancingPolicy, *, timeout_s: float, **options: Any
+    ) -> Session:
+        """A driver session through ``contact`` routed by ``policy``, never retrying (the tests
+        see every failure); ``options`` go to the driver's ``Cluster``, shut down at teardown."""
         profile = ExecutionProfile(
             load_balancing_policy=policy,
             retry_policy=FallthroughRetryPolicy(),
             request_timeout=timeout_s,
         )
-        contact = only or self.addresses[0]
         cluster = Cluster(
             [contact],
             protocol_version=4,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             connect_timeout=10,
+            **options,
         )
         self._drivers.append(cluster)
         return cluster.connect()
@@ -92,17 +102,28 @@ class LocalCluster:
         self._drivers.clear()
 
 
-@pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    data = tmp_path_factory.mktemp("cluster")
-    first = free_block(NODES)
+_C = TypeVar("_C", bound=LocalCluster)
+
+
+@contextmanager
+def started_cluster(
+    data: Path,
+    *options: str,
+    nodes: int = NODES,
+    gossip_ms: int = 200,
+    kind: type[_C] = LocalCluster,  # type: ignore[assignment]
+    log_lines: int = 5,
+) -> Iterator[_C]:
+    """``ringflow cluster start`` of ``nodes`` nodes on a free loopback block (``options``
+    passed on); afterwards the drivers closed, the cluster stopped and each node log's last
+    ``log_lines`` lines printed."""
+    first = free_block(nodes)
     prefix, last = first.rsplit(".", 1)
-    addresses = [f"{prefix}.{int(last) + i}" for i in range(NODES)]
-    cluster = LocalCluster(data, addresses)
+    cluster = kind(data, [f"{prefix}.{int(last) + i}" for i in range(nodes)])
     try:
         ringflow(
-            "cluster", "start", "--nodes", str(NODES), "--data", str(data),
-            "--first-address", first, "--gossip-interval-ms", "200",
+            "cluster", "start", "--nodes", str(nodes), *options, "--data", str(data),
+            "--first-address", first, "--gossip-interval-ms", str(gossip_ms),
             "--timeout", str(START_TIMEOUT_S),
         )  # fmt: skip
         yield cluster
@@ -112,8 +133,14 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
         finally:
             for log in sorted(data.glob("node*/node.log")):
-                tail = log.read_text(errors="replace").splitlines()[-5:]
+                tail = log.read_text(errors="replace").splitlines()[-log_lines:]
                 print(f"--- {log}", *tail, sep="\n")
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
 
 
 def wait_until(condition: object, timeout_s: float, what: str) -> None:

@@ -25,11 +25,9 @@ from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import (
-    NODES,
-    START_TIMEOUT_S,
     LocalCluster,
-    free_block,
     ringflow,
+    started_cluster,
     wait_until,
 )
 
@@ -48,24 +46,8 @@ def _one(text: str) -> SimpleStatement:
 @pytest.fixture(scope="module")
 def old_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = tmp_path_factory.mktemp("upgrade")
-    first = free_block(NODES)
-    prefix, last = first.rsplit(".", 1)
-    cluster = LocalCluster(data, [f"{prefix}.{int(last) + i}" for i in range(NODES)])
-    try:
-        ringflow(
-            "cluster", "start", "--nodes", str(NODES), "--data", str(data),
-            "--first-address", first, "--gossip-interval-ms", "200",
-            "--timeout", str(START_TIMEOUT_S), "--no-cdc-generations-v2",
-        )  # fmt: skip
+    with started_cluster(data, "--no-cdc-generations-v2", log_lines=8) as cluster:
         yield cluster
-    finally:
-        cluster.close_drivers()
-        try:
-            ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
-        finally:
-            for log in sorted(data.glob("node*/node.log")):
-                tail = log.read_text(errors="replace").splitlines()[-8:]
-                print(f"--- {log}", *tail, sep="\n")
 
 
 def _cdc_local(cluster: LocalCluster, address: str) -> dict[str, tuple[object, object]]:

@@ -18,15 +18,13 @@ from pathlib import Path
 
 import pytest
 from cassandra import ConsistencyLevel, Unavailable
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
+from cassandra.cluster import Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import (
-    START_TIMEOUT_S,
     LocalCluster,
-    free_block,
-    ringflow,
+    started_cluster,
     wait_until,
 )
 
@@ -66,34 +64,15 @@ def wait_seen(data: Path, viewers: list[str], states: dict[str, str]) -> None:
 class TwoDcCluster(LocalCluster):
     def dc_session(self, *, timeout_s: float = 15.0) -> Session:
         """Token-aware over dc1 only (``DCAwareRoundRobinPolicy(local_dc='dc1')``)."""
-        profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=DC1)),
-            retry_policy=FallthroughRetryPolicy(),
-            request_timeout=timeout_s,
-        )
-        cluster = Cluster(
-            [self.addresses[0]],
-            protocol_version=4,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-            connect_timeout=10,
-        )
-        self._drivers.append(cluster)
-        return cluster.connect()
+        policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=DC1))
+        return self.connect(self.addresses[0], policy, timeout_s=timeout_s)
 
 
 @pytest.fixture(scope="module")
 def two_dcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDcCluster]:
     data = tmp_path_factory.mktemp("two-dcs")
-    first = free_block(NODES)
-    prefix, last = first.rsplit(".", 1)
-    addresses = [f"{prefix}.{int(last) + i}" for i in range(NODES)]
-    cluster = TwoDcCluster(data, addresses)
-    try:
-        ringflow(
-            "cluster", "start", "--nodes", str(NODES), "--dcs", f"{DC1}:3,{DC2}:2",
-            "--data", str(data), "--first-address", first, "--gossip-interval-ms", "200",
-            "--timeout", str(START_TIMEOUT_S),
-        )  # fmt: skip
+    dcs = f"{DC1}:3,{DC2}:2"
+    with started_cluster(data, "--dcs", dcs, nodes=NODES, kind=TwoDcCluster) as cluster:
         session = cluster.dc_session()
         session.execute(
             "CREATE KEYSPACE mdc WITH replication = "
@@ -102,14 +81,6 @@ def two_dcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDcCluster]:
         session.execute("CREATE TABLE mdc.kv (k int PRIMARY KEY, v text)")
         assert session.wait_for_schema_agreement(wait_time=20)
         yield cluster
-    finally:
-        cluster.close_drivers()
-        try:
-            ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
-        finally:
-            for log in sorted(data.glob("node*/node.log")):
-                tail = log.read_text(errors="replace").splitlines()[-5:]
-                print(f"--- {log}", *tail, sep="\n")
 
 
 def _write(session: Session, key: int, value: str, level: int) -> None:

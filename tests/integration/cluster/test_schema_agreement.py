@@ -30,15 +30,13 @@ import pytest
 pytest.importorskip("cassandra")
 
 from cassandra import ConsistencyLevel
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
+from cassandra.cluster import Session
+from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import (
-    START_TIMEOUT_S,
     LocalCluster,
-    free_block,
-    ringflow,
+    started_cluster,
     wait_until,
 )
 
@@ -50,24 +48,16 @@ GENESIS = uuid.UUID("00000000-0000-1000-0000-000000000000")
 @pytest.fixture(scope="module")
 def timed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = tmp_path_factory.mktemp("schema-cluster")
-    first = free_block(3)
-    prefix, last = first.rsplit(".", 1)
-    cluster = LocalCluster(data, [f"{prefix}.{int(last) + i}" for i in range(3)])
-    try:
-        ringflow(
-            "cluster", "start", "--nodes", "3", "--data", str(data), "--first-address", first,
-            "--gossip-interval-ms", "500", "--phi-convict-threshold", "16",
-            "--schema-agreement-timeout-ms", str(AGREEMENT_TIMEOUT_MS),
-            "--timeout", str(START_TIMEOUT_S),
-        )  # fmt: skip
-        yield cluster
-    finally:
-        cluster.close_drivers()
-        for node in sorted(data.glob("node*")):  # a test may leave a node stopped
-            pid = _pid(node)
-            if pid is not None:
-                os.kill(pid, signal.SIGCONT)
-        ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
+    options = ("--phi-convict-threshold", "16")
+    agreement = ("--schema-agreement-timeout-ms", str(AGREEMENT_TIMEOUT_MS))
+    with started_cluster(data, *options, *agreement, nodes=3, gossip_ms=500) as cluster:
+        try:
+            yield cluster
+        finally:
+            for node in sorted(data.glob("node*")):  # a test may leave a node stopped
+                pid = _pid(node)
+                if pid is not None:
+                    os.kill(pid, signal.SIGCONT)
 
 
 def _pid(directory: Path) -> int | None:
@@ -88,20 +78,8 @@ def _node_dir(cluster: LocalCluster, address: str) -> Path:
 def _pinned(cluster: LocalCluster, address: str) -> Session:
     """A session whose every request goes to ``address``; the driver waits little for schema
     agreement itself (the server's wait is what is tested)."""
-    profile = ExecutionProfile(
-        load_balancing_policy=WhiteListRoundRobinPolicy([address]),
-        retry_policy=FallthroughRetryPolicy(),
-        request_timeout=30,
-    )
-    driver = Cluster(
-        [address],
-        protocol_version=4,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=10,
-        max_schema_agreement_wait=1,
-    )
-    cluster._drivers.append(driver)
-    return driver.connect()
+    policy = WhiteListRoundRobinPolicy([address])
+    return cluster.connect(address, policy, timeout_s=30, max_schema_agreement_wait=1)
 
 
 def _versions(sessions: dict[str, Session]) -> dict[str, uuid.UUID]:

@@ -21,11 +21,8 @@ from cassandra.policies import WriteType
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import (
-    NODES,
-    START_TIMEOUT_S,
     LocalCluster,
-    free_block,
-    ringflow,
+    started_cluster,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -36,15 +33,7 @@ QUORUM = ConsistencyLevel.QUORUM
 @pytest.fixture(scope="module")
 def slow_gossip_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = tmp_path_factory.mktemp("timeouts")
-    first = free_block(NODES)
-    prefix, last = first.rsplit(".", 1)
-    cluster = LocalCluster(data, [f"{prefix}.{int(last) + i}" for i in range(NODES)])
-    try:
-        ringflow(
-            "cluster", "start", "--nodes", str(NODES), "--data", str(data),
-            "--first-address", first, "--gossip-interval-ms", "1000",
-            "--timeout", str(START_TIMEOUT_S),
-        )  # fmt: skip
+    with started_cluster(data, gossip_ms=1000) as cluster:
         session = cluster.session()
         session.execute(
             "CREATE KEYSPACE tmo WITH replication = "
@@ -53,14 +42,6 @@ def slow_gossip_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lo
         session.execute("CREATE TABLE tmo.kv (k int PRIMARY KEY, v text)")
         assert session.wait_for_schema_agreement(wait_time=20)
         yield cluster
-    finally:
-        cluster.close_drivers()
-        try:
-            ringflow("cluster", "stop", "--data", str(data), timeout_s=30)
-        finally:
-            for log in sorted(data.glob("node*/node.log")):
-                tail = log.read_text(errors="replace").splitlines()[-5:]
-                print(f"--- {log}", *tail, sep="\n")
 
 
 def _pid(cluster: LocalCluster, address: str) -> int:

@@ -24,6 +24,23 @@ from tests.integration.cluster.conftest import free_block, ringflow
 ONE = ConsistencyLevel.ONE
 
 
+def _create_cdc_table(session: Session) -> None:
+    session.execute(
+        "CREATE KEYSPACE topo WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+    )
+    session.execute("CREATE TABLE topo.t (k int PRIMARY KEY, v text) WITH cdc = {'enabled': true}")
+
+
+def _stop(data: Path) -> None:
+    """``ringflow cluster stop``, whatever state the test left the cluster in (not checked)."""
+    subprocess.run(
+        [str(Path(sys.executable).parent / "ringflow"), "cluster", "stop", "--data", str(data)],
+        capture_output=True,
+        timeout=60,
+    )
+
+
 def _workload(address: str, keys: range, acked: list[int], stop: threading.Event) -> None:
     cluster = Cluster([address], protocol_version=4)
     session = cluster.connect()
@@ -85,13 +102,7 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
     try:
         cluster = Cluster([first], protocol_version=4)
         session = cluster.connect()
-        session.execute(
-            "CREATE KEYSPACE topo WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 3}"
-        )
-        session.execute(
-            "CREATE TABLE topo.t (k int PRIMARY KEY, v text) WITH cdc = {'enabled': true}"
-        )
+        _create_cdc_table(session)
         acked: list[int] = []
         stop = threading.Event()
         writer = threading.Thread(target=_workload, args=(first, range(100_000), acked, stop))
@@ -131,11 +142,7 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
         assert acked and not missing, f"{len(missing)} of {len(acked)} acknowledged writes lost"
         cluster.shutdown()
     finally:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "ringflow"), "cluster", "stop", "--data", str(data)],
-            capture_output=True,
-            timeout=60,
-        )
+        _stop(data)
 
 
 def test_removenode_restreams_a_dead_nodes_ranges(tmp_path: Path) -> None:
@@ -151,13 +158,7 @@ def test_removenode_restreams_a_dead_nodes_ranges(tmp_path: Path) -> None:
     try:
         cluster = Cluster([base], protocol_version=4)
         session = cluster.connect()
-        session.execute(
-            "CREATE KEYSPACE topo WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 3}"
-        )
-        session.execute(
-            "CREATE TABLE topo.t (k int PRIMARY KEY, v text) WITH cdc = {'enabled': true}"
-        )
+        _create_cdc_table(session)
         insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
         insert.consistency_level = ConsistencyLevel.QUORUM
         for key in range(300):
@@ -177,8 +178,4 @@ def test_removenode_restreams_a_dead_nodes_ranges(tmp_path: Path) -> None:
         assert not missing, f"{len(missing)} rows lost"
         cluster.shutdown()
     finally:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "ringflow"), "cluster", "stop", "--data", str(data)],
-            capture_output=True,
-            timeout=60,
-        )
+        _stop(data)
