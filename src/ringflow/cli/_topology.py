@@ -204,6 +204,17 @@ def _save_layout(data: Path, layout: dict[str, object]) -> None:
     temporary.replace(data / cluster_cli.LAYOUT_FILE)
 
 
+def _depart(data: Path, layout: dict[str, object], gone: list[dict[str, object]]) -> None:
+    """Move ``gone`` from the layout's nodes to its departed list and save the layout."""
+    nodes = cluster_cli._nodes(layout)
+    for node in gone:
+        nodes.remove(node)
+    departed = layout.setdefault("departed", [])
+    assert isinstance(departed, list)
+    departed.extend(gone)
+    _save_layout(data, layout)
+
+
 # -- decommission ------------------------------------------------------------------------------
 
 
@@ -234,12 +245,7 @@ def run_decommission(arguments: argparse.Namespace) -> int:
             )
         time.sleep(0.2)
     if in_cluster:
-        nodes = cluster_cli._nodes(layout)
-        nodes.remove(node)
-        departed = layout.setdefault("departed", [])
-        assert isinstance(departed, list)
-        departed.append(node)
-        _save_layout(data, layout)
+        _depart(data, layout, [node])
     print(f"node {arguments.address} left the ring", flush=True)
     return EXIT_OK
 
@@ -287,13 +293,7 @@ def run_removenode(arguments: argparse.Namespace) -> int:
             raise ConfigurationError(f"removenode {host_id} not done in {arguments.timeout} s")
         time.sleep(0.2)
     if layout is not None:
-        nodes = cluster_cli._nodes(layout)
-        gone = [node for node in nodes if node["host_id"] == host_id]
-        for node in gone:
-            nodes.remove(node)
-        departed = layout.setdefault("departed", [])
-        assert isinstance(departed, list)
-        departed.extend(gone)
-        _save_layout(data, layout)
+        gone = [node for node in cluster_cli._nodes(layout) if node["host_id"] == host_id]
+        _depart(data, layout, gone)
     print(f"node {host_id} removed from the ring", flush=True)
     return EXIT_OK

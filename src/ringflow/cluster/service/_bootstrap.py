@@ -93,7 +93,7 @@ from ringflow.cluster.service._cdc_generations import (
     internal_mutations,
     member_views,
 )
-from ringflow.cluster.service._cdc_tables import v1_generation_mutations
+from ringflow.cluster.service._cdc_tables import v1_generation_mutations, write_in_order
 from ringflow.cluster.service._membership import local_endpoint_state, ring_members
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
@@ -102,7 +102,6 @@ from ringflow.node import NodeConfig, NodeRecord, prepare_data_dir, save_record
 from ringflow.node._config import load_record
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.runtime import AsyncioNetwork, Network
-from ringflow.schema import Mutation
 
 _log = logging.getLogger(__name__)
 
@@ -608,26 +607,6 @@ class TopologyService:
             "streamed_bytes": self.stats.bytes,
             "stream_ms": self.stream_ms,
         }
-
-
-def write_in_order(
-    cluster: ClusterNode,
-    mutations: Sequence[Mutation],
-    consistency: ConsistencyLevel,
-    done: Callable[[BaseException | None], None],
-) -> None:
-    """Coordinated writes one after the other."""
-    if not mutations:
-        done(None)
-        return
-
-    def next_one(error: BaseException | None) -> None:
-        if error is not None:
-            done(error)
-        else:
-            write_in_order(cluster, mutations[1:], consistency, done)
-
-    cluster.write([mutations[0]], {}, consistency, next_one)
 
 
 # --- process hooks --------------------------------------------------------------------------------
