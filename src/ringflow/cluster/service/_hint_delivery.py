@@ -71,7 +71,7 @@ class HintDelivery:
             if error is not None:
                 _log.error("storing a hint for %s failed", target, exc_info=error)
                 return
-            node.handle(HintStored(request_id, target, created_ms))
+            node.requests.handle(HintStored(request_id, target, created_ms))
 
         node.offload(work, done)
 
@@ -117,7 +117,7 @@ class HintDelivery:
         target = next(
             (i.host for i in node.members.values() if i.host.host_id == action.target_id), None
         )
-        sent = target is not None and node._send(
+        sent = target is not None and node.send(
             target.endpoint, Verb.HINT_REQ, action.hint_id, _codec.encode_unit(unit)
         )
         if not sent:

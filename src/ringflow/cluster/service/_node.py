@@ -1,5 +1,5 @@
-"""A cluster node's service: gossip, membership and the ring, and the coordinator's point
-reads and writes with their replica verbs, wired to a ``Clock``, a ``Network`` and the local store.
+"""A cluster node's service: gossip, membership, the ring and replica placement, wired to a
+``Clock``, a ``Network`` and the local store, with the helpers that serve the internode verbs.
 
 The shell around the pure cores (STYLE.md "pure cores, thin shells"): ``Gossiper`` and its
 ``FailureDetector``, ``Coordinator`` (``WriteHandler``/``ReadHandler``/``BlockingRepair``) and
@@ -9,9 +9,12 @@ on one thread (the event loop, or the simulator); store work goes through ``Offl
 ``done`` callback comes back on that thread.
 
 ``ClusterNode`` owns the lifecycle (start, the gossip tick, stop), sending, gossip and membership
-(``system.peers``, removals, joining and leaving nodes), replica placement, and the point
-read/write paths. It delegates to helpers that hold a reference to it:
+(``system.peers``, removals, joining and leaving nodes), replica placement (``strategy_of``,
+``replicas_of``, ``check_colocation``) and the routing of FAILURE_RSP. It delegates to helpers
+that hold a reference to it:
 
+* ``_point_requests.PointRequests``: point writes and reads (``write``, ``read``), read repair,
+  and the MUTATION_REQ/HINT_REQ/READ_REQ replica verbs.
 * ``_range_read.RangeReads``: range reads (``read_range``) and the RANGE_READ verb.
 * ``_hint_delivery.HintDelivery``: storing, replaying and deleting hints.
 * ``_schema_sync.SchemaSync``: schema announce/push/pull/merge and schema agreement.
@@ -20,11 +23,9 @@ read/write paths. It delegates to helpers that hold a reference to it:
 Rules:
 
 * Internode endpoints are ``address:7000``; a ring ``Host.endpoint`` is that endpoint.
-* A coordinator request id travels in the envelope; the replica answers with the same id.
-  A MUTATION_RSP for a read request is a read-repair ack (``SendRepair`` is a MUTATION_REQ).
-  A failure answer is FAILURE_RSP carrying ``[verb, reason]``.
-* Writes are split into one ``WriteUnit`` per partition (base mutation + its CDC capture, sent
-  together to each replica); every CDC capture is checked with ``check_cdc_colocation`` first.
+* A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the verb's
+  ``failure_listeners`` entry when there is one, else to the helper that sent the request.
+* A joining or leaving node answers as a pending replica (``host_at``).
 """
 
 from __future__ import annotations
@@ -38,23 +39,7 @@ import msgpack
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster._coordinator import (
-    ArmTimeout,
-    Coordinator,
-    CoordinatorAction,
-    CoordinatorEvent,
-    DataReceived,
-    DigestReceived,
-    MutationAcked,
-    MutationFailed,
-    ReadReplicaFailed,
-    RepairAcked,
-    RepairFailed,
-    RequestTimedOut,
-    base_token,
-    log_token,
-)
-from ringflow.cluster._digest import partition_digest
+from ringflow.cluster._coordinator import Coordinator, log_token
 from ringflow.cluster._failure_detector import FailureDetector
 from ringflow.cluster._gossip import (
     GossipAction,
@@ -67,8 +52,6 @@ from ringflow.cluster._gossip import (
 from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
 from ringflow.cluster._hints import HintManager
 from ringflow.cluster._messages import Envelope, Verb, encode_envelope
-from ringflow.cluster._read_path import ReadKind, Respond, SendRead
-from ringflow.cluster._read_repair import SendRepair
 from ringflow.cluster._topology_change import (
     LEFT_STATUS,
     REMOVED,
@@ -82,8 +65,7 @@ from ringflow.cluster._topology_change import (
     status_word,
     transition_of,
 )
-from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, TokenReplicas, WriteUnit
-from ringflow.cluster.service import _codec
+from ringflow.cluster._write_path import TokenReplicas
 from ringflow.cluster.service._dispatch import Handler, MessageDispatcher
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
@@ -94,6 +76,7 @@ from ringflow.cluster.service._membership import (
     ring_members,
     token_metadata_of,
 )
+from ringflow.cluster.service._point_requests import PointRequests
 from ringflow.cluster.service._range_read import (
     RANGE_ANSWER_MAX_BYTES,
     RangeDone,
@@ -112,10 +95,8 @@ from ringflow.cluster.service._settings import (
     ClusterSettings,
     EventSink,
     Offload,
-    PendingRead,
     ReadDone,
     WriteDone,
-    WriteGroup,
 )
 from ringflow.cql._executor import QueryProcessor
 from ringflow.errors import RingflowError, invariant
@@ -185,6 +166,15 @@ def _local_gossiper(
     )
 
 
+def _hint_manager(settings: ClusterSettings, schema_version: uuid.UUID) -> HintManager:
+    hints = HintManager(
+        dispatch_interval_ms=settings.hint_dispatch_interval_ms,
+        max_hint_window_ms=settings.max_hint_window_ms,
+    )
+    hints.set_local_schema_version(schema_version)
+    return hints
+
+
 class ClusterNode:
     """One node's cluster service (see the module docstring). ``start``, then ``stop``."""
 
@@ -224,11 +214,7 @@ class ClusterNode:
             self._rng,
             extra_states,
         )
-        self.hints = HintManager(
-            dispatch_interval_ms=settings.hint_dispatch_interval_ms,
-            max_hint_window_ms=settings.max_hint_window_ms,
-        )
-        self.hints.set_local_schema_version(processor.schema_version)
+        self.hints = _hint_manager(settings, processor.schema_version)
         self.coordinator = Coordinator(
             host,
             self.hints,
@@ -249,22 +235,16 @@ class ClusterNode:
         self.failure_listeners: dict[Verb, Callable[[str, int, str], None]] = {}
         """Who hears a FAILURE_RSP for a verb served outside this class."""
         self.started_ms = clock.now_ms()
-        self._writes: dict[int, WriteGroup] = {}
-        self._reads: dict[int, PendingRead] = {}
-        self._timers: dict[int, TimerHandle] = {}
         self._tick_timer: TimerHandle | None = None
         self._listener: object | None = None
         self._stopped = False
         self.tick_listeners: list[Callable[[int], None]] = []
         """Called with ``now_ms`` after each gossip round (the CDC generation service)."""
+        self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
-        self.schema_sync = SchemaSync(
-            self,
-            offload if schema_offload is None else schema_offload,
-            on_schema_merged,
-            schema_observer,
-        )
+        schema_offload = offload if schema_offload is None else schema_offload
+        self.schema_sync = SchemaSync(self, schema_offload, on_schema_merged, schema_observer)
         self._dispatcher = MessageDispatcher(
             self._on_gossip, self._verb_handlers(), self.extra_handlers
         )
@@ -290,8 +270,7 @@ class ClusterNode:
         self._stopped = True
         if self._tick_timer is not None:
             self._tick_timer.cancel()
-        for timer in self._timers.values():
-            timer.cancel()
+        self.requests.stop()
         close = getattr(self._listener, "close", None)
         if close is not None:
             close()
@@ -314,7 +293,8 @@ class ClusterNode:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _send(self, to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
+    def send(self, to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
+        """Send one envelope to endpoint ``to``; False when it could not be sent."""
         envelope = Envelope(verb, request_id, self.settings.endpoint, payload, 0)
         return self._send_envelope(to, envelope)
 
@@ -326,9 +306,10 @@ class ClusterNode:
             return False
         return True
 
-    def _fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
+    def fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
+        """Answer request ``request_id`` of ``verb`` from ``to`` with FAILURE_RSP."""
         body: bytes = msgpack.packb([int(verb), reason[:500]], use_bin_type=True)
-        self._send(to, Verb.FAILURE_RSP, request_id, body)
+        self.send(to, Verb.FAILURE_RSP, request_id, body)
 
     # -- gossip and membership -------------------------------------------------------------
 
@@ -513,32 +494,9 @@ class ClusterNode:
         consistency: ConsistencyLevel,
         done: WriteDone,
     ) -> None:
-        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled."""
-        try:
-            plans = []
-            for index, mutation in enumerate(batch):
-                token = base_token(mutation)
-                replicas = self.replicas_of(mutation.keyspace, token, for_write=True)
-                capture = captures.get(index)
-                if capture is not None:
-                    stream = StreamId.from_bytes(capture.stream_id)
-                    self.check_colocation(mutation.keyspace, token, stream)
-                unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
-                plans.append((unit, replicas))
-        except Exception as error:
-            done(error)
-            return
-        group = WriteGroup(len(plans), done)
-        for unit, replicas in plans:
-            try:
-                request_id, actions = self.coordinator.begin_write(
-                    unit, replicas, consistency, self.live, self.clock.now_ms()
-                )
-            except Exception as error:
-                group.complete(error)
-                continue
-            self._writes[request_id] = group
-            self._execute(actions)
+        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled
+        (``_point_requests``)."""
+        self.requests.write(batch, captures, consistency, done)
 
     def read(
         self,
@@ -548,23 +506,9 @@ class ClusterNode:
         consistency: ConsistencyLevel,
         done: ReadDone,
     ) -> None:
-        """Coordinate a read of one raw partition; ``done(partition, error)``."""
-        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA)
-        try:
-            mutation = Mutation(keyspace, table, partition_key)
-            replicas = self.replicas_of(keyspace, base_token(mutation))
-            request_id, actions = self.coordinator.begin_read(
-                replicas,
-                consistency,
-                self.live,
-                lambda partition: partition,
-                proximity=self.read_proximity(replicas.natural),
-            )
-        except Exception as error:
-            done(None, error)
-            return
-        self._reads[request_id] = PendingRead(command, done)
-        self._execute(actions)
+        """Coordinate a read of one raw partition; ``done(partition, error)``
+        (``_point_requests``)."""
+        self.requests.read(keyspace, table, partition_key, consistency, done)
 
     def read_range(
         self,
@@ -586,161 +530,7 @@ class ClusterNode:
         as Cassandra reads locally), then its DC, then the others in ring order."""
         return sorted(replicas, key=lambda host: (host != self.host, host.dc != self.host.dc))
 
-    def handle(self, event: CoordinatorEvent) -> None:
-        try:
-            actions = self.coordinator.handle(event)
-        except RingflowError:
-            _log.exception("coordinator refused %s", event)
-            return
-        self._execute(actions)
-
-    def _execute(self, actions: Sequence[CoordinatorAction]) -> None:
-        for action in actions:
-            if isinstance(action, SendMutation):
-                self._send_unit(action.replica, action.request_id, action.unit, repair=False)
-            elif isinstance(action, SendRepair):
-                unit = WriteUnit((action.mutation,))
-                self._send_unit(action.replica, action.request_id, unit, repair=True)
-            elif isinstance(action, SendRead):
-                self._send_read(action)
-            elif isinstance(action, StoreHint):
-                self.hint_delivery.store_hint(action)
-            elif isinstance(action, ArmTimeout):
-                self._arm(action)
-            elif isinstance(action, Complete):
-                self._complete_write(action)
-            elif isinstance(action, Respond):
-                self._respond(action)
-
-    def _arm(self, action: ArmTimeout) -> None:
-        request_id = action.request_id
-
-        def fire() -> None:
-            self._timers.pop(request_id, None)
-            self.handle(RequestTimedOut(request_id))
-
-        self._timers[request_id] = self.clock.call_later(action.delay_ms, fire)
-
-    def _complete_write(self, action: Complete) -> None:
-        group = self._writes.pop(action.request_id, None)
-        if group is not None:
-            group.complete(action.error)
-
-    def _respond(self, action: Respond[object]) -> None:
-        pending = self._reads.pop(action.request_id, None)
-        timer = self._timers.pop(action.request_id, None)
-        if timer is not None:
-            timer.cancel()
-        if pending is None:
-            return
-        result = action.result
-        pending.done(result if isinstance(result, Mutation) else None, action.error)
-
-    def _send_unit(self, replica: Host, request_id: int, unit: WriteUnit, *, repair: bool) -> None:
-        acked: CoordinatorEvent = (
-            RepairAcked(request_id, replica) if repair else MutationAcked(request_id, replica)
-        )
-        failed: CoordinatorEvent = (
-            RepairFailed(request_id, replica) if repair else MutationFailed(request_id, replica)
-        )
-        if replica == self.host:
-
-            def done(_result: object, error: BaseException | None) -> None:
-                self.handle(failed if error is not None else acked)
-
-            self._offload(lambda: self._apply_unit(unit), done)
-        elif not self._send(
-            replica.endpoint, Verb.MUTATION_REQ, request_id, _codec.encode_unit(unit)
-        ):
-            self.handle(failed)
-
-    def _apply_unit(self, unit: WriteUnit) -> None:
-        self.store.apply(unit.mutations, now_s=self.clock.now_ms() // 1000, cdc=unit.captures)
-
-    def _send_read(self, action: SendRead) -> None:
-        pending = self._reads.get(action.request_id)
-        if pending is None:
-            return
-        command = _codec.ReadCommand(
-            pending.command.keyspace,
-            pending.command.table,
-            pending.command.partition_key,
-            action.kind,
-        )
-        replica, request_id = action.replica, action.request_id
-        if replica == self.host:
-
-            def done(result: bytes | None, error: BaseException | None) -> None:
-                if error is not None or result is None:
-                    self.handle(ReadReplicaFailed(request_id, replica))
-                else:
-                    self._on_read_response(request_id, replica, result)
-
-            self._offload(lambda: self._serve_read(command), done)
-        elif not self._send(
-            replica.endpoint, Verb.READ_REQ, request_id, _codec.encode_read(command)
-        ):
-            self.handle(ReadReplicaFailed(request_id, replica))
-
-    def _serve_read(self, command: _codec.ReadCommand) -> bytes:
-        partition = self.store.read_mutation(
-            (command.keyspace, command.table), command.partition_key
-        )
-        digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
-        return _codec.encode_read_response(command.kind, partition, digest)
-
-    def _on_read_response(self, request_id: int, replica: Host, payload: bytes) -> None:
-        kind, partition, digest = _codec.decode_read_response(payload)
-        if kind is ReadKind.DIGEST:
-            self.handle(DigestReceived(request_id, replica, digest))
-        else:
-            self.handle(DataReceived(request_id, replica, partition))
-
     # -- receiving -------------------------------------------------------------------------
-
-    def _on_mutation_req(self, source: str, request_id: int, payload: bytes) -> None:
-        self._replica_write(source, request_id, payload, Verb.MUTATION_REQ, Verb.MUTATION_RSP)
-
-    def _on_hint_req(self, source: str, request_id: int, payload: bytes) -> None:
-        self._replica_write(source, request_id, payload, Verb.HINT_REQ, Verb.HINT_RSP)
-
-    def _replica_write(
-        self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
-    ) -> None:
-        unit = _codec.decode_unit(payload)
-
-        def done(_result: object, error: BaseException | None) -> None:
-            if error is None:
-                self._send(source, answer, request_id, b"")
-            else:
-                self._fail(source, request_id, verb, f"{type(error).__name__}: {error}")
-
-        self._offload(lambda: self._apply_unit(unit), done)
-
-    def _on_mutation_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        host = self.host_at(source)
-        if host is None:
-            return
-        if request_id in self._reads:
-            self.handle(RepairAcked(request_id, host))
-        else:
-            self.handle(MutationAcked(request_id, host))
-
-    def _on_read_req(self, source: str, request_id: int, payload: bytes) -> None:
-        command = _codec.decode_read(payload)
-
-        def done(result: bytes | None, error: BaseException | None) -> None:
-            if error is None and result is not None:
-                self._send(source, Verb.READ_RSP, request_id, result)
-            else:
-                self._fail(source, request_id, Verb.READ_REQ, f"{error}")
-
-        self._offload(lambda: self._serve_read(command), done)
-
-    def _on_read_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        host = self.host_at(source)
-        if host is not None:
-            self._on_read_response(request_id, host, payload)
 
     def _on_hint_rsp(self, source: str, request_id: int, payload: bytes) -> None:
         self.hint_delivery.on_hint_answer(source, request_id, True)
@@ -758,14 +548,12 @@ class ClusterNode:
             return
         elif verb_value == Verb.RANGE_READ:
             self.range_reads.on_range_answer(request_id, host, None)
-        elif verb_value == Verb.READ_REQ:
-            self.handle(ReadReplicaFailed(request_id, host))
-        elif request_id in self._reads:
-            self.handle(RepairFailed(request_id, host))
         else:
-            self.handle(MutationFailed(request_id, host))
+            self.requests.on_failure(request_id, host, verb_value)
 
     def host_at(self, endpoint: str) -> Host | None:
+        """The host answering from ``endpoint``: a ring member, or a joining or leaving node
+        (a pending replica); None for anyone else."""
         info = self.members.get(endpoint)
         if info is None:  # a joining or leaving node answers as a pending replica
             transition = self.transitions.get(endpoint)
@@ -774,11 +562,11 @@ class ClusterNode:
 
     def _verb_handlers(self) -> dict[Verb, Handler]:
         return {
-            Verb.MUTATION_REQ: self._on_mutation_req,
-            Verb.MUTATION_RSP: self._on_mutation_rsp,
-            Verb.READ_REQ: self._on_read_req,
-            Verb.READ_RSP: self._on_read_rsp,
-            Verb.HINT_REQ: self._on_hint_req,
+            Verb.MUTATION_REQ: self.requests.on_mutation_req,
+            Verb.MUTATION_RSP: self.requests.on_mutation_rsp,
+            Verb.READ_REQ: self.requests.on_read_req,
+            Verb.READ_RSP: self.requests.on_read_rsp,
+            Verb.HINT_REQ: self.requests.on_hint_req,
             Verb.HINT_RSP: self._on_hint_rsp,
             Verb.FAILURE_RSP: self._on_failure_rsp,
             Verb.RANGE_READ: self.range_reads.on_range_read,

@@ -232,7 +232,7 @@ class RangeReads:
                     self.on_range_answer(request_id, node.host, None if error else answer)
 
                 node.offload(lambda: self._serve_range(command), served)
-            elif not node._send(replica.endpoint, Verb.RANGE_READ, request_id, payload):
+            elif not node.send(replica.endpoint, Verb.RANGE_READ, request_id, payload):
                 self.on_range_answer(request_id, replica, None)
 
     def _serve_range(self, command: _codec.RangeCommand) -> _codec.RangeAnswer:
@@ -302,9 +302,9 @@ class RangeReads:
         def done(answer: _codec.RangeAnswer | None, error: BaseException | None) -> None:
             if error is None and answer is not None:
                 body = _codec.encode_range_answer(answer, RANGE_ANSWER_MAX_BYTES)
-                if node._send(source, Verb.RANGE_READ, request_id, body):
+                if node.send(source, Verb.RANGE_READ, request_id, body):
                     return
                 error = RuntimeError("the answer could not be sent")
-            node._fail(source, request_id, Verb.RANGE_READ, f"{type(error).__name__}: {error}")
+            node.fail(source, request_id, Verb.RANGE_READ, f"{type(error).__name__}: {error}")
 
         node.offload(lambda: self._serve_range(command), done)

@@ -116,7 +116,7 @@ class SchemaSync:
             payload = _codec.encode_mutations_payload(mutations)
             for endpoint in targets:
                 self._observe(SchemaStep.PUSH, endpoint)
-                node._send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
+                node.send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
 
         node.offload(self._schema_mutations, send)
 
@@ -148,7 +148,7 @@ class SchemaSync:
             return
         self._last_pull_ms[endpoint] = now_ms
         self._observe(SchemaStep.PULL, endpoint)
-        node._send(endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
+        node.send(endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
 
     def _merge_schema(self, source: str, mutations: list[Mutation]) -> None:
         node = self._node
@@ -196,7 +196,7 @@ class SchemaSync:
         def done(mutations: list[Mutation] | None, error: BaseException | None) -> None:
             if error is None and mutations is not None:
                 body = _codec.encode_mutations_payload(mutations)
-                node._send(source, Verb.SCHEMA_PULL_RSP, request_id, body)
+                node.send(source, Verb.SCHEMA_PULL_RSP, request_id, body)
 
         node.offload(self._schema_mutations, done)
 

@@ -221,9 +221,9 @@ class Streamer:
 
         def answer(body: bytes | None, error: BaseException | None) -> None:
             if error is None and body is not None:
-                cluster._send(source, Verb.STREAM_RSP, request_id, body)
+                cluster.send(source, Verb.STREAM_RSP, request_id, body)
             else:
-                cluster._fail(source, request_id, Verb.STREAM_REQ, f"{error}")
+                cluster.fail(source, request_id, Verb.STREAM_REQ, f"{error}")
 
         if isinstance(message, PullRequest):
             request = message
@@ -282,7 +282,7 @@ class Streamer:
             request = PullRequest(
                 task.keyspace, table, task.low, task.high, run.paging_state, self.page_partitions
             )
-            if not self.cluster._send(
+            if not self.cluster.send(
                 task.source.endpoint, Verb.STREAM_REQ, request_id, encode_pull(request)
             ):
                 self._retry(run, "send failed")
@@ -314,7 +314,7 @@ class Streamer:
             body = encode_push(PushRequest(task.keyspace, table, partitions))
             run.stats.bytes += len(body)
             self._pending_state[request_id] = state
-            if not self.cluster._send(task.target.endpoint, Verb.STREAM_REQ, request_id, body):
+            if not self.cluster.send(task.target.endpoint, Verb.STREAM_REQ, request_id, body):
                 self._retry(run, "send failed")
 
         self.cluster.offload(scan, scanned)
@@ -334,7 +334,7 @@ class Streamer:
 
         self.cluster.clock.call_later(RESTREAM_TIMEOUT_MS, timed_out)
         body = encode_restream(RestreamRequest(host_id))
-        if not self.cluster._send(endpoint, Verb.STREAM_REQ, request_id, body):
+        if not self.cluster.send(endpoint, Verb.STREAM_REQ, request_id, body):
             self._waiters.pop(request_id, None)
             done(StreamError(f"could not reach {endpoint}"))
 

@@ -1,0 +1,301 @@
+"""Point requests: the coordinator's single-partition writes and reads (with their read
+repair) and the replica side of MUTATION_REQ, HINT_REQ and READ_REQ (cassandra-core.md §5,
+§6; seed 003).
+
+Owns ``PointRequests``: it turns ``Coordinator`` actions into messages, timers and store calls
+and their answers back into ``CoordinatorEvent``s, and keeps the writes and reads in flight.
+
+Rules:
+
+* A coordinator request id travels in the envelope; the replica answers with the same id.
+  A MUTATION_RSP for a read request is a read-repair ack (``SendRepair`` is a MUTATION_REQ).
+  A failure answer is FAILURE_RSP carrying ``[verb, reason]``.
+* Writes are split into one ``WriteUnit`` per partition (base mutation + its CDC capture, sent
+  together to each replica); every CDC capture is checked with ``check_colocation`` first.
+* The coordinator's own replica is served from the local store without a message (as
+  Cassandra reads locally); the node's ``read_proximity`` puts it first.
+* A hint the coordinator asks for (``StoreHint``) is stored by ``HintDelivery``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ringflow.cdc import CdcCapture, StreamId
+from ringflow.cluster._consistency import ConsistencyLevel
+from ringflow.cluster._coordinator import (
+    ArmTimeout,
+    CoordinatorAction,
+    CoordinatorEvent,
+    DataReceived,
+    DigestReceived,
+    MutationAcked,
+    MutationFailed,
+    ReadReplicaFailed,
+    RepairAcked,
+    RepairFailed,
+    RequestTimedOut,
+    base_token,
+)
+from ringflow.cluster._digest import partition_digest
+from ringflow.cluster._messages import Verb
+from ringflow.cluster._read_path import ReadKind, Respond, SendRead
+from ringflow.cluster._read_repair import SendRepair
+from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, WriteUnit
+from ringflow.cluster.service import _codec
+from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
+from ringflow.errors import RingflowError
+from ringflow.ring import Host
+from ringflow.runtime import TimerHandle
+from ringflow.schema import Mutation
+
+if TYPE_CHECKING:
+    from ringflow.cluster.service._node import ClusterNode
+
+_log = logging.getLogger(__name__)
+
+
+class PointRequests:
+    """A node's point writes and reads in flight, and its replica side of the point verbs.
+    Runs on the node's thread; store work goes through the node's ``offload``."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self._node = node
+        self._writes: dict[int, WriteGroup] = {}
+        self._reads: dict[int, PendingRead] = {}
+        self._timers: dict[int, TimerHandle] = {}
+
+    def stop(self) -> None:
+        """Cancel every request timer."""
+        for timer in self._timers.values():
+            timer.cancel()
+
+    def write(
+        self,
+        batch: Sequence[Mutation],
+        captures: dict[int, CdcCapture],
+        consistency: ConsistencyLevel,
+        done: WriteDone,
+    ) -> None:
+        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled."""
+        try:
+            plans = []
+            for index, mutation in enumerate(batch):
+                token = base_token(mutation)
+                replicas = self._node.replicas_of(mutation.keyspace, token, for_write=True)
+                capture = captures.get(index)
+                if capture is not None:
+                    stream = StreamId.from_bytes(capture.stream_id)
+                    self._node.check_colocation(mutation.keyspace, token, stream)
+                unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
+                plans.append((unit, replicas))
+        except Exception as error:
+            done(error)
+            return
+        group = WriteGroup(len(plans), done)
+        for unit, replicas in plans:
+            try:
+                request_id, actions = self._node.coordinator.begin_write(
+                    unit, replicas, consistency, self._node.live, self._node.clock.now_ms()
+                )
+            except Exception as error:
+                group.complete(error)
+                continue
+            self._writes[request_id] = group
+            self._execute(actions)
+
+    def read(
+        self,
+        keyspace: str,
+        table: str,
+        partition_key: tuple[bytes, ...],
+        consistency: ConsistencyLevel,
+        done: ReadDone,
+    ) -> None:
+        """Coordinate a read of one raw partition; ``done(partition, error)``."""
+        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA)
+        try:
+            mutation = Mutation(keyspace, table, partition_key)
+            replicas = self._node.replicas_of(keyspace, base_token(mutation))
+            request_id, actions = self._node.coordinator.begin_read(
+                replicas,
+                consistency,
+                self._node.live,
+                lambda partition: partition,
+                proximity=self._node.read_proximity(replicas.natural),
+            )
+        except Exception as error:
+            done(None, error)
+            return
+        self._reads[request_id] = PendingRead(command, done)
+        self._execute(actions)
+
+    def handle(self, event: CoordinatorEvent) -> None:
+        try:
+            actions = self._node.coordinator.handle(event)
+        except RingflowError:
+            _log.exception("coordinator refused %s", event)
+            return
+        self._execute(actions)
+
+    def _execute(self, actions: Sequence[CoordinatorAction]) -> None:
+        for action in actions:
+            if isinstance(action, SendMutation):
+                self._send_unit(action.replica, action.request_id, action.unit, repair=False)
+            elif isinstance(action, SendRepair):
+                unit = WriteUnit((action.mutation,))
+                self._send_unit(action.replica, action.request_id, unit, repair=True)
+            elif isinstance(action, SendRead):
+                self._send_read(action)
+            elif isinstance(action, StoreHint):
+                self._node.hint_delivery.store_hint(action)
+            elif isinstance(action, ArmTimeout):
+                self._arm(action)
+            elif isinstance(action, Complete):
+                self._complete_write(action)
+            elif isinstance(action, Respond):
+                self._respond(action)
+
+    def _arm(self, action: ArmTimeout) -> None:
+        request_id = action.request_id
+
+        def fire() -> None:
+            self._timers.pop(request_id, None)
+            self.handle(RequestTimedOut(request_id))
+
+        self._timers[request_id] = self._node.clock.call_later(action.delay_ms, fire)
+
+    def _complete_write(self, action: Complete) -> None:
+        group = self._writes.pop(action.request_id, None)
+        if group is not None:
+            group.complete(action.error)
+
+    def _respond(self, action: Respond[object]) -> None:
+        pending = self._reads.pop(action.request_id, None)
+        timer = self._timers.pop(action.request_id, None)
+        if timer is not None:
+            timer.cancel()
+        if pending is None:
+            return
+        result = action.result
+        pending.done(result if isinstance(result, Mutation) else None, action.error)
+
+    def _send_unit(self, replica: Host, request_id: int, unit: WriteUnit, *, repair: bool) -> None:
+        acked: CoordinatorEvent = (
+            RepairAcked(request_id, replica) if repair else MutationAcked(request_id, replica)
+        )
+        failed: CoordinatorEvent = (
+            RepairFailed(request_id, replica) if repair else MutationFailed(request_id, replica)
+        )
+        if replica == self._node.host:
+
+            def done(_result: object, error: BaseException | None) -> None:
+                self.handle(failed if error is not None else acked)
+
+            self._node.offload(lambda: self._apply_unit(unit), done)
+        elif not self._node.send(
+            replica.endpoint, Verb.MUTATION_REQ, request_id, _codec.encode_unit(unit)
+        ):
+            self.handle(failed)
+
+    def _apply_unit(self, unit: WriteUnit) -> None:
+        self._node.store.apply(
+            unit.mutations, now_s=self._node.clock.now_ms() // 1000, cdc=unit.captures
+        )
+
+    def _send_read(self, action: SendRead) -> None:
+        pending = self._reads.get(action.request_id)
+        if pending is None:
+            return
+        command = _codec.ReadCommand(
+            pending.command.keyspace,
+            pending.command.table,
+            pending.command.partition_key,
+            action.kind,
+        )
+        replica, request_id = action.replica, action.request_id
+        if replica == self._node.host:
+
+            def done(result: bytes | None, error: BaseException | None) -> None:
+                if error is not None or result is None:
+                    self.handle(ReadReplicaFailed(request_id, replica))
+                else:
+                    self._on_read_response(request_id, replica, result)
+
+            self._node.offload(lambda: self._serve_read(command), done)
+        elif not self._node.send(
+            replica.endpoint, Verb.READ_REQ, request_id, _codec.encode_read(command)
+        ):
+            self.handle(ReadReplicaFailed(request_id, replica))
+
+    def _serve_read(self, command: _codec.ReadCommand) -> bytes:
+        partition = self._node.store.read_mutation(
+            (command.keyspace, command.table), command.partition_key
+        )
+        digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
+        return _codec.encode_read_response(command.kind, partition, digest)
+
+    def _on_read_response(self, request_id: int, replica: Host, payload: bytes) -> None:
+        kind, partition, digest = _codec.decode_read_response(payload)
+        if kind is ReadKind.DIGEST:
+            self.handle(DigestReceived(request_id, replica, digest))
+        else:
+            self.handle(DataReceived(request_id, replica, partition))
+
+    # -- verbs ---------------------------------------------------------------------------------
+
+    def on_mutation_req(self, source: str, request_id: int, payload: bytes) -> None:
+        self._replica_write(source, request_id, payload, Verb.MUTATION_REQ, Verb.MUTATION_RSP)
+
+    def on_hint_req(self, source: str, request_id: int, payload: bytes) -> None:
+        self._replica_write(source, request_id, payload, Verb.HINT_REQ, Verb.HINT_RSP)
+
+    def _replica_write(
+        self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
+    ) -> None:
+        unit = _codec.decode_unit(payload)
+
+        def done(_result: object, error: BaseException | None) -> None:
+            if error is None:
+                self._node.send(source, answer, request_id, b"")
+            else:
+                self._node.fail(source, request_id, verb, f"{type(error).__name__}: {error}")
+
+        self._node.offload(lambda: self._apply_unit(unit), done)
+
+    def on_mutation_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        host = self._node.host_at(source)
+        if host is None:
+            return
+        if request_id in self._reads:
+            self.handle(RepairAcked(request_id, host))
+        else:
+            self.handle(MutationAcked(request_id, host))
+
+    def on_read_req(self, source: str, request_id: int, payload: bytes) -> None:
+        command = _codec.decode_read(payload)
+
+        def done(result: bytes | None, error: BaseException | None) -> None:
+            if error is None and result is not None:
+                self._node.send(source, Verb.READ_RSP, request_id, result)
+            else:
+                self._node.fail(source, request_id, Verb.READ_REQ, f"{error}")
+
+        self._node.offload(lambda: self._serve_read(command), done)
+
+    def on_read_rsp(self, source: str, request_id: int, payload: bytes) -> None:
+        host = self._node.host_at(source)
+        if host is not None:
+            self._on_read_response(request_id, host, payload)
+
+    def on_failure(self, request_id: int, host: Host, verb: int) -> None:
+        """``host`` failed point request ``request_id`` (FAILURE_RSP for ``verb``: READ_REQ, or
+        MUTATION_REQ for a write or a read repair)."""
+        if verb == Verb.READ_REQ:
+            self.handle(ReadReplicaFailed(request_id, host))
+        elif request_id in self._reads:
+            self.handle(RepairFailed(request_id, host))
+        else:
+            self.handle(MutationFailed(request_id, host))
