@@ -1,0 +1,149 @@
+"""Helpers of the ``ringflow replicate`` tests against a real edge cluster: the job in a child
+process, the workload's writes, bounded waits, the checkpoint's offsets and the final checks
+(every destination equals the edge table read at ALL; the lake holds the CDC log exactly once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from ringflow.cli._demo import TABLE, Workload, compare, live_rows, read_cql_table
+from ringflow.pipeline import Change, change_from_row, materialize, read_lake_changes
+from ringflow.pipeline._cdc_source import read_changes
+from ringflow.pipeline._postgres import read_postgres_live
+from ringflow.pipeline._replicate import cdc_options, source_table
+from ringflow.schema import Table
+
+WAIT_S = 300.0  # upper bound of every wait (the machine is shared and may be loaded)
+RETRY_S = 60.0  # how long one write is retried (a node joining or just restarted)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout_s} s"
+        time.sleep(0.01)
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+class Job:
+    """``ringflow replicate --continuous`` in a child process with its own process group (its
+    JVM and Python workers too), so SIGKILL of the group is a crash of the whole job."""
+
+    def __init__(self, arguments: list[str], log: Path) -> None:
+        script = Path(sys.executable).parent / "ringflow"
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [str(script), *arguments, "--continuous"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        if not group_gone(self.process.pid):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+        wait_for(lambda: group_gone(self.process.pid), "the killed job's processes gone", 30)
+
+
+def write(workload: Workload, count: int, pause_s: float = 0.02) -> None:
+    """``count`` operations of the workload, each retried (bounded) until acknowledged: at
+    QUORUM a write fails only around a topology change (a killed node's connection, a node that
+    has not loaded the CDC generation yet); a retry writes the same values at a later time."""
+    for _ in range(count):
+        _, statement, values = workload.next_operation()
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            try:
+                workload.session.execute(statement, values, timeout=30.0)
+                break
+            except Exception:  # the driver's NoHostAvailable / timeouts / connection errors
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        time.sleep(pause_s)
+
+
+def batch_offsets(checkpoint: Path) -> list[tuple[int, dict[str, int]]]:
+    """(batch id, the ``ringflow-cdc`` end offset) of every micro-batch Spark logged before
+    running it (``<checkpoint>/offsets/<id>``: a version line, the batch metadata, then one
+    line per source)."""
+    batches = []
+    for path in (checkpoint / "offsets").iterdir():
+        if path.name.isdigit():
+            lines = path.read_text().splitlines()
+            batches.append((int(path.name), json.loads(lines[-1])))
+    return sorted(batches)
+
+
+def committed_watermark(checkpoint: Path) -> int | None:
+    """The source watermark (ms) of the last batch the channel's sink committed."""
+    commits = checkpoint / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.exists() else []
+    offsets = dict(batch_offsets(checkpoint)) if done else {}
+    return offsets[max(done)]["watermark_ms"] if done else None
+
+
+def check_destinations(
+    edge: Any, contact_points: str, keyspace: str, base: Path, postgres_url: str, hub: Any = None
+) -> tuple[Table, int]:
+    """The lake (``base / "lake"``), PostgreSQL and the hub (when given) each equal the edge
+    table read at ALL; (the table, its row count)."""
+    table = source_table(cdc_options(contact_points, f"{keyspace}.{TABLE}"))
+    now_s = int(time.time())
+    expected = read_cql_table(edge, table, "ALL")
+    name = f"{keyspace}.{TABLE}"
+    destinations = {
+        "lake": live_rows(materialize(table, read_lake_changes(base / "lake", name), now_s)),
+        "postgres": live_rows(
+            read_postgres_live(postgres_url, f"{keyspace}_{TABLE}", table, now_s)
+        ),
+    }
+    if hub is not None:
+        destinations["hub"] = read_cql_table(hub, table)
+    for destination, rows in destinations.items():
+        _, problems = compare(expected, rows)
+        assert problems == [], f"{destination}: {len(problems)} mismatches, e.g. {problems[:3]}"
+    return table, len(expected)
+
+
+def change_identity(change: Change) -> tuple[bytes, Any, int]:
+    return (change.stream_id, change.time, change.batch_seq_no)
+
+
+def assert_lake_is_log(
+    spark: SparkSession, table: Table, lake: Path, options: Mapping[str, str]
+) -> list[Change]:
+    """The lake holds every change of the CDC log (a batch read through ``ringflow-cdc`` with
+    ``options``) exactly once; the log's changes."""
+    changes = read_lake_changes(lake, f"{table.keyspace}.{table.name}")
+    log = [change_from_row(table, row) for row in read_changes(spark, dict(options)).collect()]
+    assert len({change_identity(c) for c in changes}) == len(changes)  # nothing twice
+    assert sorted(changes, key=change_identity) == sorted(log, key=change_identity)
+    return log
