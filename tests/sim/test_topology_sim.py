@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ringflow.cdc import CdcMetadata, GenerationIdV2, TopologyDescription
-from ringflow.cluster._coordinator import prepare_cdc_write
+from ringflow.cdc import CdcMetadata, GenerationIdV2, StreamId, TopologyDescription
+from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._topology_change import choose_tokens
 from ringflow.cluster.service._bootstrap import (
@@ -211,6 +211,8 @@ def boot(seed: int) -> tuple[Simulation, TopologyCluster]:
 class Writes:
     acked: dict[int, int] = field(default_factory=dict)
     streams: dict[int, tuple[bytes, int]] = field(default_factory=dict)
+    coordinated: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Each write's coordinator and when it was issued (simulated ms)."""
     refused: int = 0
     settled: int = 0
     """Writes issued and answered (acknowledged or refused)."""
@@ -239,6 +241,7 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
                 writes.settled += 1
                 return
             writes.streams[key] = (capture.stream_id, ts_us)
+            writes.coordinated[key] = (name, sim.loop.now_us // 1000)
 
             def done(error: BaseException | None) -> None:
                 writes.settled += 1
@@ -276,6 +279,39 @@ def generations_of(cluster: TopologyCluster) -> dict[int, TopologyDescription]:
     return found
 
 
+HINT_SETTLE_MS = 1_000
+
+
+def check_log_replicas(
+    cluster: TopologyCluster, writes: Writes, remaining: list[str], crash: tuple[str, int]
+) -> None:
+    """Every acknowledged change's log row is stored on every replica of its stream in the
+    final ring (read from each node's own store, before any QUORUM read could repair it there):
+    writes reached natural and pending replicas, streaming moved the log ranges with the base
+    ones, hints replayed what a crashed replica missed. A write whose coordinator crashed
+    before its write timeout may miss a replica for good (the coordinator hints a replica
+    that did not answer at the timeout, as Cassandra does; repair's job): there, base and log
+    row are missing together (one unit)."""
+    table = ("ks", "kv" + CDC_LOG_SUFFIX)
+    victim, crash_ms = crash
+    timeout_ms = cluster.nodes[remaining[0]].settings.write_timeout_ms
+    for key, value in writes.acked.items():
+        stream, _ts_us = writes.streams[key]
+        coordinator, issued_ms = writes.coordinated[key]
+        unhinted = coordinator == victim and 0 <= crash_ms - issued_ms < timeout_ms
+        replicas = cluster.nodes[remaining[0]].replicas_of(
+            "ks", log_token(StreamId.from_bytes(stream))
+        )
+        for host in replicas.natural:
+            name = next(n for n in remaining if endpoint(n) == host.endpoint)
+            stored = cluster.nodes[name].store.read_mutation(table, (stream,))
+            if value in logged(stored, key):
+                continue
+            assert unhinted, f"log row of write {key} missing on {name}"
+            base = cluster.nodes[name].store.read_mutation(("ks", "kv"), kv_key(key))
+            assert kv_value(base) != value, f"write {key} split on {name}"
+
+
 def run_scenario(seed: int) -> None:
     sim, cluster = boot(seed)
     with sim:
@@ -286,6 +322,7 @@ def run_scenario(seed: int) -> None:
         leaver = rng.choice(FIRST[1:])
         victim = next(n for n in FIRST if n not in ("n1", leaver))
         crash_at = rng.randrange(5_000, 100_000)
+        crash = (victim, sim.loop.now_us // 1000 + crash_at)
         sim.after(crash_at, lambda: sim.process(victim).running and sim.crash(victim))
         restart_at = crash_at + rng.randrange(2_000, 20_000)
         sim.after(restart_at, lambda: sim.process(victim).running or sim.restart(victim))
@@ -328,6 +365,8 @@ def run_scenario(seed: int) -> None:
             streams = {s.to_bytes() for s in generations[operating].all_streams()}
             assert stream in streams, f"write {key} at {ts_us} left its generation"
 
+        sim.run_for(10 * HINT_SETTLE_MS)  # hints of the crash window replayed
+        check_log_replicas(cluster, writes, remaining, crash)
         base_keys = {k: kv_key(k) for k in writes.acked}
         log_keys = {k: (writes.streams[k][0],) for k in writes.acked}
         for reader in remaining:

@@ -17,7 +17,10 @@ Rules:
   CDC capture of each base mutation (stream id and ``cdc$time`` low bits chosen once by the
   coordinator). Every replica gets the whole unit in one message and applies it in one
   transaction, building the log rows itself (``Store.apply(batch, cdc=...)``), so base and log
-  are never split. A hint carries the same whole unit.
+  are never split. A hint carries the same whole unit. Its targets are the base token's natural
+  and pending replicas plus the pending replicas of each log token
+  (``TokenReplicas.with_pending``): a joining node can split a vnode so that only the log
+  token's range moves to it, and it must get the log row like any pending replica.
 * The liveness check runs in the constructor, before anything is sent: too few live replicas for
   the level (natural plus pending, pending replicas raising blockFor) raises ``Unavailable``.
 * ``start`` sends the unit to every live replica, natural and pending, whatever the level, and
@@ -137,6 +140,23 @@ class TokenReplicas:
         transient = frozenset(replica.host for replica in plan if not replica.is_full)
         extra = tuple(host for host in pending if host not in natural)
         return cls(token, natural, strategy, local_dc, extra, transient)
+
+    def with_pending(self, hosts: Iterable[Host]) -> TokenReplicas:
+        """These replicas plus ``hosts`` as pending (those not already natural or pending): a
+        CDC unit's targets also take its log tokens' pending replicas, so a log row reaches a
+        joining node gaining the stream's range even when the base token's range stays put."""
+        known = set(self.all)
+        extra = tuple(dict.fromkeys(host for host in hosts if host not in known))
+        if not extra:
+            return self
+        return TokenReplicas(
+            self.token,
+            self.natural,
+            self.strategy,
+            self.local_dc,
+            (*self.pending, *extra),
+            self.transient,
+        )
 
     @property
     def all(self) -> tuple[Host, ...]:

@@ -18,6 +18,7 @@ from ringflow.cluster._topology_change import (
     ring_pieces,
     transition_of,
 )
+from ringflow.cluster._write_path import TokenReplicas
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, TokenMetadata, replication_strategy
 
 RF3 = replication_strategy({"class": "SimpleStrategy", "replication_factor": 3})
@@ -111,6 +112,26 @@ def test_colocation_accepts_the_future_ring_only_during_a_change() -> None:
         same_future = set(RF3.replicas(base, future)) == set(RF3.replicas(log, future))
         assert colocated(base, log, current, RF3, future, RF3) == same_future
     assert colocated(base, base, current, RF3)
+
+
+def test_a_cdc_unit_reaches_a_joiner_gaining_only_the_log_tokens_range() -> None:
+    """A joiner's token between base and log token (one vnode of the current ring, so
+    colocated): only the log token's range moves to it, and the unit's targets include it."""
+    rf2 = replication_strategy({"class": "SimpleStrategy", "replication_factor": 2})
+    hosts = [_host(index) for index in range(4)]
+    current = TokenMetadata({host: [index * 1000] for index, host in enumerate(hosts)})
+    joining = _host(4)
+    future = future_ring(current, [Transition(joining, (600,), Change.JOIN)])
+    base, log = 800, 400
+    assert colocated(base, log, current, rf2)
+    assert pending_replicas(base, current, rf2, future, rf2) == ()
+    log_pending = pending_replicas(log, current, rf2, future, rf2)
+    assert log_pending == (joining,)
+    replicas = TokenReplicas.of(base, current, rf2, "dc1")
+    targets = replicas.with_pending(log_pending)
+    assert targets.natural == replicas.natural
+    assert targets.all == (*replicas.natural, joining)
+    assert targets.with_pending([joining, *replicas.natural]) == targets
 
 
 def test_choose_tokens_balances_a_fourth_node() -> None:

@@ -11,7 +11,8 @@ Rules:
   A MUTATION_RSP for a read request is a read-repair ack (``SendRepair`` is a MUTATION_REQ).
   A failure answer is FAILURE_RSP carrying ``[verb, reason]``.
 * Writes are split into one ``WriteUnit`` per partition (base mutation + its CDC capture, sent
-  together to each replica); every CDC capture is checked with ``check_colocation`` first.
+  together to each replica); every CDC capture is checked with ``check_colocation`` first, and
+  the unit goes to the base token's natural + pending replicas and the log token's pending ones.
 * The coordinator's own replica is served from the local store without a message (as
   Cassandra reads locally); the node's ``read_proximity`` puts it first.
 * A hint the coordinator asks for (``StoreHint``) is stored by ``HintDelivery``.
@@ -38,12 +39,19 @@ from ringflow.cluster._coordinator import (
     RepairFailed,
     RequestTimedOut,
     base_token,
+    log_token,
 )
 from ringflow.cluster._digest import partition_digest
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._read_path import ReadKind, Respond, SendRead
 from ringflow.cluster._read_repair import SendRepair
-from ringflow.cluster._write_path import Complete, SendMutation, StoreHint, WriteUnit
+from ringflow.cluster._write_path import (
+    Complete,
+    SendMutation,
+    StoreHint,
+    TokenReplicas,
+    WriteUnit,
+)
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
 from ringflow.errors import RingflowError
@@ -83,14 +91,9 @@ class PointRequests:
         try:
             plans = []
             for index, mutation in enumerate(batch):
-                token = base_token(mutation)
-                replicas = self._node.replicas_of(mutation.keyspace, token, for_write=True)
                 capture = captures.get(index)
-                if capture is not None:
-                    stream = StreamId.from_bytes(capture.stream_id)
-                    self._node.check_colocation(mutation.keyspace, token, stream)
                 unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
-                plans.append((unit, replicas))
+                plans.append((unit, self._unit_replicas(mutation, capture)))
         except Exception as error:
             done(error)
             return
@@ -105,6 +108,18 @@ class PointRequests:
                 continue
             self._writes[request_id] = group
             self._execute(actions)
+
+    def _unit_replicas(self, mutation: Mutation, capture: CdcCapture | None) -> TokenReplicas:
+        """The base token's natural + pending replicas; with a CDC capture (checked colocated)
+        also the log token's pending replicas (``TokenReplicas.with_pending``)."""
+        token = base_token(mutation)
+        replicas = self._node.replicas_of(mutation.keyspace, token, for_write=True)
+        if capture is None:
+            return replicas
+        stream = StreamId.from_bytes(capture.stream_id)
+        self._node.check_colocation(mutation.keyspace, token, stream)
+        log = self._node.replicas_of(mutation.keyspace, log_token(stream), for_write=True)
+        return replicas.with_pending(log.pending)
 
     def read(
         self,
