@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ringflow.cdc import CdcMetadata, GenerationIdV2, StreamId, TopologyDescription
+from ringflow.cdc import (
+    CdcMetadata,
+    GenerationIdV1,
+    GenerationIdV2,
+    StreamId,
+    TopologyDescription,
+)
 from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._topology_change import choose_tokens
@@ -96,6 +102,8 @@ class TopologyCluster:
     cdc: dict[str, CdcMetadata] = field(default_factory=dict)
     topology: dict[str, TopologyService] = field(default_factory=dict)
     left: set[str] = field(default_factory=set)
+    without_v2: frozenset[str] = frozenset()
+    """Nodes that do not advertise CDC_GENERATIONS_V2 (an older version)."""
 
     def factory(self, name: str, joining: bool) -> Callable[[Runtime], ClusterNode]:
         host = host_of(name)
@@ -117,7 +125,9 @@ class TopologyCluster:
             states = {
                 ApplicationState.SHARD_COUNT: "2",
                 ApplicationState.IGNORE_MSB: "12",
-                ApplicationState.SUPPORTED_FEATURES: CDC_GENERATIONS_V2_FEATURE,
+                ApplicationState.SUPPORTED_FEATURES: (
+                    "" if name in self.without_v2 else CDC_GENERATIONS_V2_FEATURE
+                ),
             }
             if initial is not None:
                 states[ApplicationState.CDC_GENERATION_ID] = initial.id.to_gossip()
@@ -131,7 +141,9 @@ class TopologyCluster:
                 extra_states={**states, **joining_states(root)},
             )
             rng = random.Random(runtime.random.getrandbits(64))
-            generations = CdcGenerationService(node, cdc, rng=rng, initial=initial)
+            generations = CdcGenerationService(
+                node, cdc, rng=rng, initial=initial, v2_enabled=name not in self.without_v2
+            )
             node.start()
             generations.start()
             self.topology[name] = TopologyService(
@@ -190,10 +202,10 @@ def settled(cluster: TopologyCluster) -> bool:
     )
 
 
-def boot(seed: int) -> tuple[Simulation, TopologyCluster]:
+def boot(seed: int, without_v2: frozenset[str] = frozenset()) -> tuple[Simulation, TopologyCluster]:
     sim = Simulation(seed)
     try:
-        cluster = TopologyCluster(sim)
+        cluster = TopologyCluster(sim, without_v2=without_v2)
         for name in FIRST:
             cluster.tokens[name] = first_tokens(name)
             sim.add_process(name, cluster.factory(name, joining=False))
@@ -384,3 +396,31 @@ def run_scenario(seed: int) -> None:
 def test_joins_and_a_decommission_under_quorum_writes(seed: int) -> None:
     """Two joins and a decommission under faults: the checks of the module docstring."""
     run_scenario(seed)
+
+
+def test_a_join_in_a_cluster_with_an_older_node_makes_a_v1_generation() -> None:
+    """Issue 7 §3: with one node lacking CDC_GENERATIONS_V2 the joiner's generation is a v1 one
+    (timestamp id, v1 description read back through the coordinator), every node operates it,
+    and writes after its start use its streams."""
+    sim, cluster = boot(1, without_v2=frozenset({"n3"}))
+    with sim:
+        add_joiner(cluster, "n4")
+        joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
+        assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
+        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+        generation = cluster.topology["n4"].generation
+        assert isinstance(generation, GenerationIdV1), generation
+        start_us = generation.timestamp_ms * 1000
+        for name in cluster.running():
+            assert start_us in cluster.cdc[name].generation_timestamps_us, name
+        description = cluster.cdc["n1"].description_at(generation.timestamp_ms)
+        assert description is not None
+        assert description != DESCRIPTION
+        writes = Writes()
+        schedule_writes(cluster, writes, 20, 5_000)
+        assert sim.run_until_true(lambda: writes.settled == 20, timeout_ms=120_000)
+        assert writes.acked, sim.describe()
+        streams = {stream.to_bytes() for stream in description.all_streams()}
+        for key in writes.acked:
+            stream, ts_us = writes.streams[key]
+            assert ts_us >= start_us and stream in streams, key
