@@ -88,6 +88,7 @@ from ringflow.storage._sqlite_layout import (
     SELECT_PARTITION_ATOMS,
     SELECT_PARTITION_SLICE,
     SELECT_PARTITION_SLICE_REVERSED,
+    SELECT_STATIC_ROW,
     SELECT_TABLES,
     SETTLE_LEGACY_LOG_APPENDS,
     SETTLE_LOG_APPENDS,
@@ -474,21 +475,45 @@ class Store:
         return found[0] if found else None
 
     def read_mutation(
-        self, table: Table | tuple[str, str], partition_key: Sequence[bytes]
+        self,
+        table: Table | tuple[str, str],
+        partition_key: Sequence[bytes],
+        *,
+        start: ClusteringBound = ClusteringBound(),  # noqa: B008 - frozen value object
+        end: ClusteringBound = ClusteringBound(),  # noqa: B008 - frozen value object
     ) -> Mutation | None:
         """The stored state of a partition, merged but not reconciled for reading: every
         tombstone and expired cell is there (for repair, streaming and hints). None if the
-        store holds nothing for it."""
+        store holds nothing for it.
+
+        With ``start``/``end`` (a coordinated read of a clustering slice), only the clustered
+        rows in that slice are given, with the static row and every partition deletion and
+        range tombstone: what :meth:`read_partition` of the same slice needs to answer from it,
+        read with one index seek instead of the whole partition."""
         with self._lock:
             info = self._info_of(table)
             token, pk = partition_position(info, tuple(partition_key))
             self._settle_for(info)
-            return self._raw_partition(info, token, pk)
+            if start.is_unbounded and end.is_unbounded:
+                return self._raw_partition(info, token, pk)
+            return self._raw_slice(info, token, pk, start, end)
 
     def _raw_partition(self, info: TableInfo, token: int, pk: bytes) -> Mutation | None:
         tombstones = self._tombstones(info, token, pk, TombstoneBudget(2**62))
         atoms = self._connection.execute(SELECT_PARTITION_ALL_ATOMS, (info.tid, token, pk))
         return raw_mutation(info, pk, list(assemble_rows(info, atoms.fetchall())), tombstones)
+
+    def _raw_slice(
+        self, info: TableInfo, token: int, pk: bytes, start: ClusteringBound, end: ClusteringBound
+    ) -> Mutation | None:
+        tombstones = self._tombstones(info, token, pk, TombstoneBudget(2**62))
+        low = start_key(info.encode_clustering, start)
+        high = end_key(info.encode_clustering, end)
+        connection = self._connection
+        static = connection.execute(SELECT_STATIC_ROW, (info.tid, token, pk)).fetchall()
+        atoms = connection.execute(SELECT_PARTITION_SLICE, (info.tid, token, pk, low, high))
+        stored = list(assemble_rows(info, static + atoms.fetchall()))
+        return raw_mutation(info, pk, stored, tombstones)
 
     # --- scans ---------------------------------------------------------------------------------
 

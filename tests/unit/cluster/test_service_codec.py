@@ -6,12 +6,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from ringflow.cdc import CdcCapture
 from ringflow.cluster import InternodeProtocolError, ReadKind, WriteUnit
 from ringflow.cluster.service import _codec
-from ringflow.schema import Cell, Mutation, Row
+from ringflow.schema import Cell, ClusteringBound, Mutation, Row
 from ringflow.storage import Store
 
 CAPTURE = CdcCapture(bytes(range(16)), 12345)
@@ -36,6 +37,21 @@ def test_read_command_and_answers_round_trip() -> None:
     assert _codec.decode_read_response(empty) == (ReadKind.DATA, None, b"")
     digest = _codec.encode_read_response(ReadKind.DIGEST, None, b"d" * 16)
     assert _codec.decode_read_response(digest) == (ReadKind.DIGEST, None, b"d" * 16)
+
+
+def test_a_slice_read_command_round_trips_and_keeps_its_bounds_across_kinds() -> None:
+    start, end = ClusteringBound((b"\x01", b"x"), False), ClusteringBound((b"\x05",), True)
+    command = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA, start, end)
+    assert _codec.decode_read(_codec.encode_read(command)) == command
+    digest = command.with_kind(ReadKind.DIGEST)
+    assert (digest.kind, digest.start, digest.end) == (ReadKind.DIGEST, start, end)
+    open_end = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA, start)
+    assert _codec.decode_read(_codec.encode_read(open_end)) == open_end
+    whole = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA)
+    assert len(msgpack.unpackb(_codec.encode_read(whole))) == 4  # the whole-partition form
+    bad = msgpack.packb(["ks", "t", [b"a"], "data", [[b"\x01"], 1, [], True]])
+    with pytest.raises(InternodeProtocolError):
+        _codec.decode_read(bad)
 
 
 @pytest.mark.parametrize("payload", [b"", b"\xc1", b"\x93\x01\x02\x03", b"\x92\x90\x91\x01"])

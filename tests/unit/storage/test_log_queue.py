@@ -20,7 +20,7 @@ import pytest
 
 from ringflow.cdc._log_rows import CdcCapture, build_log_mutations, delta_row_builder
 from ringflow.cdc._log_schema import cdc_log_table
-from ringflow.schema import CdcOptions, Cell, Mutation, Row, TableOptions
+from ringflow.schema import CdcOptions, Cell, ClusteringBound, Mutation, Row, TableOptions
 from ringflow.schema._codec import deserialize
 from ringflow.storage import Store, _store
 from ringflow.storage._catalog import TableInfo
@@ -178,4 +178,29 @@ def test_dropping_a_table_drops_its_queued_rows(tmp_path: Path) -> None:
     assert _queued(tmp_path / "node.sqlite") == 0
     store.register_table(LOG)
     assert store.read_partition(LOG, (STREAMS[0],), now_s=NOW) == []
+    store.close()
+
+
+def test_a_slice_read_of_the_log_sees_unsettled_rows(tmp_path: Path) -> None:
+    """``read_mutation`` of a clustering slice (a coordinated window read) settles the queue
+    first, so rows committed a moment ago are in the answer."""
+    store = open_store(tmp_path, BASE, LOG)
+    _apply(store, range(0, 12))
+    assert _queued(tmp_path / "node.sqlite") == 12
+    stream = STREAMS[0]  # numbers 0, 3, 6, 9
+    whole = store.read_mutation(LOG, (stream,))
+    assert whole is not None and len(whole.rows) == 4
+    start = ClusteringBound(whole.rows[1].clustering, True)
+    end = ClusteringBound(whole.rows[2].clustering, True)
+    _apply(store, range(12, 13))  # queued again, not settled
+    assert _queued(tmp_path / "node.sqlite") == 1
+    sliced = store.read_mutation(LOG, (stream,), start=start, end=end)
+    assert sliced is not None and sliced.rows == whole.rows[1:3]
+    (fresh,) = build_log_mutations(BASE, LOG, *_write(15), NOW)  # number 15: stream 0
+    _apply(store, range(15, 16))
+    assert _queued(tmp_path / "node.sqlite") == 1
+    at = ClusteringBound(fresh.rows[0].clustering, True)
+    newest = store.read_mutation(LOG, (stream,), start=at, end=at)
+    assert newest is not None
+    assert [row.clustering for row in newest.rows] == [fresh.rows[0].clustering]
     store.close()

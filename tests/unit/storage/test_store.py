@@ -367,3 +367,38 @@ def test_constructor_arguments_are_validated(tmp_path: Path) -> None:
         Store(tmp_path / "a.sqlite", synchronous="OFF")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest):
         Store(tmp_path / "b.sqlite", wal_autocheckpoint_pages=0)
+
+
+def test_read_mutation_of_a_slice_gives_its_rows_the_static_row_and_every_tombstone(
+    tmp_path: Path,
+) -> None:
+    """A coordinated read of a clustering slice ships only the slice's rows, with the static
+    row and all partition-level tombstones, so the slice reads back as from the whole."""
+    store = open_store(tmp_path, EVENTS)
+    pk = (i32(1),)
+    rows = tuple(
+        Row((i32(n), txt("a")), LivenessInfo(10), None, {"v": Cell.live(10, txt(f"v{n}"))})
+        for n in range(6)
+    )
+    static = Row((), None, None, {"s": Cell.live(5, txt("S"))})
+    rt = RangeTombstone(ClusteringBound((i32(4),)), ClusteringBound(), DeletionTime(11, NOW))
+    written = Mutation("ks", "events", pk, DeletionTime(1, NOW), static, rows, (rt,))
+    store.apply([written], now_s=NOW)
+    start, end = ClusteringBound((i32(2),), False), ClusteringBound((i32(4),), True)
+    sliced = store.read_mutation(EVENTS, pk, start=start, end=end)
+    assert sliced == Mutation("ks", "events", pk, DeletionTime(1, NOW), static, rows[3:5], (rt,))
+    assert store.read_mutation(EVENTS, pk) == written  # unbounded: the whole partition
+    (tmp_path / "copy").mkdir()
+    copy = open_store(tmp_path / "copy", EVENTS)
+    assert sliced is not None
+    copy.apply([sliced], now_s=NOW)
+    expected = store.read_partition(EVENTS, pk, start=start, end=end, now_s=NOW)
+    assert [r.clustering for r in expected] == [rows[3].clustering]  # row 4: range-deleted
+    assert copy.read_partition(EVENTS, pk, start=start, end=end, now_s=NOW) == expected
+    empty = ClusteringBound((i32(9),))
+    assert store.read_mutation(EVENTS, pk, start=empty, end=empty) == Mutation(
+        "ks", "events", pk, DeletionTime(1, NOW), static, (), (rt,)
+    )
+    assert store.read_mutation(EVENTS, (i32(2),), start=start, end=end) is None
+    store.close()
+    copy.close()

@@ -7,8 +7,10 @@ Owns the bytes inside an ``Envelope`` whose verb is not a gossip verb (the envel
 * MUTATION_REQ / HINT_REQ: ``[[mutation bytes...], [[index, stream id, cdc$time low bits]...]]``
   (a ``WriteUnit``: base mutations and their CDC captures travel together, so a replica writes
   both or neither; seed 000 "Vnode-colocation").
-* READ_REQ: ``[keyspace, table, [partition key components], "data" | "digest"]``; READ_RSP:
-  ``[kind, mutation bytes | digest | nil]``.
+* READ_REQ: ``[keyspace, table, [partition key components], "data" | "digest"]``, plus, for a
+  read of a clustering slice, ``[[start prefix], start inclusive, [end prefix], end inclusive]``
+  (the replica answers with that slice of the partition, its static row and all its tombstones;
+  without it, the whole partition); READ_RSP: ``[kind, mutation bytes | digest | nil]``.
 * SCHEMA_PUSH_REQ / SCHEMA_PULL_RSP: ``[mutation bytes...]`` (``system_schema`` partitions).
 * RANGE_READ carries both directions: the request ``["req", keyspace, table, low, high,
   limit]`` (the raw partitions of the token range ``(low, high]``, ``low < high``, at most
@@ -27,8 +29,10 @@ from ringflow.cdc import CdcCapture
 from ringflow.cluster._messages import InternodeProtocolError
 from ringflow.cluster._read_path import ReadKind
 from ringflow.cluster._write_path import WriteUnit
-from ringflow.schema import Mutation
+from ringflow.schema import ClusteringBound, Mutation
 from ringflow.storage import decode_mutation, encode_mutation
+
+_NO_BOUND = ClusteringBound()
 
 
 def _unpack(data: bytes, what: str) -> object:
@@ -98,22 +102,41 @@ def decode_unit(data: bytes) -> WriteUnit:
 
 @dataclass(frozen=True, slots=True)
 class ReadCommand:
-    """What a READ_REQ asks a replica for: one partition, its data or its digest."""
+    """What a READ_REQ asks a replica for: one partition (or the clustering slice ``start`` ..
+    ``end`` of it; unbounded: all of it), its data or its digest."""
 
     keyspace: str
     table: str
     partition_key: tuple[bytes, ...]
     kind: ReadKind
+    start: ClusteringBound = _NO_BOUND
+    end: ClusteringBound = _NO_BOUND
+
+    def with_kind(self, kind: ReadKind) -> ReadCommand:
+        return ReadCommand(
+            self.keyspace, self.table, self.partition_key, kind, self.start, self.end
+        )
 
 
 def encode_read(command: ReadCommand) -> bytes:
-    body = [command.keyspace, command.table, list(command.partition_key), command.kind.value]
+    body: list[object] = [
+        command.keyspace,
+        command.table,
+        list(command.partition_key),
+        command.kind.value,
+    ]
+    start, end = command.start, command.end
+    if not (start.is_unbounded and end.is_unbounded):
+        body.append([list(start.prefix), start.inclusive, list(end.prefix), end.inclusive])
     payload: bytes = msgpack.packb(body, use_bin_type=True)
     return payload
 
 
 def decode_read(data: bytes) -> ReadCommand:
-    keyspace, table, key, kind = _list(_unpack(data, "read"), "read", 4)
+    items = _list(_unpack(data, "read"), "read")
+    if len(items) not in (4, 5):
+        raise InternodeProtocolError(f"read: expected an array of 4 or 5, got {items!r:.80}")
+    keyspace, table, key, kind = items[:4]
     if (
         not isinstance(keyspace, str)
         or not isinstance(table, str)
@@ -121,7 +144,19 @@ def decode_read(data: bytes) -> ReadCommand:
     ):
         raise InternodeProtocolError(f"read: bad command {keyspace!r:.40} {table!r:.40} {kind!r}")
     parts = tuple(_bytes(part, "read key") for part in _list(key, "read key"))
-    return ReadCommand(keyspace, table, parts, ReadKind(kind))
+    start = end = _NO_BOUND
+    if len(items) == 5:
+        low, low_inclusive, high, high_inclusive = _list(items[4], "read slice", 4)
+        start = _bound(low, low_inclusive)
+        end = _bound(high, high_inclusive)
+    return ReadCommand(keyspace, table, parts, ReadKind(kind), start, end)
+
+
+def _bound(prefix: object, inclusive: object) -> ClusteringBound:
+    if not isinstance(inclusive, bool):
+        raise InternodeProtocolError(f"read slice: bad inclusive flag {inclusive!r:.40}")
+    values = tuple(_bytes(value, "read slice") for value in _list(prefix, "read slice"))
+    return ClusteringBound(values, inclusive)
 
 
 def encode_read_response(kind: ReadKind, partition: Mutation | None, digest: bytes) -> bytes:

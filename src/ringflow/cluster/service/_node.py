@@ -102,7 +102,7 @@ from ringflow.cql._executor import QueryProcessor
 from ringflow.errors import RingflowError, invariant
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
 from ringflow.runtime import Clock, Network, TimerHandle
-from ringflow.schema import Mutation
+from ringflow.schema import ClusteringBound, Mutation
 from ringflow.storage import Store
 
 __all__ = [
@@ -123,6 +123,7 @@ __all__ = [
 the helper modules and are re-exported)."""
 
 _log = logging.getLogger(__name__)
+_NO_BOUND = ClusteringBound()
 
 INTERNODE_PORT = 7000
 EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
@@ -505,10 +506,12 @@ class ClusterNode:
         partition_key: tuple[bytes, ...],
         consistency: ConsistencyLevel,
         done: ReadDone,
+        start: ClusteringBound = _NO_BOUND,
+        end: ClusteringBound = _NO_BOUND,
     ) -> None:
-        """Coordinate a read of one raw partition; ``done(partition, error)``
-        (``_point_requests``)."""
-        self.requests.read(keyspace, table, partition_key, consistency, done)
+        """Coordinate a read of one raw partition, or of its clustering slice ``start`` ..
+        ``end``; ``done(partition, error)`` (``_point_requests``)."""
+        self.requests.read(keyspace, table, partition_key, consistency, done, start, end)
 
     def read_range(
         self,

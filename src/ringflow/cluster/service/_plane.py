@@ -8,11 +8,14 @@ timeout plus a margin). Store work of the node runs on other threads, so a block
 never holds up the replica verbs it waits for.
 
 Reads: ``reader`` returns a ``CoordinatedReadStore``, a scratch ``Store`` (a file of its own in
-the data directory) whose ``read_partition`` first reads the partition through the coordinator
-(data + digests at the statement's level, blocking read repair), writes the reconciled raw
-partition into the scratch store, then answers from it with the storage layer's own slicing,
-paging and reconciliation. Only user keyspaces are coordinated; ``system*`` keyspaces are read
-and written locally (each node keeps its own ``system.local``/``system.peers``).
+the data directory) whose ``read_partition`` first reads the partition's clustering slice (the
+read's ``start`` .. ``end``, with the static row and every tombstone of the partition) through
+the coordinator (data + digests at the statement's level, blocking read repair), writes the
+reconciled raw slice into the scratch store, then answers from it with the storage layer's own
+slicing, paging and reconciliation. Only the slice travels: a window read of a CDC stream's
+partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the window, not of the stream.
+Only user keyspaces are coordinated; ``system*`` keyspaces are read and written
+locally (each node keeps its own ``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
@@ -56,6 +59,8 @@ RANGE_CHUNK_PARTITIONS: Final = 1000
 """At most this many partitions per range read of the coordinator (one chunk)."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
+_FetchKey = tuple[str, str, tuple[bytes, ...], ClusteringBound, ClusteringBound]
+"""A slice fetched into the scratch store: keyspace, table, partition key, start, end."""
 
 
 def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) -> str:
@@ -123,8 +128,15 @@ class ClusterDataPlane:
         return keyspace in self._node.processor.schema.keyspaces
 
     def read_partition(
-        self, table: Table, partition_key: tuple[bytes, ...], consistency: Consistency
+        self,
+        table: Table,
+        partition_key: tuple[bytes, ...],
+        consistency: Consistency,
+        start: ClusteringBound = _NO_BOUND,
+        end: ClusteringBound = _NO_BOUND,
     ) -> Mutation | None:
+        """The reconciled raw partition (only its clustering slice ``start`` .. ``end``, with
+        its static row and tombstones, when bounded) read through the coordinator."""
         future: concurrent.futures.Future[object] = concurrent.futures.Future()
 
         def done(partition: Mutation | None, error: BaseException | None) -> None:
@@ -133,10 +145,12 @@ class ClusterDataPlane:
             else:
                 future.set_exception(error)
 
-        def start(callback: ReadDone) -> None:
-            self._node.read(table.keyspace, table.name, partition_key, consistency, callback)
+        def begin(callback: ReadDone) -> None:
+            self._node.read(
+                table.keyspace, table.name, partition_key, consistency, callback, start, end
+            )
 
-        self._loop.call_soon_threadsafe(start, done)
+        self._loop.call_soon_threadsafe(begin, done)
         timeout_s = self._node.settings.read_timeout_ms / 1000 + _MARGIN_S
         result = _wait(future, timeout_s, "read")
         return result if isinstance(result, Mutation) else None
@@ -226,7 +240,7 @@ class CoordinatedReadStore(Store):
         self._plane = plane
         self._local = local
         self._consistency = Consistency.ONE
-        self._fetched: set[tuple[str, str, tuple[bytes, ...]]] = set()
+        self._fetched: set[_FetchKey] = set()
         self._cleared: set[tuple[str, str]] = set()
         self._chunks: set[tuple[str, str, int, int]] = set()
         self._owner = threading.Lock()
@@ -275,11 +289,11 @@ class CoordinatedReadStore(Store):
                 limit=limit,
                 now_s=now_s,
             )
-        key = (table.keyspace, table.name, tuple(partition_key))
+        key = (table.keyspace, table.name, tuple(partition_key), start, end)
         with self._owner:
             if key not in self._fetched:
                 self._prepare_table(table)
-                found = self._plane.read_partition(table, key[2], self._consistency)
+                found = self._plane.read_partition(table, key[2], self._consistency, start, end)
                 if found is not None:
                     self.apply([found], now_s=now_s)
                 self._fetched.add(key)

@@ -57,12 +57,13 @@ from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone,
 from ringflow.errors import RingflowError
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
-from ringflow.schema import Mutation
+from ringflow.schema import ClusteringBound, Mutation
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode
 
 _log = logging.getLogger(__name__)
+_NO_BOUND = ClusteringBound()
 
 
 class PointRequests:
@@ -128,9 +129,13 @@ class PointRequests:
         partition_key: tuple[bytes, ...],
         consistency: ConsistencyLevel,
         done: ReadDone,
+        start: ClusteringBound = _NO_BOUND,
+        end: ClusteringBound = _NO_BOUND,
     ) -> None:
-        """Coordinate a read of one raw partition; ``done(partition, error)``."""
-        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA)
+        """Coordinate a read of one raw partition (or of its clustering slice ``start`` ..
+        ``end``: the replicas read and send only that, see ``Store.read_mutation``);
+        ``done(partition, error)``."""
+        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA, start, end)
         try:
             mutation = Mutation(keyspace, table, partition_key)
             replicas = self._node.replicas_of(keyspace, base_token(mutation))
@@ -224,12 +229,7 @@ class PointRequests:
         pending = self._reads.get(action.request_id)
         if pending is None:
             return
-        command = _codec.ReadCommand(
-            pending.command.keyspace,
-            pending.command.table,
-            pending.command.partition_key,
-            action.kind,
-        )
+        command = pending.command.with_kind(action.kind)
         replica, request_id = action.replica, action.request_id
         if replica == self._node.host:
 
@@ -247,7 +247,10 @@ class PointRequests:
 
     def _serve_read(self, command: _codec.ReadCommand) -> bytes:
         partition = self._node.store.read_mutation(
-            (command.keyspace, command.table), command.partition_key
+            (command.keyspace, command.table),
+            command.partition_key,
+            start=command.start,
+            end=command.end,
         )
         digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
         return _codec.encode_read_response(command.kind, partition, digest)
