@@ -17,6 +17,7 @@ pytest.importorskip("cassandra")
 
 from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import Cluster, Session
+from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import free_block, ringflow
@@ -69,6 +70,35 @@ def _assert_published(session: Session, at_least: int) -> None:
         assert list(session.execute(streams, (started,))), f"generation {started} has no streams"
 
 
+def _streams_by_generation(address: str) -> dict[object, list[bytes]]:
+    """The published generations and their streams, read at ONE through ``address`` alone."""
+    policy = WhiteListRoundRobinPolicy([address])
+    cluster = Cluster([address], protocol_version=4, load_balancing_policy=policy)
+    try:
+        session = cluster.connect()
+        query = "SELECT time FROM system_distributed.cdc_generation_timestamps WHERE key = %s"
+        times = [row.time for row in session.execute(query, ("timestamps",))]
+        streams = (
+            "SELECT streams FROM system_distributed.cdc_streams_descriptions_v2 WHERE time = %s"
+        )
+        return {
+            started: sorted(s for row in session.execute(streams, (started,)) for s in row.streams)
+            for started in times
+        }
+    finally:
+        cluster.shutdown()
+
+
+def _assert_same_descriptions_everywhere(addresses: list[str]) -> None:
+    """system_distributed has RF 3: with four nodes one of them holds no copy of a partition,
+    and its reads must still answer (coordinated), the same as every other node's."""
+    seen = {address: _streams_by_generation(address) for address in addresses}
+    first = seen[addresses[0]]
+    assert first and all(first.values()), first.keys()
+    for address, found in seen.items():
+        assert found == first, f"{address} sees other CDC descriptions"
+
+
 def _assert_timestamps_rejected(session: Session) -> None:
     """A client timestamp 10 s ahead, or behind the current generation, is refused."""
     now_us = time.time_ns() // 1000
@@ -119,6 +149,7 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
         assert len(status["nodes"]) == 4
 
         _assert_published(session, at_least=2)
+        _assert_same_descriptions_everywhere([f"{prefix}.{int(last) + i}" for i in range(4)])
         _assert_timestamps_rejected(session)
 
         ringflow(

@@ -14,8 +14,8 @@ the coordinator (data + digests at the statement's level, blocking read repair),
 reconciled raw slice into the scratch store, then answers from it with the storage layer's own
 slicing, paging and reconciliation. Only the slice travels: a window read of a CDC stream's
 partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the window, not of the stream.
-Only user keyspaces are coordinated; ``system*`` keyspaces are read and written
-locally (each node keeps its own ``system.local``/``system.peers``).
+Only user keyspaces and ``system_distributed`` are coordinated; the other ``system*`` keyspaces
+are read and written locally (each node keeps its own ``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
@@ -48,6 +48,7 @@ from ringflow.cdc import CdcCapture
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency
+from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import ResultRow, ScanPage, Store
@@ -124,7 +125,12 @@ class ClusterDataPlane:
         _wait(future, timeout_s, "write")
 
     def coordinated(self, keyspace: str) -> bool:
-        """User keyspaces are replicated; ``system*`` keyspaces are node-local here."""
+        """User keyspaces and ``system_distributed`` (RF 3 whatever the ring's size: with more
+        than three nodes a node may hold none of a description partition, so its reads must be
+        coordinated too) are replicated; the other ``system*`` keyspaces are node-local here
+        (``system_distributed_everywhere`` is on every node)."""
+        if keyspace == SYSTEM_DISTRIBUTED_KEYSPACE:
+            return True
         return keyspace in self._node.processor.schema.keyspaces
 
     def read_partition(
