@@ -2,8 +2,9 @@
 
 A 3-node RF 3 edge cluster of this module (its own loopback block: a 4th node joins it, which
 the session's shared ``edge_cluster`` must not see) with a CDC table; ``ringflow replicate
---continuous`` (a child process, source read at QUORUM, 1 s confidence window) feeds a Parquet
-lake and PostgreSQL while a QUORUM workload writes; a 4th node joins (``ringflow cluster add``:
+--continuous`` (a child process, source read at QUORUM, 1 s confidence window) feeds the hub
+(the session's one-node ringflow cluster, ``conftest.hub_node``, written at ONE), a Parquet lake
+and PostgreSQL while a QUORUM workload writes; a 4th node joins (``ringflow cluster add``:
 its bootstrap publishes a new CDC generation starting a few seconds ahead) with the workload
 going on, then more writes land in the new generation. Afterwards:
 
@@ -13,8 +14,9 @@ going on, then more writes land in the new generation. Afterwards:
   of the new one; the lake's batches (commit markers, in order) never put an old-generation
   change after a new-generation one; Spark's offset log has the old generation's watermark
   standing exactly at the new start - 1 ms before the first offset in the new generation;
-* the lake and PostgreSQL equal the edge table read at ALL (keys, values, write timestamps), and
-  the lake holds each change of the CDC log (a batch read through ``ringflow-cdc``) exactly once.
+* the hub, the lake and PostgreSQL each equal the edge table read at ALL (keys, values, write
+  timestamps), and the lake holds each change of the CDC log (a batch read through
+  ``ringflow-cdc``) exactly once.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from pyspark.sql import SparkSession
 
 from ringflow.cli._demo import DDL, TABLE, Workload, driver_cluster
-from ringflow.cli._demo_cluster import LocalCluster, free_loopback_block
+from ringflow.cli._demo_cluster import LocalCluster, NodeProcess, free_loopback_block
 from ringflow.pipeline import Change, change_arrow_schema, change_from_row
 from ringflow.pipeline._cdc_source import generations, vnode_stream_groups
 from ringflow.pipeline._lake import table_dir
@@ -68,18 +70,24 @@ def cluster() -> Iterator[LocalCluster]:
             print(f"--- {log}", log.read_text(errors="replace")[-600:], sep="\n")
 
 
+def _create(session: Any, rf: int, cdc: str) -> None:
+    session.execute(
+        f"CREATE KEYSPACE {KEYSPACE} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+    )
+    session.execute(DDL.format(ks=KEYSPACE, t=TABLE, cdc=cdc))
+
+
 @pytest.fixture(scope="module")
-def edge(cluster: LocalCluster) -> Iterator[Any]:
-    """A token-aware QUORUM driver session on the edge, with the CDC table created."""
+def edge(cluster: LocalCluster, hub: Any) -> Iterator[Any]:
+    """A token-aware QUORUM driver session on the edge, with the CDC table created; the same
+    table (RF 1, no CDC) on the hub."""
     policy = TokenAwarePolicy(DCAwareRoundRobinPolicy())
     driver = driver_cluster(cluster.addresses, 9042, policy, "QUORUM")
     try:
         session = driver.connect()
-        session.execute(
-            f"CREATE KEYSPACE {KEYSPACE} WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 3}"
-        )
-        session.execute(DDL.format(ks=KEYSPACE, t=TABLE, cdc=" WITH cdc = {'enabled': true}"))
+        _create(session, 3, " WITH cdc = {'enabled': true}")
+        _create(hub, 1, "")
         yield session
     finally:
         driver.shutdown()
@@ -155,13 +163,20 @@ def _wait_caught_up(job: Job, checkpoint: Path, last_write_ms: int) -> None:
 
 
 def test_replication_reads_the_old_generation_up_to_the_new_one_then_the_new_one(
-    spark: SparkSession, cluster: LocalCluster, edge: Any, postgres_url: str, tmp_path: Path
+    spark: SparkSession,
+    cluster: LocalCluster,
+    edge: Any,
+    hub_node: NodeProcess,
+    hub: Any,
+    postgres_url: str,
+    tmp_path: Path,
 ) -> None:
     name = f"{KEYSPACE}.{TABLE}"
     checkpoints = tmp_path / "checkpoints"
     arguments = [
         "replicate",
         *("--source", cluster.contact_points, "--table", name, "--consistency", "QUORUM"),
+        *("--to", f"ringflow://{hub_node.endpoint}?consistency=ONE"),
         *("--to", f"parquet:{tmp_path / 'lake'}", "--to", postgres_url),
         *("--checkpoint", str(checkpoints)),
         *("--confidence-window-ms", str(CONFIDENCE_MS)),
@@ -187,9 +202,9 @@ def test_replication_reads_the_old_generation_up_to_the_new_one_then_the_new_one
         phase("the 4th node is NORMAL; writes in the new generation")
         write(workload, 60)
         last_write_ms = time.time_ns() // 1_000_000
-        for channel in ("lake", "postgres"):
+        for channel in ("hub", "lake", "postgres"):
             _wait_caught_up(job, checkpoints / channel, last_write_ms)
-        phase("both channels past the last write")
+        phase("all three channels past the last write")
     finally:
         job.kill()
 
@@ -198,7 +213,9 @@ def test_replication_reads_the_old_generation_up_to_the_new_one_then_the_new_one
     old_ms, new_ms = known
     streams = {g: {s for group in vnode_stream_groups(edge, g) for s in group} for g in known}
     assert not streams[old_ms] & streams[new_ms]
-    table, rows = check_destinations(edge, cluster.contact_points, KEYSPACE, tmp_path, postgres_url)
+    table, rows = check_destinations(
+        edge, cluster.contact_points, KEYSPACE, tmp_path, postgres_url, hub
+    )
     assert rows > 20
     _check_generation_order(_lake_batches(tmp_path / "lake", table), streams, new_ms)
     _check_offsets(checkpoints / "lake", old_ms, new_ms)

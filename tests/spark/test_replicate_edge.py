@@ -13,25 +13,24 @@ checkpoints (``--once``). Afterwards:
   of the log gives: the effect of an uninterrupted run.
 
 Every wait is bounded but generous (no assumption on how fast a loaded machine runs a batch).
-The edge cluster is the session's (``conftest.edge_cluster``); the hub is one ``node start``
-process for this module.
+The edge cluster and the hub node are the session's (``conftest.edge_cluster``,
+``conftest.hub_node``); this module's keyspace is ``edge_crash`` on both.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from pyspark.sql import SparkSession
 
 from ringflow.cli import main
 from ringflow.cli._demo import DDL, TABLE, Workload, driver_cluster
-from ringflow.cli._demo_cluster import LocalCluster, NodeProcess, random_loopback_address
+from ringflow.cli._demo_cluster import LocalCluster, NodeProcess
 from ringflow.pipeline._replicate import cdc_options
 from tests.spark._replication import (
     Job,
@@ -46,27 +45,21 @@ PHASE_WRITES = 100  # writes while the node is down, and again after its restart
 
 
 @pytest.fixture(scope="module")
-def stage(edge_cluster: LocalCluster, postgres_url: str) -> Iterator[dict[str, Any]]:
-    """Driver sessions on the edge (token-aware, QUORUM) and on a hub node of this module."""
-    base = Path(tempfile.mkdtemp(prefix="ringflow-edge-hub-"))
-    hub = NodeProcess(base / "hub", random_loopback_address(), "--num-tokens", "4")
-    drivers: list[Any] = []
+def stage(
+    edge_cluster: LocalCluster, hub_node: NodeProcess, hub: Any, postgres_url: str
+) -> Iterator[dict[str, Any]]:
+    """Driver sessions on the edge (token-aware, QUORUM) and on the session's hub node."""
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy())
+    driver = driver_cluster(edge_cluster.addresses, 9042, policy, "QUORUM")
     try:
-        hub.start()
-        policy = TokenAwarePolicy(DCAwareRoundRobinPolicy())
-        drivers.append(driver_cluster(edge_cluster.addresses, 9042, policy, "QUORUM"))
-        drivers.append(driver_cluster([hub.address], hub.port, RoundRobinPolicy(), "ONE"))
-        edge_session, hub_session = (d.connect() for d in drivers)
         yield {
-            "edge": edge_session,
-            "hub": hub_session,
-            "hub_node": hub,
+            "edge": driver.connect(),
+            "hub": hub,
+            "hub_node": hub_node,
             "postgres_url": postgres_url,
         }
     finally:
-        for driver in drivers:
-            driver.shutdown()
-        hub.kill()
+        driver.shutdown()
 
 
 def _create(stage: dict[str, Any], keyspace: str) -> None:
