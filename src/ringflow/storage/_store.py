@@ -334,25 +334,43 @@ class Store:
         used for image reads (TTL) and the log rows. Raises an InvalidRequest subclass, with
         nothing written, for a bad batch.
         """
+        (error,) = self.apply_group([(batch, cdc or {})], now_s=now_s)
+        if error is not None:
+            raise error
+
+    def apply_group(
+        self,
+        batches: Sequence[tuple[Sequence[Mutation], Mapping[int, CdcCapture]]],
+        *,
+        now_s: int,
+    ) -> list[InvalidRequest | None]:
+        """Write several independent batches (each with its CDC captures, as for ``apply``) in
+        ONE transaction: a group commit, one COMMIT (one WAL fsync) for all of them. Returns
+        after COMMIT, with one entry per batch: None (written) or the InvalidRequest that
+        refused that batch (nothing of it written; the others are). A batch sees the writes of
+        the batches before it (pre-images included). A storage failure raises: then none of them
+        is written."""
         if type(now_s) is not int:
             raise InvalidRequest(f"now_s must be an int, got {now_s!r}")
-        captures = dict(cdc or {})
+        outcomes: list[InvalidRequest | None] = []
+        plans: list[tuple[list[tuple[TableInfo, Mutation, FlatMutation]], dict[int, CdcCapture]]]
+        plans = []
         with self._lock:
-            plan = self._plan(batch, captures)
+            for batch, cdc in batches:
+                captures = dict(cdc)
+                try:
+                    plans.append((self._plan(batch, captures), captures))
+                    outcomes.append(None)
+                except InvalidRequest as refused:
+                    outcomes.append(refused)
+            if not plans:
+                return outcomes
             settled = False
             with self._transaction() as connection:
                 writes = _WriteBuffer(connection)
-                writers: dict[int, CdcWriter] = {}  # by base tid, for this batch
-                for index, (info, mutation, flat) in enumerate(plan):
-                    capture = captures.get(index)
-                    if capture is None:
-                        writes.add(flat)
-                        continue
-                    writer = writers.get(info.tid)
-                    if writer is None:
-                        reader = self._image_reader(info, now_s)
-                        writer = writers[info.tid] = CdcWriter(info, self._log_info(info), reader)
-                    writer.apply(mutation, flat, capture, now_s, writes)
+                writers: dict[int, CdcWriter] = {}  # by base tid, for the whole group
+                for plan, captures in plans:
+                    self._write_planned(plan, captures, now_s, writes, writers)
                 writes.flush()
                 self._appended += writes.appended
                 if self._appended >= LOG_APPEND_SETTLE_ROWS:
@@ -360,6 +378,27 @@ class Store:
                     settled = True
             if settled:
                 self._appended = 0
+        return outcomes
+
+    def _write_planned(
+        self,
+        plan: list[tuple[TableInfo, Mutation, FlatMutation]],
+        captures: Mapping[int, CdcCapture],
+        now_s: int,
+        writes: _WriteBuffer,
+        writers: dict[int, CdcWriter],
+    ) -> None:
+        """One planned batch into ``writes`` (an image read flushes what it needs first)."""
+        for index, (info, mutation, flat) in enumerate(plan):
+            capture = captures.get(index)
+            if capture is None:
+                writes.add(flat)
+                continue
+            writer = writers.get(info.tid)
+            if writer is None:
+                reader = self._image_reader(info, now_s)
+                writer = writers[info.tid] = CdcWriter(info, self._log_info(info), reader)
+            writer.apply(mutation, flat, capture, now_s, writes)
 
     # --- the log appends (see the layout module) -----------------------------------------------
 

@@ -3,7 +3,9 @@
 Checks: the log rows of an insert and an update (operations, pre-image before the write,
 post-image after it); a pre-image sees the earlier mutations of the same batch; a post-image is
 the reconciled row read back; a failure after the base write leaves neither base nor log rows
-(seed 000: both writes or none); and bad capture arguments are refused before any write.
+(seed 000: both writes or none); bad capture arguments are refused before any write; a group
+of batches (``apply_group``, the replicas' group commit) commits together, refuses a bad batch
+alone, and writes none of itself on a storage failure.
 """
 
 from __future__ import annotations
@@ -157,3 +159,48 @@ def test_log_rows_are_packed_and_read_like_per_cell_rows(tmp_path: Path) -> None
     kinds = database.execute("SELECT DISTINCT kind FROM atoms WHERE tid = 2").fetchall()
     database.close()
     assert kinds == [(5,)]
+
+
+def test_a_group_commits_its_batches_together_and_refuses_a_bad_one_alone(store: Store) -> None:
+    """``apply_group``: one transaction for several batches; a batch the store refuses fails
+    alone; a later batch's pre-image sees an earlier batch of the group."""
+    unknown = Mutation("ks", "missing", (i32(1),), rows=(Row((), None, None, {}),))
+    outcomes = store.apply_group(
+        [
+            ([insert(CDC_BASE, PK, (i32(1),), {"v": txt("a")}, 10)], {0: _capture(1)}),
+            ([unknown], {}),
+            ([_update(1, 20, v=txt("b"))], {0: _capture(2)}),
+            ([insert(KV, (txt("k"),), (), {"v": b"v"})], {}),
+        ],
+        now_s=NOW,
+    )
+    assert outcomes[0] is None and outcomes[2] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], UnknownTable)
+    keys = {"pk": 1, "ck": 1}
+    assert _log(store) == [
+        (2, {**keys, "v": "a"}),
+        (9, {**keys, "v": "a"}),
+        (0, {**keys, "v": "a"}),  # the second batch's pre-image: the first batch's row
+        (1, {**keys, "v": "b"}),
+        (9, {**keys, "v": "b"}),
+    ]
+    assert store.read_mutation(KV, (txt("k"),)) is not None
+
+
+def test_a_storage_failure_in_a_group_writes_none_of_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list[Mutation]:
+        raise RuntimeError("log builder failed")
+
+    monkeypatch.setattr(_cdc_apply, "build_log_mutations", broken)
+    with pytest.raises(RuntimeError, match="log builder failed"):
+        store.apply_group(
+            [
+                ([insert(KV, (txt("k"),), (), {"v": b"v"})], {}),
+                ([_update(1, 20, v=txt("b"))], {0: _capture(1)}),
+            ],
+            now_s=NOW,
+        )
+    assert store.read_mutation(KV, (txt("k"),)) is None
+    assert store.read_mutation(CDC_BASE, PK) is None

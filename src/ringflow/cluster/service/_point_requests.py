@@ -16,6 +16,9 @@ Rules:
 * The coordinator's own replica is served from the local store without a message (as
   Cassandra reads locally); the node's ``read_proximity`` puts it first.
 * A hint the coordinator asks for (``StoreHint``) is stored by ``HintDelivery``.
+* Every unit this node applies as a replica (MUTATION_REQ, HINT_REQ, its own share) goes
+  through ``group_commit`` (``_group_commit``): units waiting for the store share one
+  transaction and one fsync, and each is answered once its group is durable.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ from ringflow.cluster._write_path import (
     WriteUnit,
 )
 from ringflow.cluster.service import _codec
+from ringflow.cluster.service._group_commit import GroupCommit
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
-from ringflow.errors import RingflowError
+from ringflow.errors import InvalidRequest, RingflowError
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import ClusteringBound, Mutation
@@ -75,6 +79,9 @@ class PointRequests:
         self._writes: dict[int, WriteGroup] = {}
         self._reads: dict[int, PendingRead] = {}
         self._timers: dict[int, TimerHandle] = {}
+        self.group_commit = GroupCommit(node.offload, self._apply_units)
+        """Every write unit this node applies as a replica goes through it (one transaction
+        per group)."""
 
     def stop(self) -> None:
         """Cancel every request timer."""
@@ -211,18 +218,20 @@ class PointRequests:
         )
         if replica == self._node.host:
 
-            def done(_result: object, error: BaseException | None) -> None:
+            def done(error: BaseException | None) -> None:
                 self.handle(failed if error is not None else acked)
 
-            self._node.offload(lambda: self._apply_unit(unit), done)
+            self.group_commit.submit(unit, done)
         elif not self._node.send(
             replica.endpoint, Verb.MUTATION_REQ, request_id, _codec.encode_unit(unit)
         ):
             self.handle(failed)
 
-    def _apply_unit(self, unit: WriteUnit) -> None:
-        self._node.store.apply(
-            unit.mutations, now_s=self._node.clock.now_ms() // 1000, cdc=unit.captures
+    def _apply_units(self, units: Sequence[WriteUnit]) -> list[InvalidRequest | None]:
+        """Runs on the storage thread: ``units`` in one transaction (``Store.apply_group``)."""
+        return self._node.store.apply_group(
+            [(unit.mutations, unit.captures) for unit in units],
+            now_s=self._node.clock.now_ms() // 1000,
         )
 
     def _send_read(self, action: SendRead) -> None:
@@ -275,13 +284,13 @@ class PointRequests:
     ) -> None:
         unit = _codec.decode_unit(payload)
 
-        def done(_result: object, error: BaseException | None) -> None:
+        def done(error: BaseException | None) -> None:
             if error is None:
                 self._node.send(source, answer, request_id, b"")
             else:
                 self._node.fail(source, request_id, verb, f"{type(error).__name__}: {error}")
 
-        self._node.offload(lambda: self._apply_unit(unit), done)
+        self.group_commit.submit(unit, done)
 
     def on_mutation_rsp(self, source: str, request_id: int, payload: bytes) -> None:
         host = self._node.host_at(source)
