@@ -23,7 +23,12 @@ Rules:
   AlreadyExists 0x2400 with keyspace/table, Unprepared 0x2500, Unauthorized 0x2100; anything
   else, our own InternalError included, is ServerError 0x0000, logged with its traceback and
   counted in ``internal_errors`` (each one is a bug).
-* One lock serializes requests, so the processor may be shared by the shell's worker threads.
+* One lock serializes requests, so the processor may be shared by the shell's worker threads,
+  except for a request's data-plane call: a write is decided under the lock (mutations,
+  timestamp, CDC captures) and a SELECT planned there (table, bound values, paging), then the
+  write or the SELECT's reads run after the lock is released, so while a cluster node's
+  statement waits for its replicas the node's other statements run (the node has several
+  statement threads; the cluster plane serializes SELECTs among themselves, not with writes).
 * The data plane (``DataPlane``) is the seam between the statement and where its data lives:
   ``LocalDataPlane`` (the default) applies a write's mutations and CDC captures to the local
   store in one ``Store.apply`` and reads the local store; a cluster node installs a plane that
@@ -240,8 +245,9 @@ class DataPlane(Protocol):
         """Apply ``batch`` (with ``captures`` by index) at ``consistency``; raises on failure."""
         ...
 
-    def reader(self, consistency: Consistency) -> Store:
-        """The store a SELECT at ``consistency`` reads from (the local one, or a view)."""
+    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
+        """Run a SELECT's reads: ``run`` with the store it reads at ``consistency`` (the local
+        one, or a view filled through the coordinator)."""
         ...
 
 
@@ -260,8 +266,8 @@ class LocalDataPlane:
     ) -> None:
         self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
 
-    def reader(self, consistency: Consistency) -> Store:
-        return self._store
+    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
+        return run(self._store)
 
 
 class QueryProcessor:
@@ -286,6 +292,7 @@ class QueryProcessor:
         self.internal_errors = 0
         self.schema_listeners: list[SchemaListener] = []
         self._lock = threading.RLock()
+        self._deferred: Callable[[], Response | None] | None = None  # run after the lock
         self._timestamps = TimestampSource(clock)
         self._list_paths = ListPaths(rng)
         self._prepared = PreparedCache(limits)
@@ -394,16 +401,35 @@ class QueryProcessor:
     def _guard(
         self, run: Callable[[], Response], consistency: Consistency = Consistency.ONE
     ) -> Response:
+        """Run a request under the lock; its data-plane read or write (if any) runs after the
+        lock is released, so a cluster node's other statements go on while this one waits for
+        its replicas."""
         with self._lock:
             self._consistency = consistency
+            self._deferred = None
             try:
-                return run()
+                response = run()
+                deferred = self._deferred
             except Exception as error:  # every exception becomes a response; bugs are counted
-                response, internal = response_for_error(error, consistency)
-                if internal:
-                    self.internal_errors += 1
-                    _log.error("internal error executing a CQL request", exc_info=error)
-                return response
+                return self._error_response(error, consistency)
+            finally:
+                self._deferred = None
+        if deferred is not None:
+            try:
+                answer = deferred()
+            except Exception as error:
+                return self._error_response(error, consistency)
+            if answer is not None:
+                response = answer
+        return response
+
+    def _error_response(self, error: Exception, consistency: Consistency) -> Response:
+        response, internal = response_for_error(error, consistency)
+        if internal:
+            with self._lock:
+                self.internal_errors += 1
+            _log.error("internal error executing a CQL request", exc_info=error)
+        return response
 
     def _context(self, values: Mapping[int, CqlValue], keyspace: str | None) -> StatementContext:
         return StatementContext(values, self._clock, self._rng, keyspace)
@@ -431,8 +457,13 @@ class QueryProcessor:
             request = PageRequest(
                 params.page_size, params.paging_state, params.skip_metadata, fingerprint
             )
-            reader = self._data_plane.reader(params.consistency)
-            return execute_select(statement, table, context, reader, self.limits, request)
+            plane, limits, consistency = self._data_plane, self.limits, params.consistency
+
+            def select(reader: Store) -> Response:
+                return execute_select(statement, table, context, reader, limits, request)
+
+            self._defer(lambda: plane.read(consistency, select))
+            return VoidResult()  # replaced by the deferred read's answer
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
         if type(statement) in DDL_HANDLERS:
@@ -573,7 +604,14 @@ class QueryProcessor:
             table = lookup_table(self._state, mutation.keyspace, mutation.table)
             if table.options.cdc.enabled:
                 captures[index] = self._capture(table, mutation, now_us)
-        self._data_plane.write(batch, captures, self._consistency, now_us)
+        plane, consistency = self._data_plane, self._consistency
+        self._defer(lambda: plane.write(batch, captures, consistency, now_us))
+
+    def _defer(self, work: Callable[[], Response | None]) -> None:
+        """Run ``work`` (the request's data-plane read or write) once the lock is released;
+        its answer, if any, replaces the request's."""
+        invariant(self._deferred is None, "a request defers one data-plane call")
+        self._deferred = work
 
     def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
         if self._cdc is None:

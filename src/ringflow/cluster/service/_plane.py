@@ -7,15 +7,18 @@
 timeout plus a margin). Store work of the node runs on other threads, so a blocked statement
 never holds up the replica verbs it waits for.
 
-Reads: ``reader`` returns a ``CoordinatedReadStore``, a scratch ``Store`` (a file of its own in
-the data directory) whose ``read_partition`` first reads the partition's clustering slice (the
-read's ``start`` .. ``end``, with the static row and every tombstone of the partition) through
-the coordinator (data + digests at the statement's level, blocking read repair), writes the
-reconciled raw slice into the scratch store, then answers from it with the storage layer's own
-slicing, paging and reconciliation. Only the slice travels: a window read of a CDC stream's
-partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the window, not of the stream.
-Only user keyspaces and ``system_distributed`` are coordinated; the other ``system*`` keyspaces
-are read and written locally (each node keeps its own ``system.local``/``system.peers``).
+Reads: ``read`` runs a SELECT (one at a time) over a ``CoordinatedReadStore``, a scratch ``Store``
+(a file of its own in the data directory) whose ``read_partition`` first reads the partition's
+clustering slice (the read's ``start`` .. ``end``, with the static row and every tombstone of the
+partition) through the coordinator (data + digests at the statement's level, blocking read
+repair), writes the reconciled raw slice into the scratch store, then answers from it with the
+storage layer's own slicing, paging and reconciliation. Only the slice travels: a window read of a
+CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the window, not of
+the stream. At ONE or LOCAL_ONE a node that is a natural replica of the partition reads its own
+copy straight from its store (Cassandra's local read; the coordinated read would pick this node
+first anyway), with no scratch copy. Only user keyspaces and ``system_distributed`` are
+coordinated; the other ``system*`` keyspaces are read and written locally (each node keeps its own
+``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
@@ -45,15 +48,17 @@ from typing import Final
 import msgpack
 
 from ringflow.cdc import CdcCapture
+from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
-from ringflow.cql import Consistency
+from ringflow.cql import Consistency, Response
 from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import ResultRow, ScanPage, Store
 
 _MARGIN_S = 2.0
+_ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
@@ -98,6 +103,7 @@ class ClusterDataPlane:
         self._loop = loop
         self._local = local
         self._reader = CoordinatedReadStore(scratch_path, self, local)
+        self._selecting = threading.Lock()
 
     def write(
         self,
@@ -161,6 +167,14 @@ class ClusterDataPlane:
         result = _wait(future, timeout_s, "read")
         return result if isinstance(result, Mutation) else None
 
+    def serves_locally(self, table: Table, partition_key: Sequence[bytes]) -> bool:
+        """This node is a natural replica of the partition (so a read at ONE reads here)."""
+        try:
+            token = base_token(Mutation(table.keyspace, table.name, tuple(partition_key)))
+            return self._node.host in self._node.replicas_of(table.keyspace, token).natural
+        except Exception:  # a ring changing under us: take the coordinated path
+            return False
+
     def read_range(
         self,
         table: Table,
@@ -191,9 +205,12 @@ class ClusterDataPlane:
         partitions, covered = result
         return partitions, covered
 
-    def reader(self, consistency: Consistency) -> Store:
-        self._reader.begin(consistency)
-        return self._reader
+    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
+        """A SELECT's reads: ``run`` over the scratch store, one SELECT at a time (writes and
+        the processor's other work go on meanwhile)."""
+        with self._selecting:
+            self._reader.begin(consistency)
+            return run(self._reader)
 
     def schema_disagreement(self) -> dict[str, str | None]:
         """``ClusterNode.schema_disagreement``, asked on the event loop (statement thread)."""
@@ -238,7 +255,7 @@ class ClusterDataPlane:
 class CoordinatedReadStore(Store):
     """A scratch store filled, partition by partition, by coordinated reads (module docstring).
 
-    Used by one statement at a time (the processor's lock); ``begin`` starts a statement.
+    Used by one SELECT at a time (``ClusterDataPlane.read``); ``begin`` starts a statement.
     """
 
     def __init__(self, path: Path, plane: ClusterDataPlane, local: Store) -> None:
@@ -284,26 +301,15 @@ class CoordinatedReadStore(Store):
     ) -> list[ResultRow]:
         if not isinstance(table, Table):
             table = self._local.table(*table)
-        if not self._plane.coordinated(table.keyspace):
-            return self._local.read_partition(
-                table,
-                partition_key,
-                start=start,
-                end=end,
-                columns=columns,
-                reverse=reverse,
-                limit=limit,
-                now_s=now_s,
-            )
-        key = (table.keyspace, table.name, tuple(partition_key), start, end)
-        with self._owner:
-            if key not in self._fetched:
-                self._prepare_table(table)
-                found = self._plane.read_partition(table, key[2], self._consistency, start, end)
-                if found is not None:
-                    self.apply([found], now_s=now_s)
-                self._fetched.add(key)
-        return super().read_partition(
+        # at ONE a coordinator that is a replica reads its own copy alone (as Cassandra does)
+        local = not self._plane.coordinated(table.keyspace) or (
+            self._consistency in _ONE and self._plane.serves_locally(table, partition_key)
+        )
+        if not local:
+            self._fetch(table, tuple(partition_key), start, end, now_s)
+        source: Store = self._local if local else self
+        return Store.read_partition(  # the base class's read (``self.read_partition`` is this)
+            source,
             table,
             partition_key,
             start=start,
@@ -313,6 +319,24 @@ class CoordinatedReadStore(Store):
             limit=limit,
             now_s=now_s,
         )
+
+    def _fetch(
+        self,
+        table: Table,
+        partition_key: tuple[bytes, ...],
+        start: ClusteringBound,
+        end: ClusteringBound,
+        now_s: int,
+    ) -> None:
+        """The partition's slice, read through the coordinator, into the scratch store."""
+        key = (table.keyspace, table.name, partition_key, start, end)
+        with self._owner:
+            if key not in self._fetched:
+                self._prepare_table(table)
+                found = self._plane.read_partition(table, key[2], self._consistency, start, end)
+                if found is not None:
+                    self.apply([found], now_s=now_s)
+                self._fetched.add(key)
 
     def scan(
         self,

@@ -2,9 +2,11 @@
 
 ``run_cluster_node`` opens the node like ``ringflow.node.run_node`` does, then adds the cluster:
 
-* three single-thread executors: *statements* (the ``QueryProcessor``; a statement blocks there
-  while the coordinator waits for replicas), *storage* (replica verbs, hints, ``system.peers``)
-  and *schema* (merging a peer's schema, which needs the processor's lock);
+* three executors: *statements*, ``STATEMENT_THREADS`` threads running CQL requests through
+  the ``QueryProcessor`` (its lock serializes the statements' CPU work; a write waits for its
+  replicas outside the lock, so up to that many coordinated writes are in flight at once),
+  *storage*, one thread (replica verbs, hints, ``system.peers``), and *schema*, one thread
+  (merging a peer's schema, which needs the processor's lock);
 * ``AsyncioNetwork`` on ``address:7000`` and ``SystemClock`` for the ``ClusterNode``;
 * the ``ClusterDataPlane`` installed in the processor, so every write and partition read is
   coordinated at its consistency level;
@@ -75,6 +77,9 @@ _T = TypeVar("_T")
 
 STATUS_FILE_NAME = "status.json"
 SCRATCH_FILE_NAME = "coordinator-scratch.db"
+STATEMENT_THREADS = 32
+"""Threads running CQL statements: how many coordinated writes may wait for replicas at once
+(the ``CqlServer``'s ``max_pending_requests`` still bounds what is queued for them)."""
 
 
 class ExecutorOffload:
@@ -190,8 +195,8 @@ async def run_cluster_node(
     stop = stop or asyncio.Event()
     rng = random.Random()
     pools = [
-        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"ringflow-{name}")
-        for name in ("statements", "storage", "schema")
+        concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=f"ringflow-{name}")
+        for name, threads in (("statements", STATEMENT_THREADS), ("storage", 1), ("schema", 1))
     ]
     statements, storage, schema = pools
     try:
