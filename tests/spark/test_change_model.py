@@ -17,6 +17,7 @@ from ringflow.pipeline import (
     change_to_arrow_row,
     change_to_row,
     format_duration,
+    log_row_converter,
     parse_duration,
     table_from_json,
     table_to_json,
@@ -71,6 +72,41 @@ def test_change_from_a_log_row() -> None:
     assert parsed.values == {"hist": {LIST_PATH_1: 9}}
     assert parsed.deleted == {"note"}
     assert parsed.deleted_elements == {"tags": frozenset({"old"})}
+
+
+def _log_row_of(change: Change) -> dict[str, object]:
+    """The log row the cluster's CDC writer stores for ``change`` (as the driver reads it)."""
+    row: dict[str, object] = {
+        "cdc$stream_id": change.stream_id,
+        "cdc$time": change.time,
+        "cdc$batch_seq_no": change.batch_seq_no,
+        "cdc$operation": int(change.operation),
+        "cdc$ttl": change.ttl_s,
+        **change.key,
+        **change.values,
+    }
+    for name in change.deleted:
+        row[f"cdc$deleted_{name}"] = True
+    for name, elements in change.deleted_elements.items():
+        row[f"cdc$deleted_elements_{name}"] = set(elements)
+    return row
+
+
+def test_the_sources_log_row_converter_equals_the_general_path() -> None:
+    convert = log_row_converter(TABLE)
+    changes = workload()
+    assert {c.operation for c in changes} >= {
+        CdcOperation.INSERT,
+        CdcOperation.UPDATE,
+        CdcOperation.ROW_DELETE,
+        CdcOperation.PARTITION_DELETE,
+    }
+    for original in changes:
+        log_row = _log_row_of(original)
+        assert convert(log_row) == change_to_row(TABLE, change_from_log_row(TABLE, log_row))
+    bad = {**_log_row_of(changes[0]), "cdc$operation": 42}
+    with pytest.raises(InvalidChange, match="operation 42"):
+        convert(bad)
 
 
 def test_invalid_changes_are_refused_with_the_rule() -> None:

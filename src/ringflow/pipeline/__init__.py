@@ -12,92 +12,189 @@
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
 ``reliability-and-style.md`` §A4 (replay equivalence).
+
+The package imports its parts lazily (PEP 562): ``from ringflow.pipeline import X`` loads only
+the module defining ``X``, so a Spark Python process unpickling the CDC source (its planner
+starts one per streaming query) does not pay for the sinks' imports (PostgreSQL, the CQL
+parser, ...).
 """
 
-from ringflow.pipeline._cdc_offsets import (
-    CdcOffset,
-)
-from ringflow.pipeline._cdc_source import (
-    CDC_FORMAT,
-    RingflowCdcDataSource,
-    read_changes,
-)
-from ringflow.pipeline._changes import (
-    BATCH_SEQ_NO_FIELD,
-    OPERATION_FIELD,
-    OPERATION_NAME_FIELD,
-    STREAM_ID_FIELD,
-    TIME_FIELD,
-    TIME_US_FIELD,
-    TTL_FIELD,
-    Change,
-    change_arrow_schema,
-    change_from_log_row,
-    change_from_row,
-    change_schema,
-    change_to_arrow_row,
-    change_to_row,
-    changes_sorted,
-    check_change_schema,
-    table_from_json,
-    table_to_json,
-    validate_change,
-)
-from ringflow.pipeline._cluster_client import (
-    ClusterOptions,
-    cluster_options,
-)
-from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
-from ringflow.pipeline._hub import (
-    DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
-)
-from ringflow.pipeline._hub import (
-    HUB_FORMAT,
-    HubDataSource,
-    HubReport,
-    apply_to_hub,
-    hub_options,
-)
-from ringflow.pipeline._lake import (
-    DEFAULT_ROWS_PER_FILE,
-    LAKE_FORMAT,
-    LakeDataSource,
-    committed_files,
-    lake_options,
-    lake_table,
-    lake_tables,
-    read_lake,
-    read_lake_changes,
-)
-from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
-from ringflow.pipeline._pg_sql import pg_type
-from ringflow.pipeline._postgres import (
-    DEFAULT_ROWS_PER_TRANSACTION,
-    POSTGRES_FORMAT,
-    PostgresDataSource,
-    apply_changes,
-    postgres_options,
-    read_postgres_live,
-)
-from ringflow.pipeline._spark_session import (
-    DEFAULT_CONF,
-    local_spark_session,
-    register_data_sources,
-)
-from ringflow.pipeline._spark_types import (
-    arrow_type,
-    format_duration,
-    from_spark_value,
-    parse_duration,
-    spark_type,
-    to_spark_value,
-)
-from ringflow.pipeline._table_source import (
-    TABLE_FORMAT,
-    RingflowTableDataSource,
-    read_table,
-    table_options,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ringflow.pipeline._cdc_offsets import (
+        CdcOffset,
+    )
+    from ringflow.pipeline._cdc_source import (
+        CDC_FORMAT,
+        RingflowCdcDataSource,
+        read_changes,
+    )
+    from ringflow.pipeline._changes import (
+        BATCH_SEQ_NO_FIELD,
+        OPERATION_FIELD,
+        OPERATION_NAME_FIELD,
+        STREAM_ID_FIELD,
+        TIME_FIELD,
+        TIME_US_FIELD,
+        TTL_FIELD,
+        Change,
+        change_arrow_schema,
+        change_from_log_row,
+        change_from_row,
+        change_schema,
+        change_to_arrow_row,
+        change_to_row,
+        changes_sorted,
+        check_change_schema,
+        log_row_converter,
+        table_from_json,
+        table_to_json,
+        validate_change,
+    )
+    from ringflow.pipeline._cluster_client import (
+        ClusterOptions,
+        cluster_options,
+    )
+    from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+    from ringflow.pipeline._hub import (
+        DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
+    )
+    from ringflow.pipeline._hub import (
+        HUB_FORMAT,
+        HubDataSource,
+        HubReport,
+        apply_to_hub,
+        hub_options,
+    )
+    from ringflow.pipeline._lake import (
+        DEFAULT_ROWS_PER_FILE,
+        LAKE_FORMAT,
+        LakeDataSource,
+        committed_files,
+        lake_options,
+        lake_table,
+        lake_tables,
+        read_lake,
+        read_lake_changes,
+    )
+    from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
+    from ringflow.pipeline._pg_sql import pg_type
+    from ringflow.pipeline._postgres import (
+        DEFAULT_ROWS_PER_TRANSACTION,
+        POSTGRES_FORMAT,
+        PostgresDataSource,
+        apply_changes,
+        postgres_options,
+        read_postgres_live,
+    )
+    from ringflow.pipeline._spark_session import (
+        DEFAULT_CONF,
+        local_spark_session,
+        register_data_sources,
+    )
+    from ringflow.pipeline._spark_types import (
+        arrow_type,
+        format_duration,
+        from_spark_value,
+        parse_duration,
+        spark_type,
+        to_spark_value,
+    )
+    from ringflow.pipeline._table_source import (
+        TABLE_FORMAT,
+        RingflowTableDataSource,
+        read_table,
+        table_options,
+    )
+
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
+    "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
+    "DEFAULT_CONF": ("ringflow.pipeline._spark_session", "DEFAULT_CONF"),
+    "DEFAULT_HUB_BATCH_ROWS": ("ringflow.pipeline._hub", "DEFAULT_BATCH_ROWS"),
+    "DEFAULT_ROWS_PER_FILE": ("ringflow.pipeline._lake", "DEFAULT_ROWS_PER_FILE"),
+    "DEFAULT_ROWS_PER_TRANSACTION": ("ringflow.pipeline._postgres", "DEFAULT_ROWS_PER_TRANSACTION"),
+    "HUB_FORMAT": ("ringflow.pipeline._hub", "HUB_FORMAT"),
+    "LAKE_FORMAT": ("ringflow.pipeline._lake", "LAKE_FORMAT"),
+    "OPERATION_FIELD": ("ringflow.pipeline._changes", "OPERATION_FIELD"),
+    "OPERATION_NAME_FIELD": ("ringflow.pipeline._changes", "OPERATION_NAME_FIELD"),
+    "POSTGRES_FORMAT": ("ringflow.pipeline._postgres", "POSTGRES_FORMAT"),
+    "STREAM_ID_FIELD": ("ringflow.pipeline._changes", "STREAM_ID_FIELD"),
+    "TABLE_FORMAT": ("ringflow.pipeline._table_source", "TABLE_FORMAT"),
+    "TIME_FIELD": ("ringflow.pipeline._changes", "TIME_FIELD"),
+    "TIME_US_FIELD": ("ringflow.pipeline._changes", "TIME_US_FIELD"),
+    "TTL_FIELD": ("ringflow.pipeline._changes", "TTL_FIELD"),
+    "CdcOffset": ("ringflow.pipeline._cdc_offsets", "CdcOffset"),
+    "Change": ("ringflow.pipeline._changes", "Change"),
+    "ClusterOptions": ("ringflow.pipeline._cluster_client", "ClusterOptions"),
+    "HubDataSource": ("ringflow.pipeline._hub", "HubDataSource"),
+    "HubReport": ("ringflow.pipeline._hub", "HubReport"),
+    "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
+    "LakeDataSource": ("ringflow.pipeline._lake", "LakeDataSource"),
+    "LiveRow": ("ringflow.pipeline._materialize", "LiveRow"),
+    "PipelineConfigError": ("ringflow.pipeline._errors", "PipelineConfigError"),
+    "PostgresDataSource": ("ringflow.pipeline._postgres", "PostgresDataSource"),
+    "RingflowCdcDataSource": ("ringflow.pipeline._cdc_source", "RingflowCdcDataSource"),
+    "RingflowTableDataSource": ("ringflow.pipeline._table_source", "RingflowTableDataSource"),
+    "TableState": ("ringflow.pipeline._materialize", "TableState"),
+    "apply_changes": ("ringflow.pipeline._postgres", "apply_changes"),
+    "apply_to_hub": ("ringflow.pipeline._hub", "apply_to_hub"),
+    "arrow_type": ("ringflow.pipeline._spark_types", "arrow_type"),
+    "cell_order": ("ringflow.pipeline._materialize", "cell_order"),
+    "change_arrow_schema": ("ringflow.pipeline._changes", "change_arrow_schema"),
+    "change_from_log_row": ("ringflow.pipeline._changes", "change_from_log_row"),
+    "change_from_row": ("ringflow.pipeline._changes", "change_from_row"),
+    "change_schema": ("ringflow.pipeline._changes", "change_schema"),
+    "change_to_arrow_row": ("ringflow.pipeline._changes", "change_to_arrow_row"),
+    "change_to_row": ("ringflow.pipeline._changes", "change_to_row"),
+    "changes_sorted": ("ringflow.pipeline._changes", "changes_sorted"),
+    "check_change_schema": ("ringflow.pipeline._changes", "check_change_schema"),
+    "cluster_options": ("ringflow.pipeline._cluster_client", "cluster_options"),
+    "committed_files": ("ringflow.pipeline._lake", "committed_files"),
+    "format_duration": ("ringflow.pipeline._spark_types", "format_duration"),
+    "from_spark_value": ("ringflow.pipeline._spark_types", "from_spark_value"),
+    "hub_options": ("ringflow.pipeline._hub", "hub_options"),
+    "lake_options": ("ringflow.pipeline._lake", "lake_options"),
+    "lake_table": ("ringflow.pipeline._lake", "lake_table"),
+    "lake_tables": ("ringflow.pipeline._lake", "lake_tables"),
+    "local_spark_session": ("ringflow.pipeline._spark_session", "local_spark_session"),
+    "log_row_converter": ("ringflow.pipeline._changes", "log_row_converter"),
+    "materialize": ("ringflow.pipeline._materialize", "materialize"),
+    "parse_duration": ("ringflow.pipeline._spark_types", "parse_duration"),
+    "pg_type": ("ringflow.pipeline._pg_sql", "pg_type"),
+    "postgres_options": ("ringflow.pipeline._postgres", "postgres_options"),
+    "read_changes": ("ringflow.pipeline._cdc_source", "read_changes"),
+    "read_lake": ("ringflow.pipeline._lake", "read_lake"),
+    "read_lake_changes": ("ringflow.pipeline._lake", "read_lake_changes"),
+    "read_postgres_live": ("ringflow.pipeline._postgres", "read_postgres_live"),
+    "read_table": ("ringflow.pipeline._table_source", "read_table"),
+    "register_data_sources": ("ringflow.pipeline._spark_session", "register_data_sources"),
+    "spark_type": ("ringflow.pipeline._spark_types", "spark_type"),
+    "table_from_json": ("ringflow.pipeline._changes", "table_from_json"),
+    "table_options": ("ringflow.pipeline._table_source", "table_options"),
+    "table_to_json": ("ringflow.pipeline._changes", "table_to_json"),
+    "to_spark_value": ("ringflow.pipeline._spark_types", "to_spark_value"),
+    "validate_change": ("ringflow.pipeline._changes", "validate_change"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "BATCH_SEQ_NO_FIELD",
@@ -150,6 +247,7 @@ __all__ = [
     "lake_table",
     "lake_tables",
     "local_spark_session",
+    "log_row_converter",
     "materialize",
     "parse_duration",
     "pg_type",

@@ -22,7 +22,8 @@ Reads ``<table>_scylla_cdc_log`` the way the Scylla consumer libraries do (scyll
   pure planning of :mod:`ringflow.pipeline._cdc_offsets`; ``startingTime`` (ms) is bounded below
   by now - the log's TTL.
 - Rows: :func:`ringflow.pipeline.change_schema` of the base table (the sinks' input), built by
-  ``change_from_log_row`` / ``change_to_row``, so sources and sinks share one change model.
+  ``log_row_converter`` (the same rows as ``change_from_log_row`` then ``change_to_row``, without
+  the intermediate ``Change``), so sources and sinks share one change model.
   Pre/post-image rows are included when the table has them enabled.
 
 Batch reads cover ``(startingTime - 1, endingTime]`` (default: up to now - confidence).
@@ -72,9 +73,8 @@ from ringflow.pipeline._cdc_offsets import (
 )
 from ringflow.pipeline._changes import (
     change_arrow_schema,
-    change_from_log_row,
     change_schema,
-    change_to_row,
+    log_row_converter,
     table_from_json,
     table_to_json,
 )
@@ -258,10 +258,10 @@ class _LogReading:
         options = self.settings.cluster
         try:
             session = shared_session(options)
+            convert = log_row_converter(table, plain_value)
             batch: list[tuple[object, ...]] = []
             for row in read_log_rows(session, table, partition, self.settings):
-                change = change_from_log_row(table, {k: plain_value(v) for k, v in row.items()})
-                batch.append(change_to_row(table, change))
+                batch.append(convert(row))
                 if len(batch) >= self.settings.batch_rows:
                     yield arrow_batch(batch, schema)
                     batch = []

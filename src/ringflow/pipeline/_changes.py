@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -370,6 +370,64 @@ def change_from_log_row(table: Table, row: Mapping[str, Any]) -> Change:
     )
     validate_change(table, change)
     return change
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def log_row_converter(
+    table: Table, plain: Callable[[object], object] = _same
+) -> Callable[[Mapping[str, Any]], tuple[object, ...]]:
+    """The source's per-row path: a function giving, for a log row of ``table`` (column name ->
+    driver value, each key and value column passed through ``plain`` first), the same tuple as
+    ``change_to_row(table, change_from_log_row(table, row))`` without building the ``Change``
+    or validating it twice (about a third of the cost). The rows come from the cluster's own
+    CDC writer; an operation code it does not know is still refused (InvalidChange)."""
+    keys = [(c.name, c.type) for c in table.primary_key_columns]
+    columns = [
+        (
+            c.name,
+            log_value_type(c.type),
+            deleted_column_name(c.name),
+            (
+                (deleted_elements_column_name(c.name), deleted_elements_type(c.type))
+                if c.type.is_multicell
+                else None
+            ),
+        )
+        for c in value_columns(table)
+    ]
+    names = {int(operation): operation.name for operation in CdcOperation}
+
+    def convert(row: Mapping[str, Any]) -> tuple[object, ...]:
+        get = row.get
+        time, code, ttl = row["cdc$time"], int(row["cdc$operation"]), get("cdc$ttl")
+        name = names.get(code)
+        if name is None or time.version != 1:
+            raise InvalidChange(f"log row of {table.keyspace}.{table.name}: operation {code}")
+        out: list[object] = [
+            bytes(get("cdc$stream_id") or b""),
+            str(time),
+            timeuuid_to_micros(time),
+            int(get("cdc$batch_seq_no") or 0),
+            code,
+            name,
+            int(ttl) if ttl else None,
+        ]
+        for column, cql_type in keys:
+            out.append(to_spark_value(cql_type, plain(get(column))))
+        for column, log_type, deleted, removal in columns:
+            out.append(to_spark_value(log_type, plain(get(column))))
+            out.append(bool(get(deleted)))
+            if removal is not None:
+                elements_name, element_type = removal
+                elements: Any = plain(get(elements_name))
+                removed = None if elements is None else frozenset(elements)
+                out.append(None if removed is None else to_spark_value(element_type, removed))
+        return tuple(out)
+
+    return convert
 
 
 # --- the base table as JSON (a sink option) ----------------------------------------------------
