@@ -59,7 +59,8 @@ from cassandra.query import PreparedStatement
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for ``tests.sim``
 
 from ringflow.cluster._coordinator import prepare_cdc_write
-from tests.sim.test_cluster_sim import QUORUM, _write, boot
+from tests.sim._harness import QUORUM, kv_write
+from tests.sim.test_cluster_sim import boot
 
 NODES = 3
 START_TIMEOUT_S = 90
@@ -313,7 +314,7 @@ def run_simulation(seed: int, sim_seconds: int, writes_per_sim_s: int) -> SimRun
                 coordinator = rng.choice(cluster.running())
                 node = cluster.node(coordinator)
                 ts_us = node.clock.now_us()
-                mutation = _write(key, rng.randrange(1 << 30), ts_us)
+                mutation = kv_write(key, rng.randrange(1 << 30), ts_us)
                 capture = prepare_cdc_write(
                     mutation,
                     node.processor.schema.tables[("ks", "kv")],
