@@ -48,6 +48,10 @@ def _log(store: Store) -> list[tuple[int, dict[str, object]]]:
     return found
 
 
+def _broken_log_builder(*args: object, **kwargs: object) -> list[Mutation]:
+    raise RuntimeError("log builder failed")
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return open_store(tmp_path, CDC_BASE, LOG, KV)
@@ -90,10 +94,7 @@ def test_postimage_is_the_reconciled_row(store: Store) -> None:
 def test_failure_after_base_write_rolls_back_base_and_log(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> list[Mutation]:
-        raise RuntimeError("log builder failed")
-
-    monkeypatch.setattr(_cdc_apply, "build_log_mutations", broken)
+    monkeypatch.setattr(_cdc_apply, "build_log_mutations", _broken_log_builder)
     other = insert(KV, (txt("k"),), (), {"v": b"v"})
     with pytest.raises(RuntimeError, match="log builder failed"):
         store.apply([other, _update(1, 20, v=txt("b"))], now_s=NOW, cdc={1: _capture(1)})
@@ -190,10 +191,7 @@ def test_a_group_commits_its_batches_together_and_refuses_a_bad_one_alone(store:
 def test_a_storage_failure_in_a_group_writes_none_of_it(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> list[Mutation]:
-        raise RuntimeError("log builder failed")
-
-    monkeypatch.setattr(_cdc_apply, "build_log_mutations", broken)
+    monkeypatch.setattr(_cdc_apply, "build_log_mutations", _broken_log_builder)
     with pytest.raises(RuntimeError, match="log builder failed"):
         store.apply_group(
             [
