@@ -7,18 +7,18 @@
 timeout plus a margin). Store work of the node runs on other threads, so a blocked statement
 never holds up the replica verbs it waits for.
 
-Reads: ``read`` runs a SELECT (one at a time) over a ``CoordinatedReadStore``, a scratch ``Store``
-(a file of its own in the data directory) whose ``read_partition`` first reads the partition's
-clustering slice (the read's ``start`` .. ``end``, with the static row and every tombstone of the
-partition) through the coordinator (data + digests at the statement's level, blocking read
-repair), writes the reconciled raw slice into the scratch store, then answers from it with the
-storage layer's own slicing, paging and reconciliation. Only the slice travels: a window read of a
-CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the window, not of
-the stream. At ONE or LOCAL_ONE a node that is a natural replica of the partition reads its own
-copy straight from its store (Cassandra's local read; the coordinated read would pick this node
-first anyway), with no scratch copy. Only user keyspaces and ``system_distributed`` are
-coordinated; the other ``system*`` keyspaces are read and written locally (each node keeps its own
-``system.local``/``system.peers``).
+Reads: ``read`` runs a SELECT over a ``CoordinatedReadStore`` of its own (a pool of at most
+``SCRATCH_READERS``), a scratch ``Store`` (a file of its own in the data directory) whose
+``read_partition`` first reads the partition's clustering slice (the read's ``start`` .. ``end``,
+with the static row and every tombstone of the partition) through the coordinator (data + digests
+at the statement's level, blocking read repair), writes the reconciled raw slice into the scratch
+store, then answers from it with the storage layer's own slicing, paging and reconciliation. Only
+the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``)
+costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a natural
+replica of the partition reads its own copy straight from its store (Cassandra's local read; the
+coordinated read would pick this node first anyway), with no scratch copy. Only user keyspaces and
+``system_distributed`` are coordinated; the other ``system*`` keyspaces are read and written
+locally (each node keeps its own ``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
@@ -62,6 +62,9 @@ _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
+SCRATCH_READERS: Final = 4
+"""At most this many SELECTs of one node read through the coordinator at once, each with a
+scratch store (a file) of its own."""
 """At most this many partitions per range read of the coordinator (one chunk)."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
@@ -102,8 +105,10 @@ class ClusterDataPlane:
         self._node = node
         self._loop = loop
         self._local = local
-        self._reader = CoordinatedReadStore(scratch_path, self, local)
-        self._selecting = threading.Lock()
+        self._scratch_path = scratch_path
+        self._idle: list[CoordinatedReadStore] = []  # scratch stores not in use
+        self._made = 0
+        self._readers = threading.Condition()
 
     def write(
         self,
@@ -206,11 +211,34 @@ class ClusterDataPlane:
         return partitions, covered
 
     def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
-        """A SELECT's reads: ``run`` over the scratch store, one SELECT at a time (writes and
-        the processor's other work go on meanwhile)."""
-        with self._selecting:
-            self._reader.begin(consistency)
-            return run(self._reader)
+        """A SELECT's reads: ``run`` over a scratch store of its own (at most
+        ``SCRATCH_READERS`` SELECTs at once; more wait for one to finish)."""
+        reader = self._take_reader()
+        try:
+            reader.begin(consistency)
+            return run(reader)
+        finally:
+            with self._readers:
+                self._idle.append(reader)
+                self._readers.notify()
+
+    def _take_reader(self) -> CoordinatedReadStore:
+        with self._readers:
+            while not self._idle and self._made >= SCRATCH_READERS:
+                self._readers.wait()
+            if self._idle:
+                return self._idle.pop()
+            index, self._made = self._made, self._made + 1
+        path = self._scratch_path
+        if index:
+            path = path.with_name(f"{path.stem}-{index}{path.suffix}")
+        try:
+            return CoordinatedReadStore(path, self, self._local)
+        except BaseException:
+            with self._readers:
+                self._made -= 1
+                self._readers.notify()
+            raise
 
     def schema_disagreement(self) -> dict[str, str | None]:
         """``ClusterNode.schema_disagreement``, asked on the event loop (statement thread)."""
@@ -249,13 +277,17 @@ class ClusterDataPlane:
         return agreement_warning(timeout_ms, disagreeing) if disagreeing else None
 
     def close(self) -> None:
-        self._reader.close()
+        with self._readers:
+            idle, self._idle = self._idle, []
+        for reader in idle:
+            reader.close()
 
 
 class CoordinatedReadStore(Store):
     """A scratch store filled, partition by partition, by coordinated reads (module docstring).
 
-    Used by one SELECT at a time (``ClusterDataPlane.read``); ``begin`` starts a statement.
+    Used by one SELECT at a time (``ClusterDataPlane.read`` hands it out); ``begin`` starts a
+    statement.
     """
 
     def __init__(self, path: Path, plane: ClusterDataPlane, local: Store) -> None:
