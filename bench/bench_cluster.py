@@ -39,10 +39,7 @@ import argparse
 import os
 import platform
 import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,77 +54,18 @@ from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import PreparedStatement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for ``tests.sim``
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
+
+from _cluster import cpu_seconds, free_block, local_cluster
 
 from ringflow.cluster._coordinator import prepare_cdc_write
 from tests.sim._harness import QUORUM, kv_write
 from tests.sim.test_cluster_sim import boot
 
 NODES = 3
-START_TIMEOUT_S = 90
 REQUEST_TIMEOUT_S = 30.0
 KEYSPACE = "bench"
 CONCURRENCY = 32
-
-
-# --- the cluster --------------------------------------------------------------------------------
-
-
-def ringflow(*arguments: str, timeout_s: float = 120.0) -> str:
-    script = Path(sys.executable).parent / "ringflow"
-    result = subprocess.run(
-        [str(script), *arguments], capture_output=True, text=True, timeout=timeout_s
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"ringflow {arguments} failed: {result.stdout}{result.stderr}")
-    return result.stdout
-
-
-def free_block(count: int) -> str:
-    """A random loopback block 127.a.b.(c..c+count-1) whose CQL and internode ports are free."""
-    rng = random.Random()
-    while True:
-        base = f"127.{rng.randint(2, 253)}.{rng.randint(2, 253)}.{rng.randint(2, 240)}"
-        prefix, last = base.rsplit(".", 1)
-        try:
-            for i in range(count):
-                for port in (9042, 7000):
-                    with socket.socket() as probe:
-                        probe.bind((f"{prefix}.{int(last) + i}", port))
-        except OSError:
-            continue
-        return base
-
-
-def node_pids(data: Path) -> list[int]:
-    pids = []
-    for pid_file in sorted(data.glob("node*/pid")):
-        try:
-            pids.append(int(pid_file.read_text()))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU of the processes so far (all their threads)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / ticks
-
-
-def kill_leftovers(pids: Sequence[int]) -> None:
-    """SIGKILL any node process ``cluster stop`` left running (by its pid, nothing else)."""
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z":
-            print(f"node pid {pid} still running after stop: SIGKILL", flush=True)
-            os.kill(pid, signal.SIGKILL)
 
 
 # --- measurements -------------------------------------------------------------------------------
@@ -438,20 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="ringflow-bench-cluster-") as directory:
             data = Path(directory) / "cluster"
             first = free_block(NODES)
-            pids: list[int] = []
-            try:
-                started = time.perf_counter()
-                ringflow(
-                    "cluster", "start", "--nodes", str(NODES), "--data", str(data),
-                    "--first-address", first, "--gossip-interval-ms", "200",
-                    "--timeout", str(START_TIMEOUT_S),
-                )  # fmt: skip
-                pids = node_pids(data)
-                print(
-                    f"cluster of {len(pids)} nodes at {first}.. up in "
-                    f"{time.perf_counter() - started:.1f} s",
-                    flush=True,
-                )
+            with local_cluster(data, NODES, first) as pids:
                 cluster, session = make_session(first)
                 try:
                     started = time.perf_counter()
@@ -468,12 +393,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if r.latencies_s
                 ]
                 print("every round's p50:", "; ".join(medians))
-            finally:
-                pids = pids or node_pids(data)
-                try:
-                    ringflow("cluster", "stop", "--data", str(data), timeout_s=60)
-                finally:
-                    kill_leftovers(pids)
     print(f"\nsimulation: seed {arguments.seed}, {sim_seconds} simulated s ...", flush=True)
     print_simulation(
         run_simulation(arguments.seed, sim_seconds, arguments.sim_rate), arguments.seed

@@ -47,18 +47,12 @@ import io
 import json
 import os
 import platform
-import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +63,10 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
+
+from _cluster import free_block, local_cluster
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline import Change, change_schema, change_to_row, local_spark_session
@@ -91,88 +89,9 @@ CONCURRENCY = 64
 CONFIDENCE_MS = 2_000
 WINDOW_MS = 2_000
 CATCH_UP_WINDOW_MS = 30_000  # the source's default query window, for the throughput runs
-START_TIMEOUT_S = 120
 
 
-# --- the clusters ----------------------------------------------------------------------------
-
-
-def ringflow(*arguments: str, timeout_s: float = 180.0) -> str:
-    script = Path(sys.executable).parent / "ringflow"
-    result = subprocess.run(
-        [str(script), *arguments], capture_output=True, text=True, timeout=timeout_s
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"ringflow {arguments} failed: {result.stdout}{result.stderr}")
-    return result.stdout
-
-
-def free_block(count: int, avoid: str = "") -> str:
-    """A random loopback block 127.a.b.(c..c+count-1) whose CQL and internode ports are free."""
-    rng = random.Random()
-    while True:
-        base = f"127.{rng.randint(2, 253)}.{rng.randint(2, 253)}.{rng.randint(2, 240)}"
-        prefix, last = base.rsplit(".", 1)
-        if prefix == avoid.rsplit(".", 1)[0]:
-            continue
-        try:
-            for i in range(count):
-                for port in (9042, 7000):
-                    with socket.socket() as probe:
-                        probe.bind((f"{prefix}.{int(last) + i}", port))
-        except OSError:
-            continue
-        return base
-
-
-def node_pids(data: Path) -> list[int]:
-    pids = []
-    for pid_file in sorted(data.glob("node*/pid")):
-        try:
-            pids.append(int(pid_file.read_text()))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def kill_leftovers(pids: Sequence[int]) -> None:
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z":
-            print(f"node pid {pid} still running after stop: SIGKILL", flush=True)
-            os.kill(pid, signal.SIGKILL)
-
-
-@contextmanager
-def local_cluster(data: Path, nodes: int, first: str) -> Iterator[list[int]]:
-    started = time.perf_counter()
-    try:
-        try:
-            ringflow(
-                "cluster", "start", "--nodes", str(nodes), "--data", str(data),
-                "--first-address", first, "--gossip-interval-ms", "200",
-                "--timeout", str(START_TIMEOUT_S), timeout_s=START_TIMEOUT_S + 60,
-            )  # fmt: skip
-        except RuntimeError:
-            for log in sorted(data.glob("node*/node.log")):
-                print(f"--- {log}\n" + "\n".join(log.read_text().splitlines()[-15:]))
-            raise
-        pids = node_pids(data)
-        print(
-            f"{nodes} node(s) at {first}.. up in {time.perf_counter() - started:.1f} s", flush=True
-        )
-        yield pids
-    finally:
-        pids = node_pids(data)
-        try:
-            ringflow("cluster", "stop", "--data", str(data), timeout_s=60)
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            print(f"cluster stop: {error}", flush=True)
-        time.sleep(1.0)
-        kill_leftovers(pids)
+# --- the clusters (started by ``_cluster.local_cluster``) ------------------------------------
 
 
 def make_session(contact: str) -> tuple[Cluster, Session]:

@@ -39,7 +39,7 @@ from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_cluster import free_block, ringflow
+from bench._cluster import free_block, ringflow
 from ringflow.schema import BIGINT, TEXT, Cell, LivenessInfo, Mutation, Row
 from ringflow.schema._codec import serialize
 from ringflow.storage import Store
