@@ -344,7 +344,7 @@ def _uniform_row_in(value: object) -> Row:
     if type(values) is not dict or not values:
         raise _fail("uniform row cells (want a non-empty map)", values)
     cells: dict[str, ColumnData] = {
-        _str(name, "column name"): Cell(ts, _bytes(data, "cell value"), ttl, ldt)
+        _str(name, "column name"): Cell._unchecked(ts, _bytes(data, "cell value"), ttl, ldt)
         for name, data in values.items()
     }
     return Row(clustering, None, None, cells)

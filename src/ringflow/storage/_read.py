@@ -212,11 +212,13 @@ def _build_row(
         if name in known:
             by_path = sorted(elements.get(name, ()), key=_path_of)  # canonical: raw path bytes
             cells[name] = ComplexColumn(tuple(by_path), collection_deletions.get(name))
-    row = Row(clustering, liveness, deletion, cells)
     if packed:
         versions = [_unpacked(info, ck, value, known) for value in packed]
-        tombstones += sum(_row_tombstones(version, now_s) for version in versions)
-        row = _merged(versions, row if per_cell else None)
+        for version in versions:
+            tombstones += _row_tombstones(version, now_s)
+        row = _merged(versions, Row(clustering, liveness, deletion, cells) if per_cell else None)
+    else:
+        row = Row(clustering, liveness, deletion, cells)
     if budget is not None and tombstones:
         budget.add(tombstones)
     invariant(
@@ -254,12 +256,16 @@ def _row_tombstones(row: Row, now_s: int) -> int:
     """Tombstones in a packed row, counted as the per-cell form would count them."""
     count = 0 if row.deletion is None else 1
     for data in row.cells.values():
-        cells = (data,) if isinstance(data, Cell) else data.cells
-        if isinstance(data, ComplexColumn) and data.deletion is not None:
+        if isinstance(data, Cell):  # the common case, without a generator per cell
+            ldt = data.local_deletion_time_s
+            if ldt != NO_DELETION_TIME and (data.ttl_s == 0 or ldt <= now_s):
+                count += 1
+            continue
+        if data.deletion is not None:
             count += 1
         count += sum(
             1
-            for cell in cells
+            for cell in data.cells
             if cell.local_deletion_time_s != NO_DELETION_TIME
             and (cell.ttl_s == 0 or cell.local_deletion_time_s <= now_s)
         )
