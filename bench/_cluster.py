@@ -1,6 +1,6 @@
 """What the cluster benches share: the ``ringflow`` CLI, a free loopback block, a local cluster
 started and stopped with ``ringflow cluster start/stop`` (node pids SIGKILLed if a stop left
-them running), and the CPU the node processes used."""
+them running), the CPU the node processes used, and a token-aware QUORUM driver session."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from cassandra import ConsistencyLevel
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+
 from ringflow.cli._demo_cluster import free_loopback_block
 
 START_TIMEOUT_S = 90
+REQUEST_TIMEOUT_S = 30.0
 
 
 def ringflow(*arguments: str, timeout_s: float = 180.0) -> str:
@@ -100,3 +105,21 @@ def local_cluster(data: Path, nodes: int, first: str) -> Iterator[list[int]]:
             print(f"cluster stop: {error}", flush=True)
         time.sleep(1.0)
         kill_leftovers(pids)
+
+
+def make_session(contact: str) -> tuple[Cluster, Session]:
+    """A connected driver session on ``contact``: token-aware, QUORUM, 30 s requests."""
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+        consistency_level=ConsistencyLevel.QUORUM,
+        request_timeout=REQUEST_TIMEOUT_S,
+    )
+    cluster = Cluster(
+        [contact],
+        protocol_version=4,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=10,
+        control_connection_timeout=10,
+        max_schema_agreement_wait=30,
+    )
+    return cluster, cluster.connect()

@@ -33,8 +33,7 @@ from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cluster import free_block, local_cluster
-from bench_pipeline import make_session
+from _cluster import free_block, local_cluster, make_session
 
 QUERY = (
     'SELECT * FROM bench."events_scylla_cdc_log" WHERE "cdc$stream_id" = ? '

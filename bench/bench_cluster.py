@@ -47,23 +47,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cassandra import ConsistencyLevel as DriverConsistency
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import PreparedStatement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for ``tests.sim``
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
 
-from _cluster import cpu_seconds, free_block, local_cluster
+from _cluster import cpu_seconds, free_block, local_cluster, make_session
 
 from ringflow.cluster._coordinator import prepare_cdc_write
 from tests.sim._harness import QUORUM, kv_write
 from tests.sim.test_cluster_sim import boot
 
 NODES = 3
-REQUEST_TIMEOUT_S = 30.0
 KEYSPACE = "bench"
 CONCURRENCY = 32
 
@@ -124,23 +121,6 @@ def measure(
         client_cpu_s=time.process_time() - client_before,
         latencies_s=latencies,
     )
-
-
-def make_session(contact: str) -> tuple[Cluster, Session]:
-    profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
-        consistency_level=DriverConsistency.QUORUM,
-        request_timeout=REQUEST_TIMEOUT_S,
-    )
-    cluster = Cluster(
-        [contact],
-        protocol_version=4,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=10,
-        control_connection_timeout=10,
-        max_schema_agreement_wait=20,
-    )
-    return cluster, cluster.connect()
 
 
 def create_schema(session: Session) -> None:

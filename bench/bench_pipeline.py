@@ -58,15 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from cassandra import ConsistencyLevel
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
 
-from _cluster import free_block, local_cluster
+from _cluster import free_block, local_cluster, make_session
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline import Change, change_schema, change_to_row, local_spark_session
@@ -92,23 +90,6 @@ CATCH_UP_WINDOW_MS = 30_000  # the source's default query window, for the throug
 
 
 # --- the clusters (started by ``_cluster.local_cluster``) ------------------------------------
-
-
-def make_session(contact: str) -> tuple[Cluster, Session]:
-    profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
-        consistency_level=ConsistencyLevel.QUORUM,
-        request_timeout=30.0,
-    )
-    cluster = Cluster(
-        [contact],
-        protocol_version=4,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=10,
-        control_connection_timeout=10,
-        max_schema_agreement_wait=30,
-    )
-    return cluster, cluster.connect()
 
 
 def create_schema(session: Session, rf: int, cdc: bool) -> None:
