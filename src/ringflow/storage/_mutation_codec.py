@@ -334,7 +334,12 @@ def _unpack(data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> tuple
         raise MutationDecodeError(f"mutation encoding: not valid msgpack: {error}") from None
 
 
-def _uniform_row_in(value: object) -> Row:
+UniformRow = tuple[tuple[bytes, ...], int, int, int, dict[str, bytes]]
+"""A uniform row's fields: clustering, timestamp, TTL, local deletion time and its cells'
+values by column name (every cell shares the three numbers)."""
+
+
+def _uniform_fields(value: object) -> UniformRow:
     fields = _array(value, 5, "uniform row")
     clustering = tuple(_bytes(v, "clustering value") for v in _array(fields[0], None, "ck"))
     ts = _int(fields[1], "cell timestamp")
@@ -343,9 +348,18 @@ def _uniform_row_in(value: object) -> Row:
     values = fields[4]
     if type(values) is not dict or not values:
         raise _fail("uniform row cells (want a non-empty map)", values)
+    for name, data in values.items():
+        if type(name) is not str:
+            raise _fail("column name (want str)", name)
+        if type(data) is not bytes:
+            raise _fail("cell value (want bytes)", data)
+    return clustering, ts, ttl, ldt, values
+
+
+def _uniform_row_in(value: object) -> Row:
+    clustering, ts, ttl, ldt, values = _uniform_fields(value)
     cells: dict[str, ColumnData] = {
-        _str(name, "column name"): Cell._unchecked(ts, _bytes(data, "cell value"), ttl, ldt)
-        for name, data in values.items()
+        name: Cell._unchecked(ts, data, ttl, ldt) for name, data in values.items()
     }
     return Row(clustering, None, None, cells)
 
@@ -359,6 +373,15 @@ def decode_row(data: bytes) -> Row:
     """The Row of :func:`encode_row`; MutationDecodeError on anything malformed."""
     version, value = _unpack(data, (FORMAT_VERSION, UNIFORM_ROW_VERSION))
     return _uniform_row_in(value) if version == UNIFORM_ROW_VERSION else _row_in(value)
+
+
+def decode_uniform_row(data: bytes) -> UniformRow | None:
+    """The fields of a row :func:`encode_row` wrote in the uniform layout, without building
+    its cells (a CDC log row read back); None for the general layout (use :func:`decode_row`).
+    MutationDecodeError on anything malformed."""
+    if data[:1] != _UNIFORM_ROW_BYTE:
+        return None
+    return _uniform_fields(_unpack(data, (UNIFORM_ROW_VERSION,))[1])
 
 
 def decode_mutations(data: bytes) -> list[Mutation]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import chain, groupby
 from operator import itemgetter
 
 import msgpack
@@ -48,7 +48,7 @@ from ringflow.schema._codec import serialized_collection_from_cells
 from ringflow.storage._catalog import TableInfo
 from ringflow.storage._errors import MutationDecodeError, TooManyTombstones
 from ringflow.storage._keys import STATIC_CK, split_partition_key
-from ringflow.storage._mutation_codec import decode_row
+from ringflow.storage._mutation_codec import UniformRow, decode_row, decode_uniform_row
 from ringflow.storage._sqlite_layout import (
     KIND_CELL,
     KIND_CLUSTERING,
@@ -229,12 +229,15 @@ def _build_row(
     return StoredRow(ck, row, canonical)
 
 
+def _corrupt(info: TableInfo, ck: bytes, error: MutationDecodeError) -> InternalError:
+    return InternalError(f"table {info.qualified_name}: corrupt packed row {ck!r}: {error}")
+
+
 def _unpacked(info: TableInfo, ck: bytes, value: bytes, known: Mapping[str, object]) -> Row:
     try:
         row = decode_row(value)
     except MutationDecodeError as error:
-        message = f"table {info.qualified_name}: corrupt packed row {ck!r}: {error}"
-        raise InternalError(message) from error
+        raise _corrupt(info, ck, error) from error
     if all(name in known for name in row.cells):
         return row
     cells = {name: data for name, data in row.cells.items() if name in known}
@@ -389,31 +392,95 @@ def _project(
     return values, writetime_us, ttl_s
 
 
+LiveRow = tuple[bytes, tuple[bytes, ...], LiveValues | None]
+"""A stored row's ``ck``, clustering values and live values (None: the row is not live)."""
+
+
+def live_rows(
+    info: TableInfo,
+    atoms: Iterable[AtomTuple],
+    tombstones: PartitionTombstones,
+    budget: TombstoneBudget | None,
+    now_s: int,
+) -> Iterator[LiveRow]:
+    """Each row of ``atoms`` (one partition's, grouped like :func:`assemble_rows`) with its
+    live values at ``now_s`` (as :func:`live_values` of the assembled row).
+
+    A row stored as one packed atom in the uniform layout (every CDC log row) in a partition
+    without tombstones is answered from the decoded fields, without building its cells."""
+    fast = info.packed_rows and tombstones.is_empty
+    for (_token, _pk, ck), group in groupby(atoms, key=_ROW_KEY):
+        row_atoms: Iterator[AtomTuple] = group
+        if fast:
+            first = next(row_atoms)
+            second = next(row_atoms, None)
+            if second is None and first[3] == KIND_PACKED_ROW:
+                try:
+                    fields = decode_uniform_row(first[9])
+                except MutationDecodeError as error:
+                    raise _corrupt(info, ck, error) from error
+                if fields is not None:
+                    yield ck, fields[0], _uniform_live(info, ck, fields, budget, now_s)
+                    continue
+            row_atoms = chain((first,) if second is None else (first, second), row_atoms)
+        stored = _build_row(info, ck, row_atoms, budget, now_s)
+        yield ck, stored.row.clustering, live_values(info, stored, tombstones, now_s)
+
+
+def stored_live_rows(
+    info: TableInfo, rows: Iterable[StoredRow], tombstones: PartitionTombstones, now_s: int
+) -> Iterator[LiveRow]:
+    """:func:`live_rows` of rows already assembled."""
+    for stored in rows:
+        yield stored.ck, stored.row.clustering, live_values(info, stored, tombstones, now_s)
+
+
+def _uniform_live(
+    info: TableInfo, ck: bytes, fields: UniformRow, budget: TombstoneBudget | None, now_s: int
+) -> LiveValues | None:
+    """:func:`live_values` of a uniform packed row (no marker, deletion or collection cell)
+    in a partition without tombstones; its dead cells counted in ``budget`` as tombstones."""
+    clustering, timestamp_us, ttl_s, deletion_s, values = fields
+    known = info.static_columns if ck == STATIC_CK else info.regular_columns
+    invariant(
+        len(clustering) == (0 if ck == STATIC_CK else info.clustering_arity),
+        f"table {info.qualified_name}: stored row {ck!r} has clustering {clustering!r}",
+    )
+    if not values.keys() <= known.keys():
+        values = {name: value for name, value in values.items() if name in known}
+    if deletion_s != NO_DELETION_TIME and (ttl_s == 0 or deletion_s <= now_s):
+        if budget is not None and values:
+            budget.add(len(values))  # every cell is a tombstone or expired
+        return None
+    if not values:
+        return None
+    writetime_us = dict.fromkeys(values, timestamp_us)
+    remaining = dict.fromkeys(values, deletion_s - now_s) if ttl_s > 0 else {}
+    return LiveValues(values, writetime_us, remaining)
+
+
 def result_rows(
     info: TableInfo,
     position: tuple[int, bytes],
     static: StoredRow | None,
-    rows: Iterable[StoredRow],
+    rows: Iterable[LiveRow],
     tombstones: PartitionTombstones,
     request: RowRequest,
 ) -> Iterator[tuple[bytes, ResultRow]]:
-    """The live CQL rows of one partition as ``(ck, row)`` in the order of ``rows``; the
-    static-only row (``ck = b""``) last if allowed and the partition had no live row."""
+    """The live CQL rows of one partition as ``(ck, row)`` in the order of ``rows`` (from
+    :func:`live_rows`); the static-only row (``ck = b""``) last if allowed and the partition
+    had no live row."""
     token, pk = position
     partition_key = split_partition_key(pk, info.partition_key_arity)
     now_s = request.now_s
     static_values = None if static is None else live_values(info, static, tombstones, now_s)
     emitted = False
-    for stored in rows:
-        live = live_values(info, stored, tombstones, now_s)
+    for ck, clustering, live in rows:
         if live is None:
             continue
         emitted = True
         values, writetime_us, ttl_s = _project(request.columns, static_values, live)
-        yield (
-            stored.ck,
-            ResultRow(token, partition_key, stored.row.clustering, values, writetime_us, ttl_s),
-        )
+        yield ck, ResultRow(token, partition_key, clustering, values, writetime_us, ttl_s)
     if not emitted and static_values is not None and request.allow_static_only:
         values, writetime_us, ttl_s = _project(request.columns, static_values, None)
         yield (

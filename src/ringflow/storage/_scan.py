@@ -37,6 +37,7 @@ from ringflow.storage._read import (
     partition_groups,
     result_rows,
     split_static,
+    stored_live_rows,
 )
 from ringflow.storage._sqlite_layout import (
     SELECT_ATOMS_AFTER,
@@ -166,7 +167,8 @@ def _segment_rows(
                 partition_request = RowRequest(request.columns, request.now_s, False)
             else:
                 static, stored = split_static(stored)
-            found = result_rows(info, (token, pk), static, stored, tombstones, partition_request)
+            live = stored_live_rows(info, stored, tombstones, request.now_s)
+            found = result_rows(info, (token, pk), static, live, tombstones, partition_request)
             for ck, row in found:
                 yield (token, pk, ck), row
     finally:

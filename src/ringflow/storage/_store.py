@@ -56,6 +56,7 @@ from ringflow.storage._read import (
     StoredRow,
     TombstoneBudget,
     assemble_rows,
+    live_rows,
     raw_mutation,
     result_rows,
 )
@@ -483,8 +484,8 @@ class Store:
             cursor = self._connection.execute(sql, (info.tid, token, pk, low, high))
             rows: list[ResultRow] = []
             try:
-                stored = assemble_rows(info, cursor, budget, now_s)
-                for _ck, row in result_rows(info, (token, pk), static, stored, tombstones, request):
+                live = live_rows(info, cursor, tombstones, budget, now_s)
+                for _ck, row in result_rows(info, (token, pk), static, live, tombstones, request):
                     rows.append(row)
                     if len(rows) >= cap:
                         break
