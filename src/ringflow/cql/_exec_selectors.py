@@ -80,12 +80,19 @@ class Selection:
     columns: tuple[OutputColumn, ...]
     read_columns: frozenset[str] | None
     is_aggregate: bool
+    star: tuple[int, tuple[str, ...]] | None = None
+    """``SELECT *``: the clustering arity and the static and regular column names after the
+    key columns (:func:`select_order`), so a row is its key and those values in order."""
 
     def specs(self, table: Table) -> tuple[ColumnSpec, ...]:
         return tuple(ColumnSpec(table.keyspace, table.name, c.name, c.type) for c in self.columns)
 
     def row(self, row: ResultRow) -> tuple[bytes | None, ...]:
-        return tuple(column.value(row) for column in self.columns)
+        star = self.star
+        if star is not None and len(row.clustering) == star[0]:
+            values = row.values.get
+            return (*row.partition_key, *row.clustering, *[values(name) for name in star[1]])
+        return tuple([column.value(row) for column in self.columns])
 
     def fold(self, rows: Iterable[ResultRow]) -> tuple[bytes | None, ...]:
         """One row aggregating ``rows``."""
@@ -406,9 +413,13 @@ def compile_selection(
 ) -> Selection:
     """The result columns of ``statement`` and the value columns reading them needs."""
     compiler = _Compiler(table, context)
+    star = None
     if statement.is_star:
-        columns = tuple(OutputColumn(c.name, c.type, value_getter(c)) for c in select_order(table))
+        order = select_order(table)
+        columns = tuple(OutputColumn(c.name, c.type, value_getter(c)) for c in order)
         read: frozenset[str] | None = None
+        keys = len(table.partition_key_columns) + len(table.clustering_columns)
+        star = (len(table.clustering_columns), tuple(c.name for c in order[keys:]))
     else:
         compiled = []
         for item in statement.selection:
@@ -421,7 +432,7 @@ def compile_selection(
     if statement.distinct:
         _check_distinct(statement, table)
     is_aggregate = any(c.aggregate is not None for c in columns)
-    return Selection(columns, read, is_aggregate)
+    return Selection(columns, read, is_aggregate, star)
 
 
 def _referenced(selector: Selector) -> list[str]:

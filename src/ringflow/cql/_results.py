@@ -223,8 +223,7 @@ class RowsResult:
         for position, row in enumerate(self.rows):
             if len(row) != width:
                 raise LocalProtocolError(f"row {position} has {len(row)} cells, expected {width}")
-            for cell in row:
-                out.write_bytes(cell)
+        out.write_bytes_rows(self.rows)
 
 
 def _read_rows(reader: Reader) -> RowsResult:
