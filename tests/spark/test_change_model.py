@@ -107,6 +107,8 @@ def test_the_sources_log_row_converter_equals_the_general_path() -> None:
     bad = {**_log_row_of(changes[0]), "cdc$operation": 42}
     with pytest.raises(InvalidChange, match="operation 42"):
         convert(bad)
+    with pytest.raises(InvalidChange, match="not a version-1 timeuuid"):
+        convert({**_log_row_of(changes[0]), "cdc$time": uuid.uuid4()})
 
 
 def test_invalid_changes_are_refused_with_the_rule() -> None:

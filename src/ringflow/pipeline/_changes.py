@@ -376,6 +376,21 @@ def _same(value: object) -> object:
     return value
 
 
+_AS_IS = frozenset(
+    {"ascii", "text", "varchar", "int", "bigint", "smallint", "tinyint", "boolean", "float",
+     "double", "counter"}
+)  # fmt: skip
+
+
+def _converted(cql_type: CqlType) -> CqlType | None:
+    """``cql_type``, or None when its values reach Spark as the driver and the codec give them
+    (``str``, ``int``, ``float``, ``bool``: ``plain_value`` and ``to_spark_value`` return
+    them unchanged)."""
+    if isinstance(cql_type, NativeType) and cql_type.name in _AS_IS:
+        return None
+    return cql_type
+
+
 def log_row_converter(
     table: Table, plain: Callable[[object], object] = _same
 ) -> Callable[[Mapping[str, Any]], tuple[object, ...]]:
@@ -384,11 +399,11 @@ def log_row_converter(
     ``change_to_row(table, change_from_log_row(table, row))`` without building the ``Change``
     or validating it twice (about a third of the cost). The rows come from the cluster's own
     CDC writer; an operation code it does not know is still refused (InvalidChange)."""
-    keys = [(c.name, c.type) for c in table.primary_key_columns]
+    keys = [(c.name, _converted(c.type)) for c in table.primary_key_columns]
     columns = [
         (
             c.name,
-            log_value_type(c.type),
+            _converted(log_value_type(c.type)),
             deleted_column_name(c.name),
             (
                 (deleted_elements_column_name(c.name), deleted_elements_type(c.type))
@@ -404,21 +419,30 @@ def log_row_converter(
         get = row.get
         time, code, ttl = row["cdc$time"], int(row["cdc$operation"]), get("cdc$ttl")
         name = names.get(code)
-        if name is None or time.version != 1:
+        if name is None:
             raise InvalidChange(f"log row of {table.keyspace}.{table.name}: operation {code}")
+        try:
+            micros = timeuuid_to_micros(time)
+        except ValueError:
+            raise InvalidChange(
+                f"log row of {table.keyspace}.{table.name}: cdc$time {time} is not a "
+                "version-1 timeuuid"
+            ) from None
         out: list[object] = [
             bytes(get("cdc$stream_id") or b""),
             str(time),
-            timeuuid_to_micros(time),
+            micros,
             int(get("cdc$batch_seq_no") or 0),
             code,
             name,
             int(ttl) if ttl else None,
         ]
         for column, cql_type in keys:
-            out.append(to_spark_value(cql_type, plain(get(column))))
+            value = get(column)
+            out.append(value if cql_type is None else to_spark_value(cql_type, plain(value)))
         for column, log_type, deleted, removal in columns:
-            out.append(to_spark_value(log_type, plain(get(column))))
+            value = get(column)
+            out.append(value if log_type is None else to_spark_value(log_type, plain(value)))
             out.append(bool(get(deleted)))
             if removal is not None:
                 elements_name, element_type = removal

@@ -27,11 +27,18 @@ def timeuuid_from_micros(timestamp_us: int, low_bits: int) -> uuid.UUID:
     return _make(timestamp_us * 10 + UUID_EPOCH_OFFSET_100NS, _with_variant(low_bits))
 
 
+_VERSION_1_BITS = 1 << 76 | 0b10 << 62  # version nibble 1, IETF variant (bits 10)
+_VERSION_AND_VARIANT_MASK = 0xF << 76 | 0b11 << 62
+
+
 def timeuuid_to_micros(value: uuid.UUID) -> int:
-    """The timestamp in µs since the Unix epoch carried by a version-1 UUID."""
-    if value.version != 1:
+    """The timestamp in µs since the Unix epoch carried by a version-1 UUID (``value.time``,
+    read straight from the 128 bits: a source converts one per change)."""
+    bits = value.int
+    if bits & _VERSION_AND_VARIANT_MASK != _VERSION_1_BITS:
         raise ValueError(f"{value} is not a time-based (version 1) UUID")
-    return (value.time - UUID_EPOCH_OFFSET_100NS) // 10
+    ticks = ((bits >> 64) & 0x0FFF) << 48 | ((bits >> 80) & 0xFFFF) << 32 | bits >> 96
+    return (ticks - UUID_EPOCH_OFFSET_100NS) // 10
 
 
 def min_timeuuid(timestamp_ms: int) -> uuid.UUID:

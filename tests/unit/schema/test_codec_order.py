@@ -55,7 +55,9 @@ from ringflow.schema import (
     prefix_upper_bound,
     serialize,
     timeuuid_from_micros,
+    timeuuid_to_micros,
 )
+from ringflow.schema._timeuuid import UUID_EPOCH_OFFSET_100NS
 from tests.unit.schema.test_codec_strategies import (
     ORDERABLE_NATIVE_TYPES,
     cql_types,
@@ -330,3 +332,21 @@ def test_desc_components_reverse_only_their_own_order() -> None:
     prefix = encode_clustering(layout, keys[0][:1])
     assert all(prefix <= key < prefix_upper_bound(prefix) for key in encoded[:3])
     assert encoded[3] >= prefix_upper_bound(prefix)
+
+
+@given(st.integers(0, 2**128 - 1), st.sampled_from(["random", "version 1", "uuid1"]))
+def test_timeuuid_to_micros_reads_the_uuid_time_field_of_version_1_uuids_only(
+    bits: int, shape: str
+) -> None:
+    """Read from the 128 bits directly, it agrees with ``uuid.UUID``'s own ``version`` (None
+    unless the IETF variant) and ``time`` fields on every UUID."""
+    if shape == "version 1":
+        bits = bits & ~(0xF << 76) | 1 << 76
+    value = uuid.UUID(int=bits)
+    if shape == "uuid1":
+        value = uuid.uuid1(node=bits >> 80, clock_seq=bits & 0x3FFF)
+    if value.version == 1:
+        assert timeuuid_to_micros(value) == (value.time - UUID_EPOCH_OFFSET_100NS) // 10
+    else:
+        with pytest.raises(ValueError, match="not a time-based"):
+            timeuuid_to_micros(value)
