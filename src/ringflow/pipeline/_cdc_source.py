@@ -246,10 +246,15 @@ class _LogReading:
     settings: CdcSettings
     table_json: str
 
-    def _load(self, settings: CdcSettings) -> None:
+    def _load(self, settings: CdcSettings, cluster: Cluster | None = None) -> None:
+        """Settings and the table, read through ``cluster`` if given (else a session of its
+        own, shut down after)."""
         self.settings = settings
-        with open_session(settings.cluster) as (cluster, _):
+        if cluster is not None:
             self.table_json = table_to_json(load_cdc_table(cluster, settings.cluster))
+            return
+        with open_session(settings.cluster) as (own, _):
+            self.table_json = table_to_json(load_cdc_table(own, settings.cluster))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, CdcPartition)
@@ -369,8 +374,12 @@ class RingflowCdcStreamReader(_LogReading, DataSourceStreamReader, SupportsTrigg
     many throttled batches as it takes, then stops."""
 
     def __init__(self, settings: CdcSettings) -> None:
-        self._load(settings)
-        self._cluster: tuple[Cluster, Session] | None = None
+        self._cluster: tuple[Cluster, Session] | None = connect(settings.cluster)
+        try:
+            self._load(settings, self._cluster[0])
+        except BaseException:
+            self._cluster[0].shutdown()
+            raise
         self._frozen_now_ms: int | None = None
         self._groups: dict[int, list[list[bytes]]] = {}  # a published generation never changes
 
