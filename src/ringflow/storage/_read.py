@@ -28,7 +28,7 @@ from operator import itemgetter
 
 import msgpack
 
-from ringflow.errors import InternalError, invariant
+from ringflow.errors import InternalError
 from ringflow.schema import (
     NO_DELETION_TIME,
     Cell,
@@ -221,10 +221,11 @@ def _build_row(
         row = Row(clustering, liveness, deletion, cells)
     if budget is not None and tombstones:
         budget.add(tombstones)
-    invariant(
-        len(row.clustering) == (0 if ck == STATIC_CK else info.clustering_arity),
-        f"table {info.qualified_name}: stored row {ck!r} has clustering {row.clustering!r}",
-    )
+    if len(row.clustering) != (0 if ck == STATIC_CK else info.clustering_arity):
+        message = (
+            f"table {info.qualified_name}: stored row {ck!r} has clustering {row.clustering!r}"
+        )
+        raise InternalError(message)  # the message is built only when it fails
     canonical = (len(packed) == 1 and not per_cell) if info.packed_rows else not packed
     return StoredRow(ck, row, canonical)
 
@@ -377,6 +378,11 @@ class RowRequest:
 def _project(
     columns: frozenset[str] | None, static: LiveValues | None, regular: LiveValues | None
 ) -> tuple[dict[str, bytes], dict[str, int], dict[str, int]]:
+    """The values, write times and TTLs of a result row: the static row's and the row's own,
+    restricted to ``columns``. A row's own values are made for it alone, so a row of a
+    partition without static values and a read of every column keeps its dicts."""
+    if static is None and columns is None and regular is not None:
+        return regular.values, regular.writetime_us, regular.ttl_s
     values: dict[str, bytes] = {}
     writetime_us: dict[str, int] = {}
     ttl_s: dict[str, int] = {}
@@ -442,10 +448,9 @@ def _uniform_live(
     in a partition without tombstones; its dead cells counted in ``budget`` as tombstones."""
     clustering, timestamp_us, ttl_s, deletion_s, values = fields
     known = info.static_columns if ck == STATIC_CK else info.regular_columns
-    invariant(
-        len(clustering) == (0 if ck == STATIC_CK else info.clustering_arity),
-        f"table {info.qualified_name}: stored row {ck!r} has clustering {clustering!r}",
-    )
+    if len(clustering) != (0 if ck == STATIC_CK else info.clustering_arity):
+        message = f"table {info.qualified_name}: stored row {ck!r} has clustering {clustering!r}"
+        raise InternalError(message)  # the message is built only when it fails
     if not values.keys() <= known.keys():
         values = {name: value for name, value in values.items() if name in known}
     if deletion_s != NO_DELETION_TIME and (ttl_s == 0 or deletion_s <= now_s):
