@@ -200,3 +200,32 @@ def test_host_lists_parse() -> None:
         parse_hosts(":9042", "source")
     with pytest.raises(PipelineConfigError, match="host"):
         parse_hosts("a/b", "source")
+
+
+def test_the_wait_between_polls_ends_when_a_query_ends(spark: SparkSession, tmp_path: Path) -> None:
+    """The job's wait between progress polls returns when a running query terminates (a
+    ``--once`` run's end is seen at once, not rounded up to the next poll), and sleeps the
+    whole period when no query runs."""
+    from ringflow.pipeline._replicate import wait_for_change
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "part.txt").write_text("a\nb\n")
+    query = (
+        spark.readStream.format("text")
+        .load(str(source))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    started = time.monotonic()
+    while query.isActive and time.monotonic() - started < 120:
+        wait_for_change({"text": query}, 60.0)
+    assert not query.isActive
+    assert time.monotonic() - started < 60.0  # one wait ended with the query, not its period
+    assert query.lastProgress is not None and query.lastProgress["numInputRows"] == 2
+
+    slept = time.monotonic()
+    wait_for_change({"text": query}, 0.3)  # nothing runs: the full period
+    assert time.monotonic() - slept >= 0.3

@@ -35,6 +35,7 @@ as one rich progress line per channel, followed by a summary table.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -375,6 +376,18 @@ def _query_error(query: Any) -> str | None:
 Restart = Callable[[str], Any]
 
 
+def wait_for_change(queries: Mapping[str, Any], seconds: float) -> None:
+    """Sleep up to ``seconds``, returning as soon as the first running query ends, so that its
+    end is seen then, not at the next poll (a short ``--once`` run is not rounded up to the
+    poll period). A query that ends with an error returns too; :func:`_poll` reports it."""
+    running = [query for query in queries.values() if query.isActive]
+    if not running:
+        time.sleep(seconds)
+        return
+    with contextlib.suppress(Exception):  # a failed query raises here: _poll reads its error
+        running[0].awaitTermination(max(seconds, 0.001))
+
+
 def _poll(
     queries: dict[str, Any],
     stats: Mapping[str, ChannelStats],
@@ -476,7 +489,7 @@ def run_replication(
                         **_describe(stats[channel]),
                     )
                 if not done:
-                    time.sleep(POLL_S)
+                    wait_for_change(queries, POLL_S)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: stopping the queries (checkpoints are kept)")
