@@ -36,6 +36,7 @@ simulated seconds at 100 writes per simulated second; ``--quick`` is 300 / 100 r
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import random
@@ -48,13 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cassandra.cluster import Session
-from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.query import PreparedStatement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for ``tests.sim``
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
 
 from _cluster import cpu_seconds, free_block, local_cluster, make_session
+from _runs import Run, best, fmt_ms, measure
 
 from ringflow.cluster._coordinator import prepare_cdc_write
 from tests.sim._harness import QUORUM, kv_write
@@ -66,61 +66,6 @@ CONCURRENCY = 32
 
 
 # --- measurements -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Run:
-    rows: int
-    wall_s: float
-    nodes_cpu_s: float
-    client_cpu_s: float
-    latencies_s: list[float]
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.rows / self.wall_s
-
-    @property
-    def us_per_row(self) -> float:
-        return self.wall_s / self.rows * 1e6
-
-    def percentile_ms(self, fraction: float) -> float | None:
-        if not self.latencies_s:
-            return None
-        ordered = sorted(self.latencies_s)
-        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1e3
-
-
-def measure(
-    pids: Sequence[int],
-    session: Session,
-    statement: PreparedStatement,
-    params: Sequence[tuple[object, ...]],
-    concurrency: int,
-) -> Run:
-    latencies: list[float] = []
-    nodes_before = cpu_seconds(pids)
-    client_before = time.process_time()
-    start = time.perf_counter()
-    if concurrency == 1:
-        for values in params:
-            began = time.perf_counter()
-            session.execute(statement, values)
-            latencies.append(time.perf_counter() - began)
-    else:
-        results = execute_concurrent_with_args(
-            session, statement, params, concurrency=concurrency, raise_on_first_error=True
-        )
-        if len(results) != len(params):
-            raise RuntimeError(f"{len(results)} results for {len(params)} statements")
-    wall = time.perf_counter() - start
-    return Run(
-        rows=len(params),
-        wall_s=wall,
-        nodes_cpu_s=cpu_seconds(pids) - nodes_before,
-        client_cpu_s=time.process_time() - client_before,
-        latencies_s=latencies,
-    )
 
 
 def create_schema(session: Session) -> None:
@@ -158,6 +103,7 @@ def run_bench(
     pids: Sequence[int], session: Session, rows: int, latency_rows: int, rounds: int
 ) -> dict[str, list[Run]]:
     create_schema(session)
+    nodes_cpu = functools.partial(cpu_seconds, pids)
     statements = {
         table: session.prepare(f"INSERT INTO {KEYSPACE}.{table} (k, v, n) VALUES (?, ?, ?)")
         for table in ("cdc_off", "cdc_on")
@@ -165,9 +111,11 @@ def run_bench(
     statements["select"] = session.prepare(f"SELECT k, v, n FROM {KEYSPACE}.cdc_off WHERE k = ?")
     # Warm-up: connections to every node, prepared-statement caches, first writes to each table.
     for table in ("cdc_off", "cdc_on"):
-        measure(pids, session, statements[table], insert_params(-1_000_000, 300), CONCURRENCY)
-        measure(pids, session, statements[table], insert_params(-2_000_000, 30), 1)
-    measure(pids, session, statements["select"], [(k,) for k in range(-1_000_000, -999_800)], 8)
+        measure(nodes_cpu, session, statements[table], insert_params(-1_000_000, 300), CONCURRENCY)
+        measure(nodes_cpu, session, statements[table], insert_params(-2_000_000, 30), 1)
+    measure(
+        nodes_cpu, session, statements["select"], [(k,) for k in range(-1_000_000, -999_800)], 8
+    )
 
     runs: dict[str, list[Run]] = {name: [] for name, _, _ in CONFIGS}
     next_key = 0
@@ -188,7 +136,7 @@ def run_bench(
                 next_key += count
                 if target == "cdc_off":
                     written.extend(k for k in range(next_key - count, next_key))
-            run = measure(pids, session, statements[target], params, concurrency)
+            run = measure(nodes_cpu, session, statements[target], params, concurrency)
             runs[name].append(run)
             print(f"  round {round_index + 1}: {name}: {run.rows_per_s:,.0f} rows/s", flush=True)
     return runs
@@ -271,14 +219,6 @@ def run_simulation(seed: int, sim_seconds: int, writes_per_sim_s: int) -> SimRun
 # --- output -------------------------------------------------------------------------------------
 
 
-def best(runs: list[Run]) -> Run:
-    return min(runs, key=lambda run: run.us_per_row)
-
-
-def fmt_ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
-
-
 def print_table(runs: dict[str, list[Run]]) -> None:
     header = (
         "| workload | rows/s | µs/row (wall) | p50 ms | p99 ms | 3 nodes' CPU µs/row "
@@ -303,7 +243,7 @@ def print_table(runs: dict[str, list[Run]]) -> None:
         print(
             f"| {name} | {run.rows_per_s:,.0f} | {run.us_per_row:,.0f} | "
             f"{fmt_ms(run.percentile_ms(0.50))} | {fmt_ms(run.percentile_ms(0.99))} | "
-            f"{run.nodes_cpu_s / run.rows * 1e6:,.0f} | {run.client_cpu_s / run.rows * 1e6:,.0f} "
+            f"{run.server_cpu_s / run.rows * 1e6:,.0f} | {run.client_cpu_s / run.rows * 1e6:,.0f} "
             f"| {ratio} |"
         )
 

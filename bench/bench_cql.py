@@ -46,13 +46,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import PreparedStatement
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_runs``
+from _runs import Run, best, fmt_ms, measure
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -209,61 +209,6 @@ class Node:
 # --- measurements -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Run:
-    rows: int
-    wall_s: float
-    server_cpu_s: float
-    client_cpu_s: float
-    latencies_s: list[float]
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.rows / self.wall_s
-
-    @property
-    def us_per_row(self) -> float:
-        return self.wall_s / self.rows * 1e6
-
-    def percentile_ms(self, fraction: float) -> float | None:
-        if not self.latencies_s:
-            return None
-        ordered = sorted(self.latencies_s)
-        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1e3
-
-
-def measure(
-    node: Node,
-    session: Session,
-    statement: PreparedStatement,
-    params: Sequence[tuple[object, ...]],
-    concurrency: int,
-) -> Run:
-    latencies: list[float] = []
-    server_before = node.cpu_seconds()
-    client_before = time.process_time()
-    start = time.perf_counter()
-    if concurrency == 1:
-        for values in params:
-            began = time.perf_counter()
-            session.execute(statement, values)
-            latencies.append(time.perf_counter() - began)
-    else:
-        results = execute_concurrent_with_args(
-            session, statement, params, concurrency=concurrency, raise_on_first_error=True
-        )
-        if len(results) != len(params):
-            raise RuntimeError(f"{len(results)} results for {len(params)} statements")
-    wall = time.perf_counter() - start
-    return Run(
-        rows=len(params),
-        wall_s=wall,
-        server_cpu_s=node.cpu_seconds() - server_before,
-        client_cpu_s=time.process_time() - client_before,
-        latencies_s=latencies,
-    )
-
-
 def make_session(node: Node) -> tuple[Cluster, Session]:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
@@ -318,9 +263,9 @@ def run_bench(node: Node, session: Session, rows: int, rounds: int) -> dict[str,
     select = session.prepare(f"SELECT k, v, n FROM {KEYSPACE}.cdc_off WHERE k = ?")
     # Warm-up: connections, prepared-statement caches, the node's first writes to each table.
     for statement in inserts.values():
-        measure(node, session, statement, insert_params(-1_000_000, 200), 8)
-        measure(node, session, statement, insert_params(-2_000_000, 50), 1)
-    measure(node, session, select, [(k,) for k in range(-1_000_000, -999_800)], 8)
+        measure(node.cpu_seconds, session, statement, insert_params(-1_000_000, 200), 8)
+        measure(node.cpu_seconds, session, statement, insert_params(-2_000_000, 50), 1)
+    measure(node.cpu_seconds, session, select, [(k,) for k in range(-1_000_000, -999_800)], 8)
 
     runs: dict[str, list[Run]] = {name: [] for name, _, _ in INSERT_CONFIGS}
     runs.update({name: [] for name, _ in SELECT_CONFIGS})
@@ -333,13 +278,13 @@ def run_bench(node: Node, session: Session, rows: int, rounds: int) -> dict[str,
             next_key += rows
             if table == "cdc_off":
                 cdc_off_keys.extend(k for k, _, _ in params)
-            run = measure(node, session, inserts[table], params, concurrency)
+            run = measure(node.cpu_seconds, session, inserts[table], params, concurrency)
             runs[name].append(run)
             print(f"  round {round_index + 1}: {name}: {run.rows_per_s:,.0f} rows/s", flush=True)
         select_order = SELECT_CONFIGS if round_index % 2 == 0 else SELECT_CONFIGS[::-1]
         for name, concurrency in select_order:
             params = [(k,) for k in random.sample(cdc_off_keys, rows)]  # rows that exist
-            run = measure(node, session, select, params, concurrency)
+            run = measure(node.cpu_seconds, session, select, params, concurrency)
             runs[name].append(run)
             print(f"  round {round_index + 1}: {name}: {run.rows_per_s:,.0f} rows/s", flush=True)
     return runs
@@ -356,7 +301,7 @@ def profile_node(directory: Path, rows: int) -> None:
         try:
             create_schema(session)
             statement = session.prepare(f"INSERT INTO {KEYSPACE}.cdc_on (k, v, n) VALUES (?, ?, ?)")
-            run = measure(node, session, statement, insert_params(0, rows), 8)
+            run = measure(node.cpu_seconds, session, statement, insert_params(0, rows), 8)
         finally:
             cluster.shutdown()
         node.stop()
@@ -384,14 +329,6 @@ def profile_node(directory: Path, rows: int) -> None:
 
 
 # --- output -------------------------------------------------------------------------------------
-
-
-def best(runs: list[Run]) -> Run:
-    return min(runs, key=lambda run: run.us_per_row)
-
-
-def fmt_ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
 
 
 def print_table(runs: dict[str, list[Run]]) -> None:
