@@ -107,8 +107,9 @@ def local_cluster(data: Path, nodes: int, first: str) -> Iterator[list[int]]:
         kill_leftovers(pids)
 
 
-def make_session(contact: str) -> tuple[Cluster, Session]:
-    """A connected driver session on ``contact``: token-aware, QUORUM, 30 s requests."""
+def make_session(contact: str, port: int = 9042) -> tuple[Cluster, Session]:
+    """A connected driver session on ``contact`` (and ``port``): token-aware, QUORUM (one
+    replica on a one-node cluster), 30 s requests."""
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
         consistency_level=ConsistencyLevel.QUORUM,
@@ -116,6 +117,7 @@ def make_session(contact: str) -> tuple[Cluster, Session]:
     )
     cluster = Cluster(
         [contact],
+        port=port,
         protocol_version=4,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=10,

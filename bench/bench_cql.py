@@ -48,10 +48,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+from cassandra.cluster import Session
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_runs``
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``, ``_runs``
+from _cluster import make_session
 from _runs import Run, best, fmt_ms, measure
 
 START_TIMEOUT_S = 60.0
@@ -209,23 +209,6 @@ class Node:
 # --- measurements -------------------------------------------------------------------------------
 
 
-def make_session(node: Node) -> tuple[Cluster, Session]:
-    profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
-        request_timeout=REQUEST_TIMEOUT_S,
-    )
-    cluster = Cluster(
-        [node.address],
-        port=node.port,
-        protocol_version=4,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=10,
-        control_connection_timeout=10,
-        max_schema_agreement_wait=10,
-    )
-    return cluster, cluster.connect()
-
-
 def create_schema(session: Session) -> None:
     session.execute(
         f"CREATE KEYSPACE {KEYSPACE} WITH replication = "
@@ -297,7 +280,7 @@ def profile_node(directory: Path, rows: int) -> None:
     address, port = free_address_and_port()
     node = Node(directory / "profiled-data", address, port, profile_dir)
     try:
-        cluster, session = make_session(node)
+        cluster, session = make_session(node.address, node.port)
         try:
             create_schema(session)
             statement = session.prepare(f"INSERT INTO {KEYSPACE}.cdc_on (k, v, n) VALUES (?, ?, ?)")
@@ -385,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cleanup.append(node.kill)
         try:
             print(f"node: {node.ready_line}")
-            cluster, session = make_session(node)
+            cluster, session = make_session(node.address, node.port)
             cleanup.append(cluster.shutdown)
             started = time.perf_counter()
             runs = run_bench(node, session, rows, rounds)
