@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench sim clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# Many simulation seeds (issue 22): make sim SEEDS=1000 [FIRST=0] [SCENARIO=topology|topology-wide|cluster|all]
+SEEDS ?= 1000
+FIRST ?= 0
+SCENARIO ?= all
+sim: $(STAMP)
+	$(PY) -m tests.sim.run_seeds --seeds $(SEEDS) --first $(FIRST) --scenario $(SCENARIO)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache

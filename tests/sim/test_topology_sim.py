@@ -50,7 +50,7 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.node._startup import CdcGeneration, load_local_generation
-from ringflow.ring import Host, TokenMetadata
+from ringflow.ring import Host
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation
 from ringflow.sim import NetworkConfig, Simulation
@@ -71,12 +71,18 @@ from tests.sim._harness import (
     sim_host,
     sim_node,
 )
+from tests.sim._seeds import ci_seeds
 
 pytestmark = pytest.mark.timeout(300)
 FIRST = ("n1", "n2", "n3")
 JOINERS = ("n4", "n5")
 TOKENS_PER_NODE = 4
-SEEDS = tuple(range(30))
+REGRESSION_SEEDS = (
+    70,  # a restarted coordinator routed a write to the previous generation (issue 22)
+    71,  # a coordinator that had not heard a BOOT left the joiner out of a write (issue 22)
+)
+SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=30, pool=2_000)
+WIDE_SEEDS = ci_seeds((), per_run=15, pool=2_000)
 WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
 INITIAL_UUID = uuid.UUID(int=7, version=4)
@@ -101,9 +107,18 @@ class TopologyCluster:
     nodes: dict[str, ClusterNode] = field(default_factory=dict)
     cdc: dict[str, CdcMetadata] = field(default_factory=dict)
     topology: dict[str, TopologyService] = field(default_factory=dict)
+    services: list[TopologyService] = field(default_factory=list)
+    """Every incarnation's topology service (a restarted joiner's first one made a generation)."""
     left: set[str] = field(default_factory=set)
     without_v2: frozenset[str] = frozenset()
     """Nodes that do not advertise CDC_GENERATIONS_V2 (an older version)."""
+    skew_ms_max: int = 0
+    skews: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def skew(self, name: str) -> None:
+        """Set ``name``'s clock off by up to ``skew_ms_max`` (either way)."""
+        if self.skew_ms_max:
+            self.sim.set_skew_ms(name, self.skews.randint(-self.skew_ms_max, self.skew_ms_max))
 
     def factory(self, name: str, joining: bool) -> Callable[[Runtime], ClusterNode]:
         host = host_of(name)
@@ -146,7 +161,7 @@ class TopologyCluster:
             )
             node.start()
             generations.start()
-            self.topology[name] = TopologyService(
+            service = self.topology[name] = TopologyService(
                 node,
                 generations,
                 root,
@@ -154,6 +169,7 @@ class TopologyCluster:
                 rng=rng,
                 on_exit=lambda: self.left.add(name),
             )
+            self.services.append(service)
             self.nodes[name] = node
             return node
 
@@ -161,6 +177,10 @@ class TopologyCluster:
 
     def running(self) -> list[str]:
         return [p.name for p in self.sim.processes if p.running and p.name not in self.left]
+
+    def running_or_crashed(self) -> list[str]:
+        """Every process that has not left the ring, up or down."""
+        return [p.name for p in self.sim.processes if p.name not in self.left]
 
     def coordinators(self) -> list[str]:
         """Running NORMAL members (a joining node has no old generation to write with)."""
@@ -172,18 +192,18 @@ class TopologyCluster:
             and self.topology[name].change != "leave"
         ]
 
-    def ring(self) -> TokenMetadata:
-        return self.nodes["n1"].token_metadata
-
     def all_up(self) -> bool:
         return all_alive(self.nodes, self.running(), endpoint)
 
 
 def add_joiner(cluster: TopologyCluster, name: str) -> None:
-    """Start ``name`` with balanced tokens over the ring n1 sees (what discovery learns)."""
+    """Start ``name`` with balanced tokens over the ring n1 sees once the changes in flight are
+    done (what discovery learns: ``discover_ring``)."""
     rng = random.Random(cluster.sim.rng.getrandbits(64))
-    cluster.tokens[name] = choose_tokens(cluster.ring(), host_of(name), TOKENS_PER_NODE, 3, rng)
+    ring = cluster.nodes["n1"].future_metadata
+    cluster.tokens[name] = choose_tokens(ring, host_of(name), TOKENS_PER_NODE, 3, rng)
     cluster.sim.add_process(name, cluster.factory(name, joining=True))
+    cluster.skew(name)
 
 
 def phases(cluster: TopologyCluster) -> str:
@@ -202,13 +222,17 @@ def settled(cluster: TopologyCluster) -> bool:
     )
 
 
-def boot(seed: int, without_v2: frozenset[str] = frozenset()) -> tuple[Simulation, TopologyCluster]:
+def boot(
+    seed: int, without_v2: frozenset[str] = frozenset(), *, skew_ms_max: int = 0
+) -> tuple[Simulation, TopologyCluster]:
     sim = Simulation(seed)
     try:
-        cluster = TopologyCluster(sim, without_v2=without_v2)
+        skews = random.Random(seed * 31 + 7)
+        cluster = TopologyCluster(sim, without_v2=without_v2, skew_ms_max=skew_ms_max, skews=skews)
         for name in FIRST:
             cluster.tokens[name] = first_tokens(name)
             sim.add_process(name, cluster.factory(name, joining=False))
+            cluster.skew(name)
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
         create_cdc_table(cluster.nodes["n1"])
         versions = lambda: {cluster.nodes[n].processor.schema_version for n in FIRST}  # noqa: E731
@@ -228,6 +252,18 @@ class Writes:
     refused: int = 0
     settled: int = 0
     """Writes issued and answered (acknowledged or refused)."""
+    in_flight: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Writes not answered yet: their coordinator and its incarnation."""
+
+    def answered_or_lost(self, sim: Simulation) -> int:
+        """Writes answered, plus those whose coordinator crashed before answering (the client
+        of a real node would time out: the outcome is unknown, not acknowledged)."""
+        lost = sum(
+            1
+            for name, incarnation in self.in_flight.values()
+            if sim.process(name).incarnation != incarnation or not sim.process(name).running
+        )
+        return self.settled + lost
 
 
 def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_ms: int) -> None:
@@ -254,8 +290,10 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
                 return
             writes.streams[key] = (capture.stream_id, ts_us)
             writes.coordinated[key] = (name, sim.loop.now_us // 1000)
+            writes.in_flight[key] = (name, sim.process(name).incarnation)
 
             def done(error: BaseException | None) -> None:
+                writes.in_flight.pop(key, None)
                 writes.settled += 1
                 if error is None:
                     writes.acked[key] = value
@@ -281,7 +319,7 @@ def generations_of(cluster: TopologyCluster) -> dict[int, TopologyDescription]:
     a remaining node's copy of the internal table."""
     found = {GENERATION_MS: DESCRIPTION}
     reader = cluster.nodes[cluster.running()[0]]
-    for service in cluster.topology.values():
+    for service in cluster.services:
         generation = service.generation
         if generation is not None:
             now_us = reader.clock.now_us()
@@ -295,7 +333,10 @@ HINT_SETTLE_MS = 1_000
 
 
 def check_log_replicas(
-    cluster: TopologyCluster, writes: Writes, remaining: list[str], crash: tuple[str, int]
+    cluster: TopologyCluster,
+    writes: Writes,
+    remaining: list[str],
+    crashes: list[tuple[str, int]],
 ) -> None:
     """Every acknowledged change's log row is stored on every replica of its stream in the
     final ring (read from each node's own store, before any QUORUM read could repair it there):
@@ -305,12 +346,14 @@ def check_log_replicas(
     that did not answer at the timeout, as Cassandra does; repair's job): there, base and log
     row are missing together (one unit)."""
     table = ("ks", "kv" + CDC_LOG_SUFFIX)
-    victim, crash_ms = crash
     timeout_ms = cluster.nodes[remaining[0]].settings.write_timeout_ms
     for key, value in writes.acked.items():
         stream, _ts_us = writes.streams[key]
         coordinator, issued_ms = writes.coordinated[key]
-        unhinted = coordinator == victim and 0 <= crash_ms - issued_ms < timeout_ms
+        unhinted = any(
+            coordinator == victim and 0 <= crash_ms - issued_ms < timeout_ms
+            for victim, crash_ms in crashes
+        )
         replicas = cluster.nodes[remaining[0]].replicas_of(
             "ks", log_token(StreamId.from_bytes(stream))
         )
@@ -324,8 +367,75 @@ def check_log_replicas(
             assert kv_value(base) != value, f"write {key} split on {name}"
 
 
-def run_scenario(seed: int) -> None:
-    sim, cluster = boot(seed)
+@dataclass(frozen=True)
+class Nemesis:
+    """Faults beyond the base scenario's (issue 22 "widen the nemesis"); all off is the base
+    scenario, whose histories the regression seeds replay exactly."""
+
+    skew_ms_max: int = 0
+    """Each node's wall clock is off by up to this much (within the CDC leeway of 5 s)."""
+    second_crash: bool = False
+    """A second node (any but the seed n1, a joiner included) crashes and restarts."""
+    stream_partition: bool = False
+    """While n4 streams, one of the first nodes is cut off from everyone for a few seconds."""
+    early_join: bool = False
+    """n5 starts while n4 is still joining (its generation possibly still being written at
+    CL=ALL), instead of after n4 is done and the ring has settled."""
+
+
+BASE = Nemesis()
+WIDE = Nemesis(skew_ms_max=2_000, second_crash=True, stream_partition=True, early_join=True)
+
+
+def _schedule_crash(sim: Simulation, name: str, at_ms: int, down_ms: int) -> None:
+    """Crash ``name`` at ``at_ms`` and restart it ``down_ms`` later (a joiner not started by
+    then is spared)."""
+
+    def crash() -> None:
+        if any(p.name == name and p.running for p in sim.processes):
+            sim.crash(name)
+            sim.after(down_ms, lambda: sim.process(name).running or sim.restart(name))
+
+    sim.after(at_ms, crash)
+
+
+def _partition_while_streaming(cluster: TopologyCluster, rng: random.Random) -> None:
+    """Once n4 streams, isolate one of the first nodes for 1-8 s (then heal every cut)."""
+    sim = cluster.sim
+    cut = rng.choice(FIRST)
+    duration_ms = rng.randrange(1_000, 8_000)
+
+    def poll() -> None:
+        service = cluster.topology.get("n4")
+        if service is None or service.phase is not Phase.STREAMING:
+            if service is None or service.phase not in (Phase.DONE, Phase.WAIT_GENERATION):
+                sim.after(200, poll)
+            return
+        sim.note(f"nemesis: {cut} cut off for {duration_ms} ms while n4 streams")
+        sim.isolate(cut)
+        sim.after(duration_ms, sim.heal)
+
+    sim.after(200, poll)
+
+
+def _join_while_n4_joins(cluster: TopologyCluster, delay_ms: int) -> None:
+    """Start n5 ``delay_ms`` after n1 first sees n4 joining (its generation then being made,
+    written at CL=ALL, streamed for): n5 discovers the ring with n4's tokens in it, and waits
+    until n4 is done before it announces."""
+    sim = cluster.sim
+
+    def poll() -> None:
+        node = cluster.nodes.get("n1")
+        if node is None or endpoint("n4") not in node.transitions:
+            sim.after(100, poll)
+            return
+        sim.after(delay_ms, lambda: add_joiner(cluster, "n5"))
+
+    sim.after(100, poll)
+
+
+def run_scenario(seed: int, nemesis: Nemesis = BASE) -> None:
+    sim, cluster = boot(seed, skew_ms_max=nemesis.skew_ms_max)
     with sim:
         rng = sim.rng
         sim.configure_network(random_faults(rng, (2_000, 50_000, 200_000), (0.0, 0.01, 0.05)))
@@ -334,68 +444,106 @@ def run_scenario(seed: int) -> None:
         leaver = rng.choice(FIRST[1:])
         victim = next(n for n in FIRST if n not in ("n1", leaver))
         crash_at = rng.randrange(5_000, 100_000)
-        crash = (victim, sim.loop.now_us // 1000 + crash_at)
-        sim.after(crash_at, lambda: sim.process(victim).running and sim.crash(victim))
-        restart_at = crash_at + rng.randrange(2_000, 20_000)
-        sim.after(restart_at, lambda: sim.process(victim).running or sim.restart(victim))
+        crashes = [(victim, sim.loop.now_us // 1000 + crash_at)]
+        _schedule_crash(sim, victim, crash_at, rng.randrange(2_000, 20_000))
         sim.after(1_000, lambda: add_joiner(cluster, "n4"))
-
-        def done(name: str) -> bool:
-            service = cluster.topology.get(name)
-            return service is not None and service.phase is Phase.DONE
-
-        assert sim.run_until_true(lambda: done("n4"), timeout_ms=600_000), phases(cluster)
-        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
-        add_joiner(cluster, "n5")
-        assert sim.run_until_true(lambda: done("n5"), timeout_ms=600_000), phases(cluster)
-        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+        wide = random.Random(seed * 7_919 + 1)  # the base scenario's draws stay as they were
+        if nemesis.second_crash:
+            # not the leaver: a node that crashes while leaving forgets it (the operator asks
+            # again, as with Cassandra's decommission)
+            second = wide.choice([n for n in (*FIRST, *JOINERS) if n not in ("n1", victim, leaver)])
+            second_at = wide.randrange(5_000, 150_000)
+            crashes.append((second, sim.loop.now_us // 1000 + second_at))
+            _schedule_crash(sim, second, second_at, wide.randrange(2_000, 20_000))
+        if nemesis.stream_partition:
+            _partition_while_streaming(cluster, wide)
+        if nemesis.early_join:
+            _join_while_n4_joins(cluster, wide.randrange(0, 20_000))
+        join_both(cluster, early=nemesis.early_join)
         assert cluster.topology[leaver].decommission()
         assert sim.run_until_true(lambda: leaver in cluster.left, timeout_ms=600_000)
         sim.crash(leaver)
         sim.run_for(10_000)
         sim.heal()
         sim.configure_network(NetworkConfig())
-        if not sim.process(victim).running:
-            sim.restart(victim)
+        for name in cluster.running_or_crashed():
+            if not sim.process(name).running:
+                sim.restart(name)
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        answered = sim.run_until_true(lambda: writes.settled == WRITES, timeout_ms=300_000)
+        answered = sim.run_until_true(
+            lambda: writes.answered_or_lost(sim) == WRITES, timeout_ms=300_000
+        )
         assert answered, f"{writes.settled} of {WRITES} writes answered; {sim.describe()}"
-        remaining = cluster.running()
-        assert sorted(remaining) == sorted({"n1", "n2", "n3", "n4", "n5"} - {leaver})
-        for name in remaining:  # every node's ring: the four remaining nodes, nobody moving
-            node = cluster.nodes[name]
-            assert sorted(node.members) == sorted(endpoint(n) for n in remaining), name
-            assert not node.transitions, (name, node.transitions)
-        assert writes.acked, f"no write acknowledged: {sim.describe()}"
+        check_outcome(cluster, writes, leaver, crashes)
 
-        generations = generations_of(cluster)
-        assert len(generations) == 4, sorted(generations)
-        starts = sorted(generations)
-        for key in writes.acked:
-            stream, ts_us = writes.streams[key]
-            operating = max(start for start in starts if start * 1000 <= ts_us)
-            streams = {s.to_bytes() for s in generations[operating].all_streams()}
-            assert stream in streams, f"write {key} at {ts_us} left its generation"
 
-        sim.run_for(10 * HINT_SETTLE_MS)  # hints of the crash window replayed
-        check_log_replicas(cluster, writes, remaining, crash)
-        base_keys = {k: kv_key(k) for k in writes.acked}
-        log_keys = {k: (writes.streams[k][0],) for k in writes.acked}
-        for reader in remaining:
-            node = cluster.nodes[reader]
-            base = read_all(sim, node, "kv", base_keys, timeout_ms=60_000)
-            lost = {k: v for k, v in writes.acked.items() if kv_value(base[k]) != v}
-            assert not lost, f"acked writes lost through {reader}: {lost}; {sim.describe()}"
-        consumer = cluster.nodes[remaining[0]]
-        log = read_all(sim, consumer, "kv" + CDC_LOG_SUFFIX, log_keys, timeout_ms=60_000)
-        missing = {k: v for k, v in writes.acked.items() if v not in logged(log[k], k)}
-        assert not missing, f"changes missing from the CDC log: {missing}; {sim.describe()}"
+def join_both(cluster: TopologyCluster, *, early: bool) -> None:
+    """n4 joins; then n5 (already started when ``early``); each until done and settled."""
+    sim = cluster.sim
+
+    def done(name: str) -> bool:
+        service = cluster.topology.get(name)
+        return service is not None and service.phase is Phase.DONE
+
+    assert sim.run_until_true(lambda: done("n4"), timeout_ms=600_000), phases(cluster)
+    if not early:
+        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+        add_joiner(cluster, "n5")
+    assert sim.run_until_true(lambda: done("n5"), timeout_ms=600_000), phases(cluster)
+    assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+
+
+def check_outcome(
+    cluster: TopologyCluster, writes: Writes, leaver: str, crashes: list[tuple[str, int]]
+) -> None:
+    """The module docstring's checks, on the ring after the changes."""
+    sim = cluster.sim
+    remaining = cluster.running()
+    assert sorted(remaining) == sorted({"n1", "n2", "n3", "n4", "n5"} - {leaver})
+    for name in remaining:  # every node's ring: the four remaining nodes, nobody moving
+        node = cluster.nodes[name]
+        assert sorted(node.members) == sorted(endpoint(n) for n in remaining), name
+        assert not node.transitions, (name, node.transitions)
+    assert writes.acked, f"no write acknowledged: {sim.describe()}"
+
+    generations = generations_of(cluster)
+    # one per change, and one more per restart of a joiner before it was done (it joins anew)
+    expected = 1 + sum(1 for service in cluster.services if service.generation is not None)
+    assert len(generations) == expected >= 4, sorted(generations)
+    starts = sorted(generations)
+    for key in writes.acked:
+        stream, ts_us = writes.streams[key]
+        operating = max(start for start in starts if start * 1000 <= ts_us)
+        streams = {s.to_bytes() for s in generations[operating].all_streams()}
+        assert stream in streams, f"write {key} at {ts_us} left its generation"
+
+    sim.run_for(10 * HINT_SETTLE_MS)  # hints of the crash window replayed
+    check_log_replicas(cluster, writes, remaining, crashes)
+    base_keys = {k: kv_key(k) for k in writes.acked}
+    log_keys = {k: (writes.streams[k][0],) for k in writes.acked}
+    for reader in remaining:
+        node = cluster.nodes[reader]
+        base = read_all(sim, node, "kv", base_keys, timeout_ms=60_000)
+        lost = {k: v for k, v in writes.acked.items() if kv_value(base[k]) != v}
+        assert not lost, f"acked writes lost through {reader}: {lost}; {sim.describe()}"
+    consumer = cluster.nodes[remaining[0]]
+    log = read_all(sim, consumer, "kv" + CDC_LOG_SUFFIX, log_keys, timeout_ms=60_000)
+    missing = {k: v for k, v in writes.acked.items() if v not in logged(log[k], k)}
+    assert not missing, f"changes missing from the CDC log: {missing}; {sim.describe()}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_joins_and_a_decommission_under_quorum_writes(seed: int) -> None:
     """Two joins and a decommission under faults: the checks of the module docstring."""
     run_scenario(seed)
+
+
+@pytest.mark.parametrize("seed", WIDE_SEEDS)
+def test_the_same_under_skew_a_second_crash_a_partition_and_an_early_join(seed: int) -> None:
+    """The same checks with the wider nemesis (``WIDE``): clocks skewed within the CDC leeway,
+    a second crash (a joiner's too), a node cut off while n4 streams, and n5 started while n4
+    is still joining."""
+    run_scenario(seed, WIDE)
 
 
 def test_a_join_in_a_cluster_with_an_older_node_makes_a_v1_generation() -> None:
@@ -424,3 +572,24 @@ def test_a_join_in_a_cluster_with_an_older_node_makes_a_v1_generation() -> None:
         for key in writes.acked:
             stream, ts_us = writes.streams[key]
             assert ts_us >= start_us and stream in streams, key
+
+
+def test_a_joiner_with_tokens_already_owned_refuses_to_join() -> None:
+    """Two nodes that discovered the ring at the same moment can pick the same balanced tokens.
+    Cassandra refuses to bootstrap "to existing token"; so does ringflow, loudly (log, status)
+    instead of joining a ring where a token has two owners or silently streaming nothing."""
+    sim, cluster = boot(2)
+    with sim:
+        add_joiner(cluster, "n4")
+        joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
+        assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
+        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+        cluster.tokens["n5"] = cluster.tokens["n4"]
+        cluster.sim.add_process("n5", cluster.factory("n5", joining=True))
+        sim.run_for(60_000)
+        service = cluster.topology["n5"]
+        assert service.phase is Phase.WAIT_SCHEMA, phases(cluster)
+        assert service.refused is not None and "tokens already owned" in service.refused
+        for name in ("n1", "n2", "n3", "n4"):
+            assert endpoint("n5") not in cluster.nodes[name].transitions, name
+            assert endpoint("n5") not in cluster.nodes[name].members, name

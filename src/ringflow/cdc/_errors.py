@@ -12,7 +12,7 @@ an exception reaching the wire as 0x0000 is counted as a bug here (``ringflow.er
 
 from __future__ import annotations
 
-from ringflow.errors import ClientError, InvalidRequest
+from ringflow.errors import ClientError, ErrorCode, InvalidRequest, PeerError
 
 
 class CdcArgumentError(ClientError):
@@ -64,3 +64,12 @@ class GenerationNotLoaded(CdcWriteRejected):
     ) -> None:
         super().__init__(message, write_timestamp_us=write_timestamp_us, now_us=now_us)
         self.generation_timestamp_us = generation_timestamp_us
+
+
+class GenerationsNotLearnt(PeerError):
+    """The node started and has not yet heard the cluster's CDC generations from a live peer: a
+    generation that began while it was down may be unknown to it, and a stream picked now could
+    belong to the wrong one. CQL 0x1002 (Is_bootstrapping: the node is not ready to coordinate;
+    the drivers retry the statement on the next host)."""
+
+    code = ErrorCode.IS_BOOTSTRAPPING

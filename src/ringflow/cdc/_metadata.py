@@ -20,6 +20,13 @@ C = now, L = leeway, default 5 s); each failure has its own exception class:
 4. No generation starts at or before ``W``: :class:`NoGenerationForTimestamp`.
 5. The generation operating at ``W`` is used, even one starting in the near future.
 6. That generation is only prepared (data not loaded): :class:`GenerationNotLoaded`.
+
+Before rule 1, a node that has not yet heard the cluster's generations since it started
+(``hold_writes``, released by ``release_writes``) refuses every CDC write with
+:class:`GenerationsNotLearnt`: a generation may have begun while it was down, and it would route
+writes made after that start to the previous generation's streams, which a consumer reading
+generation by generation never finds there (issue 22, topology seed 70). Scylla's nodes wait for
+gossip to settle before serving clients for the same reason (Cassandra ``waitToSettle``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from itertools import pairwise
 from ringflow.cdc._errors import (
     CdcArgumentError,
     GenerationNotLoaded,
+    GenerationsNotLearnt,
     NoGenerationForTimestamp,
     WriteFromTheFuture,
     WriteTooFarInThePast,
@@ -93,6 +101,7 @@ class CdcMetadata:
 
     __slots__ = (
         "_descriptions",
+        "_held_because",
         "_last_stream_timestamp_us",
         "_late_generation_count",
         "_leeway_us",
@@ -108,6 +117,7 @@ class CdcMetadata:
         self._descriptions: dict[int, TopologyDescription | None] = {}
         self._last_stream_timestamp_us: int | None = None
         self._late_generation_count = 0
+        self._held_because: str | None = None
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -132,6 +142,19 @@ class CdcMetadata:
         network partition, so some writes went to the previous generation).
         """
         return self._late_generation_count
+
+    @property
+    def writes_held(self) -> bool:
+        """Whether CDC writes are refused until the node has learnt the cluster's generations."""
+        return self._held_because is not None
+
+    def hold_writes(self, reason: str) -> None:
+        """Refuse every CDC write with :class:`GenerationsNotLearnt` (saying ``reason``) until
+        ``release_writes``: the node's generations may be behind the cluster's."""
+        self._held_because = reason
+
+    def release_writes(self) -> None:
+        self._held_because = None
 
     # -- learning generations ------------------------------------------------------------------
 
@@ -187,6 +210,11 @@ class CdcMetadata:
         """
         _check_int("write_timestamp_us", write_timestamp_us)
         _check_int("now_us", now_us)
+        if self._held_because is not None:
+            raise GenerationsNotLearnt(
+                f"cdc: this node cannot route CDC writes yet: {self._held_because}; "
+                "retry on another node or in a moment"
+            )
         if write_timestamp_us > now_us + self._leeway_us:
             raise WriteFromTheFuture(
                 self._future_message(write_timestamp_us, now_us),

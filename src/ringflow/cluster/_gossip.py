@@ -36,6 +36,12 @@ Rules:
   and are never gossiped (seed 003).
 * STATUS values ``removing``, ``removed``, ``LEFT``, ``hibernate`` (dead states) and
   ``shutdown`` are never echoed; a node announcing ``shutdown`` is convicted and marked down.
+* What a peer has seen of us (``seen_by``): a SYN carries the sender's digest of every endpoint
+  it knows, ours included, and an ACK asks for what the sender lacks of ours from the version it
+  holds (our heartbeat moves every round, so a peer is nearly always a version or two behind and
+  asks). Either tells us the newest version of our state the peer held, in our current
+  generation. A topology change uses it to wait until every live member has seen its announced
+  STATUS before it streams (``ring_delay`` alone is a guess under message loss).
 """
 
 from __future__ import annotations
@@ -196,6 +202,7 @@ class Gossiper:
         "_pending_echo",
         "_quarantine",
         "_rng",
+        "_seen_by",
         "_states",
         "_story",
         "_unreachable",
@@ -247,6 +254,7 @@ class Gossiper:
         self._unreachable: set[str] = set()
         self._pending_echo: dict[str, _PendingEcho] = {}
         self._quarantine: dict[str, int] = {}
+        self._seen_by: dict[str, int] = {}
         self._echo_counter = 0
         self._last_now_ms: int | None = None
         self._story: deque[str] = deque(maxlen=story_limit)
@@ -286,6 +294,11 @@ class Gossiper:
     def is_alive(self, endpoint: str) -> bool:
         return endpoint == self.local_endpoint or endpoint in self._live
 
+    def seen_by(self, endpoint: str) -> int:
+        """The newest version of our own state ``endpoint`` was observed to hold (its SYN digests
+        and ACK requests, module docstring); -1 when it has shown none since it (re)started."""
+        return self._seen_by.get(endpoint, -1)
+
     def story(self) -> list[str]:
         """The last stimuli and decisions, oldest first (for failure messages)."""
         return list(self._story)
@@ -317,6 +330,7 @@ class Gossiper:
         self._live.discard(endpoint)
         self._unreachable.discard(endpoint)
         self._pending_echo.pop(endpoint, None)
+        self._seen_by.pop(endpoint, None)
         self._fd.remove(endpoint)
         self._quarantine[endpoint] = now_ms + self.quarantine_delay_ms
         self._story.append(f"{now_ms}: removed {endpoint}, quarantined")
@@ -442,6 +456,7 @@ class Gossiper:
         requests: list[GossipDigest] = []
         deltas: dict[str, EndpointState] = {}
         for digest in message.digests:
+            self._note_seen(sender, digest)
             self._examine(digest, requests, deltas)
         return [Send(sender, GossipDigestAck(tuple(requests), deltas))]
 
@@ -471,12 +486,24 @@ class Gossiper:
         actions = self._apply_states(message.states, now_ms)
         deltas: dict[str, EndpointState] = {}
         for request in message.requests:
+            self._note_seen(sender, request)
             local = self._states.get(request.endpoint)
             delta = None if local is None else local.newer_than(request.max_version)
             if delta is not None:
                 deltas[request.endpoint] = delta
         actions.append(Send(sender, GossipDigestAck2(deltas)))
         return actions
+
+    def _note_seen(self, sender: str, digest: GossipDigest) -> None:
+        """``sender`` holds ``digest.max_version`` of ``digest.endpoint``: kept when that is us,
+        in our generation, and the sender is an endpoint we know."""
+        if (
+            digest.endpoint == self.local_endpoint
+            and digest.generation == self.generation
+            and sender in self._states
+            and sender != self.local_endpoint
+        ):
+            self._seen_by[sender] = max(self._seen_by.get(sender, -1), digest.max_version)
 
     # -- applying remote states ----------------------------------------------------------
 
@@ -523,6 +550,7 @@ class Gossiper:
             self._fd.remove(endpoint)
         self._fd.report(endpoint, now_ms)
         self._pending_echo.pop(endpoint, None)
+        self._seen_by.pop(endpoint, None)  # the new process knows only what it learns anew
         self._states[endpoint] = EndpointState(
             remote.heartbeat, dict(sorted(remote.application_states.items()))
         )
@@ -606,6 +634,11 @@ class Gossiper:
             f"version counter {self._version} behind our state {local.max_version}" + tail,
         )
         invariant(not self._quarantine.keys() & self._states.keys(), "quarantined yet known" + tail)
+        invariant(
+            self._seen_by.keys() <= others
+            and max(self._seen_by.values(), default=-1) <= self._version,
+            f"seen-by {self._seen_by} names unknown endpoints or versions we never made" + tail,
+        )
         missing = sorted(e for e in others if self._fd.window(e) is None)
         invariant(
             not missing, f"known endpoints without a failure-detector window: {missing}" + tail

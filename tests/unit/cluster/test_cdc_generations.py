@@ -29,6 +29,7 @@ from ringflow.cdc import (
     CdcMetadata,
     GenerationIdV2,
     GenerationNotLoaded,
+    GenerationsNotLearnt,
     TopologyDescription,
     generate_topology_description,
     parse_generation_id,
@@ -40,11 +41,13 @@ from ringflow.cluster.service._cdc_generations import (
     Announce,
     CdcGenerationService,
     GenerationDecider,
+    HoldWrites,
     Load,
     MemberView,
     Prepare,
     Propose,
     Publish,
+    ReleaseWrites,
     RetryPolicy,
     SynchronizedCdcMetadata,
     cluster_ready,
@@ -282,6 +285,62 @@ def test_publication_is_idempotent_and_retried_on_failure() -> None:
     assert generation in decider.published
 
 
+# --- catching up after a start (issue 22, topology seed 70) -------------------------------------
+
+
+def test_a_node_with_peers_holds_cdc_writes_until_it_hears_a_live_peer() -> None:
+    """A restarted node may have missed a generation that began while it was down: it routes no
+    CDC write until a live, complete peer's gossip is in view, and the newest generation that
+    gossip names is learnt in the very tick that releases the writes."""
+    loaded, newer = gen(10, 1), gen(20, 2)
+    decider = GenerationDecider(LOW, loaded=loaded, wait_for_peers=True, learn_wait_ms=5_000)
+    assert decider.start() == [HoldWrites(decider_reason(decider)), Publish(loaded, 0)]
+    me = view("me:7000", LOW, (1,), generation=loaded)
+    assert decider.on_tick([me], (), 0) == []
+    down = view("a:7000", MID, (2,), alive=False, generation=newer)
+    assert decider.on_tick([me, down], (), 1) == [Prepare(newer), Load(newer, 0)]
+    assert not decider.learnt  # a peer that is not alive has not been heard
+    peer = view("a:7000", MID, (2,), generation=newer)
+    assert decider.on_tick([me, peer], (), 2) == [ReleaseWrites()]
+    assert decider.learnt and decider.on_tick([me, peer], (), 3) == []
+
+
+def decider_reason(decider: GenerationDecider) -> str:
+    (hold,) = [a for a in decider.start() if isinstance(a, HoldWrites)]
+    return hold.reason
+
+
+def test_a_newer_generation_and_the_release_come_in_the_same_tick() -> None:
+    loaded, newer = gen(10, 1), gen(20, 2)
+    decider = GenerationDecider(LOW, loaded=loaded, wait_for_peers=True)
+    me = view("me:7000", LOW, (1,), generation=loaded)
+    peer = view("a:7000", MID, (2,), generation=newer)
+    assert decider.on_tick([me, peer], (), 0) == [Prepare(newer), Load(newer, 0), ReleaseWrites()]
+
+
+def test_a_lone_node_releases_after_the_wait_and_a_node_without_peers_never_holds() -> None:
+    loaded = gen(10, 1)
+    decider = GenerationDecider(LOW, loaded=loaded, wait_for_peers=True, learn_wait_ms=5_000)
+    me = view("me:7000", LOW, (1,), generation=loaded)
+    assert decider.on_tick([me], (), 1_000) == []
+    assert decider.on_tick([me], (), 5_999) == []
+    assert decider.on_tick([me], (), 6_000) == [ReleaseWrites()]
+    alone = GenerationDecider(LOW)
+    assert alone.learnt and alone.start() == []
+
+
+def test_held_metadata_refuses_writes_with_is_bootstrapping_until_released() -> None:
+    cdc = SynchronizedCdcMetadata()
+    assert cdc.insert(NOW_US // 1000, description(), NOW_US)
+    cdc.hold_writes("it has not heard its peers")
+    with pytest.raises(GenerationsNotLearnt, match="has not heard its peers") as refused:
+        cdc.get_stream(NOW_US + 10, 42, NOW_US + 10)
+    assert refused.value.code == 0x1002  # Is_bootstrapping: drivers retry on the next host
+    assert cdc.writes_held
+    cdc.release_writes()
+    assert cdc.get_stream(NOW_US + 10, 42, NOW_US + 10).token in range(1, 201)
+
+
 # --- views from gossip; the metadata transition -------------------------------------------------
 
 
@@ -369,7 +428,7 @@ class _FakeCluster:
         self.store = store
         self.clock = _FakeClock()
         self.gossiper = _FakeGossiper()
-        self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=())
+        self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=(), endpoint="self:7000")
         self.host = SimpleNamespace(host_id=host_id)
         self.tick_listeners: list[Callable[[int], None]] = []
         self.written: list[tuple[str, str, object]] = []

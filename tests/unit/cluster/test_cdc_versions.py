@@ -191,7 +191,7 @@ class _Node:
         self.store = store
         self.clock = _Clock()
         self.gossiper = _Gossiper()
-        self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=())
+        self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=(), endpoint="self:7000")
         self.host = SimpleNamespace(host_id=host_id)
         self.tick_listeners: list[Callable[[int], None]] = []
         self.written: list[tuple[str, str, object]] = []

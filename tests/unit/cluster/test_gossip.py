@@ -289,3 +289,51 @@ def test_time_must_not_go_backwards_and_unknown_messages_are_refused() -> None:
         node.tick(START_MS - 1)
     with pytest.raises(InvalidRequest, match="does not handle"):
         node.receive(A, b"raw", START_MS)  # type: ignore[arg-type]
+
+
+def exchange(sender: Gossiper, receiver: Gossiper, now: int) -> None:
+    """One full SYN -> ACK -> ACK2 from ``sender`` to ``receiver``."""
+    syn = GossipDigestSyn(CLUSTER, PARTITIONER, sender._make_syn().digests)
+    ack = only_send(receiver.receive(sender.local_endpoint, syn, now))
+    ack2 = only_send(sender.receive(receiver.local_endpoint, ack.message, now))
+    receiver.receive(sender.local_endpoint, ack2.message, now)
+
+
+def test_seen_by_tracks_the_version_of_our_state_a_peer_showed_it_holds() -> None:
+    """Issue 22: a topology change waits until every live member has seen its announcement. A
+    peer's ACK asking for what it lacks of us, or its SYN digest of us, says which version of
+    our state it holds."""
+    a, b = make(A), make(B)
+    now = START_MS + 1000
+    exchange(b, a, now)  # a learns b (only endpoints it knows can show it anything)
+    assert a.seen_by(B) == -1 and b.seen_by(A) == -1
+    exchange(a, b, now)  # b knew nothing of a: its ACK asks for all of it (version 0)
+    assert a.seen_by(B) == 0
+    announced = a.set_application_state(ApplicationState.STATUS, "BOOT,1").version
+    exchange(a, b, now + 1)  # b's ACK asks from the version it holds, before the BOOT
+    assert 0 < a.seen_by(B) < announced
+    exchange(b, a, now + 2)  # the ACK2 brought the BOOT; b's SYN digest of a shows it
+    assert a.seen_by(B) == announced
+    validate_all(a, b)
+
+
+def test_seen_by_ignores_digests_of_another_generation_and_resets_on_restart() -> None:
+    a, b = make(A), make(B)
+    now = START_MS + 1000
+    exchange(b, a, now)
+    exchange(a, b, now)
+    exchange(b, a, now + 1)
+    seen = a.seen_by(B)
+    assert seen > 0
+    stale = GossipDigestSyn(CLUSTER, PARTITIONER, (GossipDigest(A, GEN - 5, 10**6),))
+    a.receive(B, stale, now + 2)  # a digest of a previous life of ours says nothing now
+    assert a.seen_by(B) == seen
+    b_restarted = make(B, generation=GEN + 7)
+    exchange(b_restarted, a, now + 3)  # b restarted: it knows nothing of us yet
+    assert a.seen_by(B) == -1
+    validate_all(a)
+
+
+def validate_all(*gossipers: Gossiper) -> None:
+    for gossiper in gossipers:
+        gossiper.validate()

@@ -11,7 +11,10 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    in its record. The node starts gossiping STATUS=``STARTING`` (no ring role yet).
 2. Once it has the cluster's schema (schema agreement with the live members), it gossips
    STATUS=``BOOT,<token>`` with its TOKENS: every node now treats it as a pending replica of the
-   ranges it gains. It waits ``ring_delay`` so that every coordinator knows.
+   ranges it gains. It waits ``ring_delay`` and until every live member has shown (in its gossip
+   digests, ``Gossiper.seen_by``) that it holds that STATUS: a coordinator that has not would
+   leave the joiner out of writes made while streaming reads their sources (issue 22, topology
+   seed 71). Leaving and removenode announcements wait the same way.
 3. It makes the new CDC generation: the description of the future ring (current + its tokens;
    shard counts of all owners from gossip), its rows written at CL=ALL to
    ``system_distributed_everywhere.cdc_generation_descriptions_v2`` (natural + pending replicas:
@@ -81,6 +84,7 @@ from ringflow.cluster._topology_change import (
     choose_tokens,
     decode_removals,
     encode_removals,
+    future_ring,
     join_plan,
     leave_plan,
     restream_plan,
@@ -94,7 +98,11 @@ from ringflow.cluster.service._cdc_generations import (
     member_views,
 )
 from ringflow.cluster.service._cdc_tables import v1_generation_mutations, write_in_order
-from ringflow.cluster.service._membership import local_endpoint_state, ring_members
+from ringflow.cluster.service._membership import (
+    gossip_transitions,
+    local_endpoint_state,
+    ring_members,
+)
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
@@ -117,6 +125,9 @@ RING_DELAY_ROUNDS = 5
 DISCOVERY_STABLE_ROUNDS = 4
 DISCOVERY_TIMEOUT_S = 120.0
 STREAM_ATTEMPTS = 5
+ANNOUNCE_WAIT_ROUNDS_MAX = 12
+"""Ring delays a change waits for every live member to show its announcement (see
+``TopologyService._announcement_spread``)."""
 DISCOVERY_GOSSIP_INTERVAL_MS = 200
 
 
@@ -138,7 +149,8 @@ async def discover_ring(
     gossip_interval_ms: int,
     rng: random.Random,
 ) -> TokenMetadata:
-    """Gossip as a member without STATUS until the NORMAL members are known and stable."""
+    """Gossip as a member without STATUS until the NORMAL members (and the tokens of nodes
+    still joining or leaving) are known and stable; the ring once those changes are done."""
 
     def now_ms() -> int:  # wall clock: the gossiper compares generations with it
         return time.time_ns() // 1_000_000
@@ -189,12 +201,19 @@ async def _until_stable(
         await asyncio.sleep(gossip_interval_ms / 1000)
         states = gossiper.endpoint_states()
         members = ring_members(states)
-        current = frozenset((e, info.tokens) for e, info in members.items())
+        transitions = gossip_transitions(states)
+        current = frozenset(
+            [(e, info.tokens) for e, info in members.items()]
+            + [(e, t.tokens) for e, t in transitions.items()]
+        )
         seeds_known = all(seed in members for seed in seeds)
         stable = stable + 1 if current == signature and members and seeds_known else 0
         signature = current
         if stable >= DISCOVERY_STABLE_ROUNDS:
-            return TokenMetadata({info.host: info.tokens for info in members.values()})
+            ring = TokenMetadata({info.host: info.tokens for info in members.values()})
+            # Tokens are chosen over the ring after the changes in flight: a node still
+            # joining owns its tokens already, and the allocator would pick the same ones.
+            return future_ring(ring, transitions.values())
     raise RingflowError(f"could not learn the ring from the seeds {list(seeds)}")
 
 
@@ -263,6 +282,12 @@ class TopologyService:
         self.stream_started_ms = 0
         self.stream_ms = 0
         self.removing: uuid.UUID | None = None
+        self._backoff_ms = 0
+        """After a withdrawal, how long ``WAIT_SCHEMA`` waits before announcing again."""
+        self.refused: str | None = None
+        """Why this node will not join (a token collision), for the log and status."""
+        self._announced_version = 0
+        """Our gossip version of the last STATUS or removal this change announced."""
         self.streamer.on_restream = self._restream_for_removal
         cluster.tick_listeners.append(self.tick)
 
@@ -272,7 +297,8 @@ class TopologyService:
 
     def _set_status(self, word: str) -> None:
         value = status_value(word, self._own_tokens())
-        self.cluster.gossiper.set_application_state(ApplicationState.STATUS, value)
+        versioned = self.cluster.gossiper.set_application_state(ApplicationState.STATUS, value)
+        self._announced_version = versioned.version
         self.cluster.refresh_ring()
 
     def _own_tokens(self) -> tuple[int, ...]:
@@ -293,10 +319,13 @@ class TopologyService:
     def _tick(self, now_ms: int) -> None:
         waited = now_ms - self.phase_since_ms
         if self.phase is Phase.WAIT_SCHEMA:
-            if self._ready_to_announce() and waited >= self.cluster.settings.gossip_interval_ms:
-                self._set_status(BOOT_STATUS)
+            interval_ms = self.cluster.settings.gossip_interval_ms
+            if self._ready_to_announce() and waited >= max(interval_ms, self._backoff_ms):
+                self._set_status(BOOT_STATUS if self.change == "join" else LEAVING_STATUS)
                 self._enter(Phase.ANNOUNCED)
-        elif self.phase is Phase.ANNOUNCED and waited >= ring_delay_of(self.cluster):
+        elif self.phase is Phase.ANNOUNCED and self._another_change():
+            self._withdraw()
+        elif self.phase is Phase.ANNOUNCED and self._announcement_spread(waited):
             if self.change == "remove":
                 self._enter(Phase.STREAMING)
                 self._restream_everywhere()
@@ -310,13 +339,90 @@ class TopologyService:
             if self.on_exit is not None:
                 self.on_exit()
 
+    def _another_change(self) -> bool:
+        """Another node joins or leaves too: two nodes announced at once, each before it saw the
+        other (gossip is not instant). One range movement at a time (Cassandra's
+        ``consistent.rangemovement``), so a joiner or leaver that sees another change before
+        it proposes its generation withdraws (``_withdraw``). Both cannot go on: a node goes
+        on only once every live member has shown it holds its announcement
+        (``_announcement_spread``) and it sees no other change; if A went on without B's
+        announcement, B had A's before A went on, so B sees A and withdraws."""
+        if self.change not in ("join", "leave"):
+            return False
+        cluster = self.cluster
+        return any(e != cluster.settings.endpoint for e in cluster.transitions)
+
+    def _withdraw(self) -> None:
+        """Take the announcement back (a joiner gossips STARTING again, a leaver NORMAL) and
+        announce again after a random 1-3 ring delays once no other change is in flight."""
+        cluster = self.cluster
+        _log.warning(
+            "topology change %s: another change is in flight (%s); withdrawing and retrying",
+            self.change,
+            ", ".join(sorted(e for e in cluster.transitions if e != cluster.settings.endpoint)),
+        )
+        self._set_status(STARTING_STATUS if self.change == "join" else NORMAL_STATUS)
+        self._backoff_ms = self.rng.randint(1, 3) * ring_delay_of(cluster)
+        self._enter(Phase.WAIT_SCHEMA)
+
+    def _announcement_spread(self, waited_ms: int) -> bool:
+        """Every live ring member has seen the announced STATUS (or removal) and ``ring_delay``
+        has passed: a coordinator that had not would leave the joiner (or the gainers of a
+        leaver's ranges) out of the writes it coordinates while streaming reads the sources,
+        and those writes would be lost there. Gossip is no guarantee within ``ring_delay`` when
+        messages drop; ``Gossiper.seen_by`` says who has it. A live member that never shows it
+        (a partition only one way) is waited for ``ANNOUNCE_WAIT_ROUNDS_MAX`` ring delays, then
+        the change goes on, as Cassandra's does after ``ring_delay``, with a warning."""
+        cluster = self.cluster
+        ring_delay_ms = ring_delay_of(cluster)
+        if waited_ms < ring_delay_ms:
+            return False
+        gossiper = cluster.gossiper
+        peers = (set(cluster.members) | set(cluster.transitions)) - {cluster.settings.endpoint}
+        behind = sorted(
+            e
+            for e in peers
+            if gossiper.is_alive(e) and gossiper.seen_by(e) < self._announced_version
+        )
+        if not behind:
+            return True
+        if waited_ms < ANNOUNCE_WAIT_ROUNDS_MAX * ring_delay_ms:
+            return False
+        _log.warning(
+            "topology change %s goes on although %s never showed the announcement",
+            self.change,
+            ", ".join(behind),
+        )
+        return True
+
     def _ready_to_announce(self) -> bool:
         """Schema agreed with the live members, and no other node joining or leaving (one
         range movement at a time, Cassandra's ``consistent.rangemovement``)."""
         cluster = self.cluster
         live = cluster.gossiper.live_endpoints()
         others = [e for e in cluster.transitions if e != cluster.settings.endpoint]
-        return bool(cluster.members) and bool(live) and not others and cluster.schema_agreement()
+        if others or not cluster.members or not live or not cluster.schema_agreement():
+            return False
+        return self._tokens_free()
+
+    def _tokens_free(self) -> bool:
+        """None of our tokens is another member's: Cassandra refuses to bootstrap "to existing
+        token" (two nodes that discovered the ring at the same time can pick the same balanced
+        tokens). We wait, saying so in the log and status, rather than join a ring where a
+        token has two owners; the operator removes one of the nodes."""
+        cluster = self.cluster
+        own = set(self._own_tokens())
+        owners = {
+            token: info.host.endpoint
+            for endpoint, info in cluster.members.items()
+            if endpoint != cluster.settings.endpoint
+            for token in info.tokens
+        }
+        taken = sorted((token, owners[token]) for token in own if token in owners)
+        if taken and self.refused is None:
+            self.refused = f"tokens already owned: {taken[:5]}; not joining"
+            _log.error("bootstrap: %s (remove this node and start it again)", self.refused)
+        return not taken
 
     def _generation_operates(self, now_ms: int) -> bool:
         generation = self.generation
@@ -373,9 +479,10 @@ class TopologyService:
         value = None if state is None else state.get(ApplicationState.REMOVAL_COORDINATOR)
         removals = decode_removals(None if value is None else value.value)
         removals[host_id] = word
-        self.cluster.gossiper.set_application_state(
+        versioned = self.cluster.gossiper.set_application_state(
             ApplicationState.REMOVAL_COORDINATOR, encode_removals(removals)
         )
+        self._announced_version = versioned.version
         self.cluster.refresh_ring()
 
     def _restream_everywhere(self) -> None:
@@ -606,6 +713,7 @@ class TopologyService:
             "streamed_partitions": self.stats.partitions,
             "streamed_bytes": self.stats.bytes,
             "stream_ms": self.stream_ms,
+            "refused": self.refused,
         }
 
 

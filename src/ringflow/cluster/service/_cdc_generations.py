@@ -17,6 +17,11 @@ Pure decisions (no I/O; ``GenerationDecider`` and the functions above it):
   then loaded from the local copy of the internal table, retried with capped exponential backoff
   while the rows are not there (bounded number of attempts). Once loaded it is *activated*
   (``insert``, persisted in ``system.cdc_local``, gossiped by this node too) and *published*.
+* **Catching up after a start.** A node that has peers (seeds other than itself, or rows in
+  ``system.peers``) holds CDC writes (``HoldWrites``: they fail with ``GenerationsNotLearnt``,
+  which drivers retry on another host) until a tick sees a live, complete peer: its gossip
+  brought every generation the cluster made while this node was down, learnt in that same tick.
+  A node that hears no peer for ``learn_wait_ms`` releases them anyway (a lone survivor serves).
 * **Publication** is idempotent: skipped when the ``cdc_generation_timestamps`` row is already
   there, else every ``cdc_streams_descriptions_v2`` row then the timestamp row; whichever node gets
   there first wins, the others rewrite identical rows. Failures retry with backoff.
@@ -94,6 +99,7 @@ from ringflow.node._startup import (
     is_published,
     read_generation_v2_rows,
 )
+from ringflow.ring import MIN_TOKEN
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import cdc_local_row, table_mutation
 from ringflow.storage import Store
@@ -102,6 +108,8 @@ _log = logging.getLogger(__name__)
 
 NEW_GENERATION_REQUEST_FILE = "new-cdc-generation.request"
 DEFAULT_SETTLE_MS = 2_000
+DEFAULT_LEARN_WAIT_MS = 10_000
+LEARN_WAIT_GOSSIP_ROUNDS = 10
 SETTLE_GOSSIP_ROUNDS = 5
 
 
@@ -298,7 +306,21 @@ class Publish:
     delay_ms: int
 
 
-GenerationAction = Propose | Announce | Prepare | Load | Activate | Publish
+@dataclass(frozen=True, slots=True)
+class HoldWrites:
+    """Refuse CDC writes until ``ReleaseWrites``: the node may not know every generation yet."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseWrites:
+    """The node has heard the cluster's generations (or waited long enough): route writes."""
+
+
+GenerationAction = (
+    Propose | Announce | Prepare | Load | Activate | Publish | HoldWrites | ReleaseWrites
+)
 
 
 class GenerationDecider:
@@ -313,8 +335,14 @@ class GenerationDecider:
         retry: RetryPolicy = RetryPolicy(),
         loaded: GenerationId | None = None,
         remembered: GenerationId | None = None,
+        wait_for_peers: bool = False,
+        learn_wait_ms: int = DEFAULT_LEARN_WAIT_MS,
     ) -> None:
         self.local_host_id = local_host_id
+        self.learnt = not wait_for_peers
+        """Heard the cluster's generations since start (module docstring, "Catching up")."""
+        self.learn_wait_ms = learn_wait_ms
+        self._first_tick_ms: int | None = None
         self.settle_ms = settle_ms
         self.retry = retry
         self.current = loaded if remembered is None else remembered
@@ -336,9 +364,12 @@ class GenerationDecider:
     def start(self) -> list[GenerationAction]:
         """At start-up: a generation reloaded from ``system.cdc_local`` is (re)published; one
         only remembered is prepared and loaded."""
+        hold: list[GenerationAction] = []
+        if not self.learnt:
+            hold = [HoldWrites("it has not heard the cluster's CDC generations since it started")]
         if self._remembered is not None:
-            return self._learn(self._remembered)
-        return [] if self.loaded is None else [Publish(self.loaded, 0)]
+            return [*hold, *self._learn(self._remembered)]
+        return hold if self.loaded is None else [*hold, Publish(self.loaded, 0)]
 
     def request_new_generation(self) -> None:
         """Ask for a new generation over the current ring (the admin request ``ringflow
@@ -351,13 +382,36 @@ class GenerationDecider:
     ) -> list[GenerationAction]:
         newest = newest_generation(views)
         if newest is not None and is_newer(newest, self.current):
-            return self._learn(newest)
+            return [*self._learn(newest), *self._caught_up(views, now_ms)]
+        caught_up = self._caught_up(views, now_ms)
+        if caught_up:
+            return caught_up
         first = self.current is None and newest is None
         settled = self._may_propose(views, seeds, now_ms, first)  # tracks stability always
         if (first or self._requested) and settled:
             self._proposing = True
             return [Propose(ring_sharding(views), generation_version(views), first)]
         return []
+
+    def _caught_up(self, views: Sequence[MemberView], now_ms: int) -> list[GenerationAction]:
+        """``ReleaseWrites`` once a live, complete peer is in view (its gossip carried every
+        generation id; the newest was learnt in this tick), or ``learn_wait_ms`` after the first
+        tick without one."""
+        if self.learnt:
+            return []
+        if self._first_tick_ms is None:
+            self._first_tick_ms = now_ms
+        heard = any(v.alive and v.complete and v.host_id != self.local_host_id for v in views)
+        if not heard and now_ms - self._first_tick_ms < self.learn_wait_ms:
+            return []
+        if not heard:
+            _log.warning(
+                "no live peer heard in %d ms since start: CDC writes go on with the generations "
+                "known locally",
+                now_ms - self._first_tick_ms,
+            )
+        self.learnt = True
+        return [ReleaseWrites()]
 
     def _may_propose(
         self, views: Sequence[MemberView], seeds: Collection[str], now_ms: int, first: bool
@@ -529,6 +583,15 @@ def publication_mutations(
 # --- the shell -----------------------------------------------------------------------------------
 
 
+def has_peers(cluster: ClusterNode) -> bool:
+    """Whether the node belongs to a cluster of more than itself: seeds other than itself, or a
+    ``system.peers`` row from an earlier run."""
+    if set(cluster.settings.seeds) - {cluster.settings.endpoint}:
+        return True
+    page = cluster.store.scan(("system", "peers"), MIN_TOKEN, MIN_TOKEN, page_size=1, now_s=0)
+    return bool(page.rows)
+
+
 class CdcGenerationService:
     """Runs a ``GenerationDecider`` on a ``ClusterNode`` (module docstring). ``start`` once the
     node is started; the node calls ``tick`` after each gossip round."""
@@ -560,12 +623,15 @@ class CdcGenerationService:
             settle_ms = max(
                 DEFAULT_SETTLE_MS, SETTLE_GOSSIP_ROUNDS * cluster.settings.gossip_interval_ms
             )
+        interval_ms = cluster.settings.gossip_interval_ms
         self.decider = GenerationDecider(
             cluster.host.host_id,
             settle_ms=settle_ms,
             retry=retry,
             loaded=None if initial is None else initial.id,
             remembered=remembered,
+            wait_for_peers=has_peers(cluster),
+            learn_wait_ms=max(DEFAULT_LEARN_WAIT_MS, LEARN_WAIT_GOSSIP_ROUNDS * interval_ms),
         )
 
     def start(self) -> None:
@@ -592,6 +658,10 @@ class CdcGenerationService:
                 self._later(action.delay_ms, functools.partial(self._load, action.generation))
             elif isinstance(action, Activate):
                 self._activate(action.generation, action.description)
+            elif isinstance(action, HoldWrites):
+                self.cdc.hold_writes(action.reason)
+            elif isinstance(action, ReleaseWrites):
+                self.cdc.release_writes()
             else:
                 self._later(action.delay_ms, functools.partial(self._publish, action.generation))
 

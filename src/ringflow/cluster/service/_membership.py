@@ -21,6 +21,7 @@ from ringflow.cluster._gossip_state import (
     HeartBeatState,
     VersionedValue,
 )
+from ringflow.cluster._topology_change import Transition, transition_of
 from ringflow.ring import Host, TokenMetadata
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
@@ -28,6 +29,27 @@ from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
 NORMAL_STATUS = "NORMAL"
 RING_STATUSES = (NORMAL_STATUS, "LEAVING")
 """A LEAVING node stays a ring member (a natural replica) until it announces LEFT."""
+
+
+TRANSITION_STATES = (
+    ApplicationState.STATUS,
+    ApplicationState.HOST_ID,
+    ApplicationState.DC,
+    ApplicationState.RACK,
+    ApplicationState.TOKENS,
+)
+"""The states a joining or leaving endpoint is read from (``_topology_change.transition_of``)."""
+
+
+def gossip_transitions(states: Mapping[str, EndpointState]) -> dict[str, Transition]:
+    """Every endpoint gossip shows joining (BOOT) or leaving (LEAVING), by endpoint."""
+    transitions = {}
+    for endpoint, state in states.items():
+        values = [state.get(key) for key in TRANSITION_STATES]
+        found = transition_of(endpoint, *(v.value if v else None for v in values))
+        if found is not None:
+            transitions[endpoint] = found
+    return transitions
 
 
 def encode_tokens(tokens: Iterable[int]) -> str:

@@ -63,13 +63,13 @@ from ringflow.cluster._topology_change import (
     future_ring,
     pending_replicas,
     status_word,
-    transition_of,
 )
 from ringflow.cluster._write_path import TokenReplicas
 from ringflow.cluster.service._dispatch import Handler, MessageDispatcher
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
+    gossip_transitions,
     local_endpoint_state,
     peer_mutation,
     peer_removal_mutation,
@@ -127,13 +127,6 @@ _NO_BOUND = ClusteringBound()
 
 INTERNODE_PORT = 7000
 EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
-_TRANSITION_STATES = (
-    ApplicationState.STATUS,
-    ApplicationState.HOST_ID,
-    ApplicationState.DC,
-    ApplicationState.RACK,
-    ApplicationState.TOKENS,
-)
 
 
 def _local_gossiper(
@@ -396,11 +389,7 @@ class ClusterNode:
         for endpoint, info in self.members.items():  # dead nodes being removed: leaving
             if self.removals.get(info.host.host_id) == REMOVING:
                 transitions[endpoint] = Transition(info.host, info.tokens, Change.LEAVE)
-        for endpoint, state in self.gossiper.endpoint_states().items():
-            values = {key: state.get(key) for key in _TRANSITION_STATES}
-            found = transition_of(endpoint, *(v.value if v else None for v in values.values()))
-            if found is not None:
-                transitions[endpoint] = found
+        transitions.update(gossip_transitions(self.gossiper.endpoint_states()))
         self.transitions = transitions
         self.future_metadata = future_ring(self.token_metadata, transitions.values())
 
