@@ -19,6 +19,13 @@ from ringflow.replication._model import (
     SliceKey,
     SliceSettings,
 )
+from ringflow.replication._ranks import (
+    RangeRanks,
+    RankedRange,
+    ReplicasOf,
+    range_of,
+    rank_ranges,
+)
 
 __all__ = [
     "DEFAULT_SLICE_COUNT",
@@ -28,11 +35,16 @@ __all__ = [
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
     "Origin",
+    "RangeRanks",
+    "RankedRange",
+    "ReplicasOf",
     "ReplicationArgumentError",
     "SealedSlice",
     "SliceKey",
     "SliceSettings",
     "canonical_row_bytes",
+    "range_of",
+    "rank_ranges",
     "row_digest",
     "slice_digest",
 ]
