@@ -5,6 +5,15 @@ and keys (``_model``), row and slice digests (``_digest``). The node wires captu
 store; the pipeline transmits sealed slices with Spark.
 """
 
+from ringflow.replication._backoff import (
+    BACKOFF_DELAY_S_MAX,
+    DEFAULT_FIRST_DELAY_S,
+    DEFAULT_MAX_DELAY_S,
+    BackoffPolicy,
+    DestinationBackoff,
+    DestinationState,
+    format_utc,
+)
 from ringflow.replication._channels import (
     CHANNEL_COLUMNS,
     CHANNEL_NAME_MAX,
@@ -70,11 +79,14 @@ from ringflow.replication._ranks import (
 )
 
 __all__ = [
+    "BACKOFF_DELAY_S_MAX",
     "CHANNELS_TABLE",
     "CHANNELS_TABLE_CQL",
     "CHANNEL_COLUMNS",
     "CHANNEL_NAME_MAX",
+    "DEFAULT_FIRST_DELAY_S",
     "DEFAULT_MAX_CHANNELS",
+    "DEFAULT_MAX_DELAY_S",
     "DEFAULT_MAX_PENDING_PER_CHANNEL",
     "DEFAULT_PERMITS",
     "DEFAULT_PRIORITY",
@@ -88,9 +100,12 @@ __all__ = [
     "SLICE_COUNT_MAX",
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
+    "BackoffPolicy",
     "Channel",
     "ChannelOrder",
+    "DestinationBackoff",
     "DestinationKind",
+    "DestinationState",
     "DestinationUrl",
     "Grant",
     "OfferResult",
@@ -114,6 +129,7 @@ __all__ = [
     "channel_to_row",
     "choose_senders",
     "droppable",
+    "format_utc",
     "holders_in_rank_order",
     "may_drop",
     "parse_destination",
