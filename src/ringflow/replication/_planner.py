@@ -22,9 +22,13 @@ Rules, per slice key (one (table, range, time bucket); each node holding rows of
    copy with the same digest. So with all digests equal only the active node sends; with
    mismatches each distinct digest is sent once, by its highest-ranked live holder (the union),
    an unranked holder included. A dead node's copy waits until it is live again.
-4. **Out-of-sequence** keys (bucketed by arrival, never compared between nodes: seed 002 "treated
-   as exceptional data which will need to be replicated from all replica nodes"): every live
-   holder sends its own copy; no waiting.
+4. **Out-of-sequence** keys (bucketed by arrival: seed 002 "treated as exceptional data which
+   will need to be replicated from all replica nodes"): every live holder sends its own copy,
+   with no ranks and no waiting; only copies that are *identical* (same key, same digest: an
+   old row that reached every replica in the same arrival bucket) go once, from the live
+   holder with the lowest host id. Sending both would deliver the same rows twice, and the
+   second would be done by rule 5 while still in flight, so its node could drop its data under
+   the transmission.
 5. **Done** (per channel, synch-delete): a copy is done for a channel when the channel has a
    ``sent`` record for the key with the same digest (sent by any node) or sent by this node.
    Done copies are never planned again, and neither is a copy whose digest is in flight for
@@ -58,7 +62,7 @@ from ringflow.replication._model import (
     SliceKey,
     SliceSettings,
 )
-from ringflow.replication._ranks import RangeRanks, ReplicasOf, range_of, rank_ranges
+from ringflow.replication._ranks import ReplicasOf, range_of, rank_ranges
 
 _INT64_MAX = 2**63 - 1
 
@@ -167,26 +171,28 @@ class SendPlan:
 
 @dataclass(frozen=True, slots=True)
 class SentIndex:
-    """The ``sent`` records by (channel, key): which digests and which nodes' copies are done."""
+    """The ``sent`` records by key and channel: which digests and which nodes' copies are
+    done."""
 
     records: tuple[SentRecord, ...]
-    _digests: Mapping[tuple[str, SliceKey], frozenset[bytes]] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
-    _nodes: Mapping[tuple[str, SliceKey], frozenset[uuid.UUID]] = field(
+    _by_key: Mapping[SliceKey, Mapping[str, tuple[frozenset[bytes], frozenset[uuid.UUID]]]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
 
     def __post_init__(self) -> None:
-        digests: defaultdict[tuple[str, SliceKey], set[bytes]] = defaultdict(set)
-        nodes: defaultdict[tuple[str, SliceKey], set[uuid.UUID]] = defaultdict(set)
+        by_key: dict[SliceKey, dict[str, tuple[set[bytes], set[uuid.UUID]]]] = {}
         for record in self.records:
             if not isinstance(record, SentRecord):
                 raise ReplicationArgumentError(f"expected SentRecord, got {record!r}")
-            digests[record.channel, record.key].add(record.digest)
-            nodes[record.channel, record.key].add(record.node)
-        object.__setattr__(self, "_digests", {k: frozenset(v) for k, v in digests.items()})
-        object.__setattr__(self, "_nodes", {k: frozenset(v) for k, v in nodes.items()})
+            channels = by_key.setdefault(record.key, {})
+            digests, nodes = channels.setdefault(record.channel, (set(), set()))
+            digests.add(record.digest)
+            nodes.add(record.node)
+        frozen = {
+            key: {name: (frozenset(d), frozenset(n)) for name, (d, n) in channels.items()}
+            for key, channels in by_key.items()
+        }
+        object.__setattr__(self, "_by_key", frozen)
 
     @classmethod
     def of(cls, records: Iterable[SentRecord]) -> SentIndex:
@@ -194,10 +200,8 @@ class SentIndex:
 
     def is_done(self, channel: str, copy: SealedSlice) -> bool:
         """Rule 5: the channel has the key sent with this digest, or sent by this node."""
-        where = (channel, copy.key)
-        return copy.digest in self._digests.get(where, ()) or copy.node in self._nodes.get(
-            where, ()
-        )
+        done = self._by_key.get(copy.key, {}).get(channel)
+        return done is not None and (copy.digest in done[0] or copy.node in done[1])
 
 
 def may_drop(copy: SealedSlice, channels: Iterable[Channel], sent: SentIndex) -> bool:
@@ -268,7 +272,8 @@ def holders_in_rank_order(
 def choose_senders(
     holders_in_order: Sequence[SealedSlice], live: Collection[uuid.UUID]
 ) -> list[SealedSlice]:
-    """Rule 3: the live holders no live holder ranked above matches by digest."""
+    """Rule 3 (and 4, in host id order): the live holders no live holder ranked above
+    matches by digest."""
     chosen: list[SealedSlice] = []
     seen: set[bytes] = set()
     for copy in holders_in_order:
@@ -322,30 +327,31 @@ def plan_sends(
     sent_index = sent if isinstance(sent, SentIndex) else SentIndex.of(sent)
     flight = _in_flight_index(in_flight)
     marks = _watermark_index(watermarks)
-    ranks = rank_ranges(
-        (
-            range_of(key)
-            for key in copies
-            if not key.out_of_sequence and (key.keyspace, key.table) in collecting
-        ),
-        replicas_of,
-    )
+    ranges = {
+        key: range_of(key)
+        for key in copies
+        if not key.out_of_sequence and (key.keyspace, key.table) in collecting
+    }
+    ranks = rank_ranges(ranges.values(), replicas_of)
     sends: list[PlannedSend] = []
     waiting: list[WaitingSlice] = []
-    for key in sorted(copies):
+    for key, holders in copies.items():
         table = (key.keyspace, key.table)
         if table not in collecting:
             continue
-        chosen = _choose(key, copies[key], ranks, live, marks, settings[table], waiting)
+        replicas = ranks.replicas(ranges[key]) if key in ranges else ()
+        chosen = _choose(key, holders, replicas, live, marks, settings[table], waiting)
         for channel in collecting[table]:
             sends.extend(_unsent(channel.name, chosen, sent_index, flight))
-    return SendPlan(tuple(sorted(sends)), tuple(waiting))
+    sends.sort()
+    waiting.sort(key=lambda slice_waiting: slice_waiting.key)
+    return SendPlan(tuple(sends), tuple(waiting))
 
 
 def _choose(
     key: SliceKey,
     copies: Mapping[uuid.UUID, SealedSlice],
-    ranks: RangeRanks,
+    replicas: Sequence[uuid.UUID],
     live: Collection[uuid.UUID],
     marks: Mapping[tuple[uuid.UUID, str, str], int],
     settings: SliceSettings,
@@ -353,8 +359,7 @@ def _choose(
 ) -> list[SealedSlice]:
     """The copies of ``key`` to send (rules 2-4), or none when it waits (added to ``waiting``)."""
     if key.out_of_sequence:
-        return [copies[node] for node in sorted(copies) if node in live]
-    replicas = ranks.replicas(range_of(key))
+        return choose_senders([copies[node] for node in sorted(copies)], live)
     unresolved = _unresolved(key, replicas, copies, live, marks, settings)
     if unresolved:
         waiting.append(WaitingSlice(key, unresolved))
