@@ -1,8 +1,14 @@
 """Replica-side capture and transmission (seed 002, DSE Advanced Replication v2).
 
 Pure cores, no I/O (``shared/design/REPLICATION.md`` holds the decisions): the slicing settings
-and keys (``_model``), row and slice digests (``_digest``). The node wires capture into its
-store; the pipeline transmits sealed slices with Spark.
+and keys (``_model``), row and slice digests (``_digest``), ranks and active ranges
+(``_ranks``), who sends which copy of a sealed slice and when a node may drop it (``_planner``),
+channels and their stored rows (``_channels``), the rows of seal watermarks and sent records
+(``_tables``), the global permit broker (``_permits``) and a
+destination's backoff (``_backoff``). The node wires capture into its store; the pipeline
+transmits sealed slices with Spark, running the planner, the broker and the backoff in its
+driver. This package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
+standard library.
 """
 
 from ringflow.replication._backoff import (
@@ -77,6 +83,16 @@ from ringflow.replication._ranks import (
     range_of,
     rank_ranges,
 )
+from ringflow.replication._tables import (
+    SENT_TABLE,
+    SENT_TABLE_CQL,
+    WATERMARKS_TABLE,
+    WATERMARKS_TABLE_CQL,
+    sent_from_row,
+    sent_to_row,
+    watermark_from_row,
+    watermark_to_row,
+)
 
 __all__ = [
     "BACKOFF_DELAY_S_MAX",
@@ -97,9 +113,13 @@ __all__ = [
     "PRIORITY_MIN",
     "REPLICATION_KEYSPACE",
     "ROW_DIGEST_BITS",
+    "SENT_TABLE",
+    "SENT_TABLE_CQL",
     "SLICE_COUNT_MAX",
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
+    "WATERMARKS_TABLE",
+    "WATERMARKS_TABLE_CQL",
     "BackoffPolicy",
     "Channel",
     "ChannelOrder",
@@ -139,6 +159,10 @@ __all__ = [
     "redact",
     "row_digest",
     "seal_due_ms",
+    "sent_from_row",
+    "sent_to_row",
     "slice_digest",
     "table_slice_settings",
+    "watermark_from_row",
+    "watermark_to_row",
 ]
