@@ -1,10 +1,44 @@
 """Replica-side capture and transmission (seed 002, DSE Advanced Replication v2).
 
 Pure cores, no I/O (``shared/design/REPLICATION.md`` holds the decisions): the slicing settings
-and keys (``_model``), row and slice digests (``_digest``). The node wires capture into its
-store; the pipeline transmits sealed slices with Spark.
+and keys (``_model``), row and slice digests (``_digest``), ranks and active ranges
+(``_ranks``), who sends which copy of a sealed slice and when a node may drop it (``_planner``),
+channels and their stored rows (``_channels``), the rows of seal watermarks and sent records
+(``_tables``), the global permit broker (``_permits``) and a
+destination's backoff (``_backoff``). The node wires capture into its store; the pipeline
+transmits sealed slices with Spark, running the planner, the broker and the backoff in its
+driver. This package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
+standard library.
 """
 
+from ringflow.replication._backoff import (
+    BACKOFF_DELAY_S_MAX,
+    DEFAULT_FIRST_DELAY_S,
+    DEFAULT_MAX_DELAY_S,
+    BackoffPolicy,
+    DestinationBackoff,
+    DestinationState,
+    format_utc,
+)
+from ringflow.replication._channels import (
+    CHANNEL_COLUMNS,
+    CHANNEL_NAME_MAX,
+    CHANNELS_TABLE,
+    CHANNELS_TABLE_CQL,
+    DEFAULT_PRIORITY,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    REPLICATION_KEYSPACE,
+    Channel,
+    ChannelOrder,
+    DestinationKind,
+    DestinationUrl,
+    channel_from_row,
+    channel_to_row,
+    parse_destination,
+    redact,
+    table_slice_settings,
+)
 from ringflow.replication._digest import canonical_row_bytes, row_digest, slice_digest
 from ringflow.replication._model import (
     DEFAULT_SLICE_COUNT,
@@ -19,20 +53,116 @@ from ringflow.replication._model import (
     SliceKey,
     SliceSettings,
 )
+from ringflow.replication._permits import (
+    DEFAULT_MAX_CHANNELS,
+    DEFAULT_MAX_PENDING_PER_CHANNEL,
+    DEFAULT_PERMITS,
+    PERMITS_MAX,
+    Grant,
+    OfferResult,
+    PermitBroker,
+)
+from ringflow.replication._planner import (
+    PlannedSend,
+    SealWatermark,
+    SendPlan,
+    SentIndex,
+    SentRecord,
+    WaitingSlice,
+    choose_senders,
+    droppable,
+    holders_in_rank_order,
+    may_drop,
+    plan_sends,
+    seal_due_ms,
+)
+from ringflow.replication._ranks import (
+    RangeRanks,
+    RankedRange,
+    ReplicasOf,
+    range_of,
+    rank_ranges,
+)
+from ringflow.replication._tables import (
+    SENT_TABLE,
+    SENT_TABLE_CQL,
+    WATERMARKS_TABLE,
+    WATERMARKS_TABLE_CQL,
+    sent_from_row,
+    sent_to_row,
+    watermark_from_row,
+    watermark_to_row,
+)
 
 __all__ = [
+    "BACKOFF_DELAY_S_MAX",
+    "CHANNELS_TABLE",
+    "CHANNELS_TABLE_CQL",
+    "CHANNEL_COLUMNS",
+    "CHANNEL_NAME_MAX",
+    "DEFAULT_FIRST_DELAY_S",
+    "DEFAULT_MAX_CHANNELS",
+    "DEFAULT_MAX_DELAY_S",
+    "DEFAULT_MAX_PENDING_PER_CHANNEL",
+    "DEFAULT_PERMITS",
+    "DEFAULT_PRIORITY",
     "DEFAULT_SLICE_COUNT",
     "DEFAULT_SLICE_WIDTH_S",
+    "PERMITS_MAX",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "REPLICATION_KEYSPACE",
     "ROW_DIGEST_BITS",
+    "SENT_TABLE",
+    "SENT_TABLE_CQL",
     "SLICE_COUNT_MAX",
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
+    "WATERMARKS_TABLE",
+    "WATERMARKS_TABLE_CQL",
+    "BackoffPolicy",
+    "Channel",
+    "ChannelOrder",
+    "DestinationBackoff",
+    "DestinationKind",
+    "DestinationState",
+    "DestinationUrl",
+    "Grant",
+    "OfferResult",
     "Origin",
+    "PermitBroker",
+    "PlannedSend",
+    "RangeRanks",
+    "RankedRange",
+    "ReplicasOf",
     "ReplicationArgumentError",
+    "SealWatermark",
     "SealedSlice",
+    "SendPlan",
+    "SentIndex",
+    "SentRecord",
     "SliceKey",
     "SliceSettings",
+    "WaitingSlice",
     "canonical_row_bytes",
+    "channel_from_row",
+    "channel_to_row",
+    "choose_senders",
+    "droppable",
+    "format_utc",
+    "holders_in_rank_order",
+    "may_drop",
+    "parse_destination",
+    "plan_sends",
+    "range_of",
+    "rank_ranges",
+    "redact",
     "row_digest",
+    "seal_due_ms",
+    "sent_from_row",
+    "sent_to_row",
     "slice_digest",
+    "table_slice_settings",
+    "watermark_from_row",
+    "watermark_to_row",
 ]

@@ -1,0 +1,123 @@
+"""The planner's rows in the edge cluster's replicated tables (REPLICATION.md decision 4).
+
+Two tables of keyspace ``system_replication`` hold what the planner reads besides the sealed
+slices (published by the capture side) and the channels (``_channels``):
+
+- ``seal_watermarks``: one row per (table, node): :class:`SealWatermark`. A node writes its
+  sealed slices first and raises its watermark after, so a reader that sees the watermark sees
+  the slices (both written and read at QUORUM).
+- ``sent``: one row per copy delivered to a channel: :class:`SentRecord`. Decision 4 sketches it
+  as one row per (channel, table, range, slice start); when copies mismatch several nodes'
+  copies of one slice are sent, so the node is part of the key here. The partition is
+  (keyspace, table, channel): a job reads a channel's records for the slices still held. Rows
+  of slices every node has dropped can be deleted (or given a TTL) by whoever owns cleanup.
+
+Column values are plain Python values as the driver gives them (str, int, bool, uuid.UUID,
+bytes); ``table`` and ``order`` are CQL keywords, hence ``table_name``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Final, TypeVar
+
+from ringflow.replication._channels import REPLICATION_KEYSPACE
+from ringflow.replication._model import ReplicationArgumentError, SliceKey
+from ringflow.replication._planner import SealWatermark, SentRecord
+
+WATERMARKS_TABLE: Final = "seal_watermarks"
+SENT_TABLE: Final = "sent"
+_WATERMARKS = f"{REPLICATION_KEYSPACE}.{WATERMARKS_TABLE}"
+WATERMARKS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_WATERMARKS} (
+    keyspace_name text,
+    table_name text,
+    node uuid,
+    sealed_through_ms bigint,
+    PRIMARY KEY ((keyspace_name, table_name), node)
+)"""
+SENT_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {REPLICATION_KEYSPACE}.{SENT_TABLE} (
+    keyspace_name text,
+    table_name text,
+    channel text,
+    range_start bigint,
+    range_end bigint,
+    slice_start_ms bigint,
+    out_of_sequence boolean,
+    node uuid,
+    digest blob,
+    sent_at_ms bigint,
+    PRIMARY KEY ((keyspace_name, table_name, channel), range_start, range_end, slice_start_ms,
+        out_of_sequence, node)
+)"""
+
+_Value = TypeVar("_Value", str, int, bool, bytes, uuid.UUID)
+
+
+def _column(row: Mapping[str, object], table: str, column: str, kind: type[_Value]) -> _Value:
+    value = row.get(column)
+    if value is None:
+        raise ReplicationArgumentError(f"{table} row: column {column!r} is missing or null")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ReplicationArgumentError(
+            f"{table} row: column {column!r} must be {kind.__name__}, got {value!r}"
+        )
+    return value
+
+
+def watermark_to_row(mark: SealWatermark) -> dict[str, object]:
+    """The column values of ``mark``'s row in ``system_replication.seal_watermarks``."""
+    return {
+        "keyspace_name": mark.keyspace,
+        "table_name": mark.table,
+        "node": mark.node,
+        "sealed_through_ms": mark.sealed_through_ms,
+    }
+
+
+def watermark_from_row(row: Mapping[str, object]) -> SealWatermark:
+    """A watermark from its row (unknown columns ignored; every value checked)."""
+    table = WATERMARKS_TABLE
+    return SealWatermark(
+        node=_column(row, table, "node", uuid.UUID),
+        keyspace=_column(row, table, "keyspace_name", str),
+        table=_column(row, table, "table_name", str),
+        sealed_through_ms=_column(row, table, "sealed_through_ms", int),
+    )
+
+
+def sent_to_row(record: SentRecord) -> dict[str, object]:
+    """The column values of ``record``'s row in ``system_replication.sent``."""
+    key = record.key
+    return {
+        "keyspace_name": key.keyspace,
+        "table_name": key.table,
+        "channel": record.channel,
+        "range_start": key.range_start,
+        "range_end": key.range_end,
+        "slice_start_ms": key.slice_start_ms,
+        "out_of_sequence": key.out_of_sequence,
+        "node": record.node,
+        "digest": record.digest,
+        "sent_at_ms": record.sent_at_ms,
+    }
+
+
+def sent_from_row(row: Mapping[str, object]) -> SentRecord:
+    """A sent record from its row (unknown columns ignored; every value checked)."""
+    table = SENT_TABLE
+    key = SliceKey(
+        _column(row, table, "keyspace_name", str),
+        _column(row, table, "table_name", str),
+        _column(row, table, "range_start", int),
+        _column(row, table, "range_end", int),
+        _column(row, table, "slice_start_ms", int),
+        _column(row, table, "out_of_sequence", bool),
+    )
+    return SentRecord(
+        channel=_column(row, table, "channel", str),
+        key=key,
+        node=_column(row, table, "node", uuid.UUID),
+        digest=_column(row, table, "digest", bytes),
+        sent_at_ms=_column(row, table, "sent_at_ms", int),
+    )
