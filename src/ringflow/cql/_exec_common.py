@@ -11,8 +11,9 @@ Rules:
   prepared id (0x2500, carrying the id) and a change to a system keyspace (0x2100, as Cassandra's
   ``UnauthorizedException`` "system keyspace is not user-modifiable").
 * Keyspace names the executor reserves: ``system`` and ``system_schema`` (node-local, written by
-  the node itself) and the CDC description keyspaces ``system_distributed`` and
-  ``system_distributed_everywhere`` (readable and writable, never altered by DDL).
+  the node itself), the CDC description keyspaces ``system_distributed`` and
+  ``system_distributed_everywhere`` and the replica-side replication keyspace
+  ``system_replication`` (readable and writable, never altered by DDL).
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ SYSTEM_KEYSPACE = "system"
 SYSTEM_SCHEMA_KEYSPACE = "system_schema"
 SYSTEM_DISTRIBUTED_KEYSPACE = "system_distributed"
 SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
+SYSTEM_REPLICATION_KEYSPACE = "system_replication"
 LOCAL_KEYSPACES = frozenset({SYSTEM_KEYSPACE, SYSTEM_SCHEMA_KEYSPACE})
 DISTRIBUTED_KEYSPACES = frozenset(
-    {SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE}
+    {
+        SYSTEM_DISTRIBUTED_KEYSPACE,
+        SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE,
+        SYSTEM_REPLICATION_KEYSPACE,
+    }
 )
 RESERVED_KEYSPACES = LOCAL_KEYSPACES | DISTRIBUTED_KEYSPACES
 

@@ -55,10 +55,18 @@ from ringflow.cql._exec_common import (
     RESERVED_KEYSPACES,
     SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE,
     SYSTEM_DISTRIBUTED_KEYSPACE,
+    SYSTEM_REPLICATION_KEYSPACE,
 )
 from ringflow.cql._exec_ddl import build_table
 from ringflow.cql._parser import parse_statement
 from ringflow.errors import AlreadyExists, InternalError, InvalidRequest
+from ringflow.replication import (
+    CHANNELS_TABLE_CQL,
+    DEAD_LETTERS_TABLE_CQL,
+    SENT_TABLE_CQL,
+    SLICES_TABLE_CQL,
+    WATERMARKS_TABLE_CQL,
+)
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import (
     CDC_LOG_SUFFIX,
@@ -111,6 +119,10 @@ DISTRIBUTED_KEYSPACE_DEFINITIONS: Mapping[str, Keyspace] = MappingProxyType(
             SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE,
             {"class": "org.apache.cassandra.locator.EverywhereStrategy"},
         ),
+        SYSTEM_REPLICATION_KEYSPACE: Keyspace(
+            SYSTEM_REPLICATION_KEYSPACE,
+            {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "3"},
+        ),
     }
 )
 _DESCRIPTION_TABLE_CQL = (
@@ -119,6 +131,11 @@ _DESCRIPTION_TABLE_CQL = (
     GENERATION_DESCRIPTIONS_V2_CQL,
     STREAMS_DESCRIPTIONS_V1_CQL,
     GENERATION_DESCRIPTIONS_V1_CQL,
+    CHANNELS_TABLE_CQL,
+    SLICES_TABLE_CQL,
+    WATERMARKS_TABLE_CQL,
+    SENT_TABLE_CQL,
+    DEAD_LETTERS_TABLE_CQL,
 )
 
 
@@ -134,7 +151,9 @@ def _description_table(cql: str) -> Table:
 DISTRIBUTED_TABLES: Mapping[tuple[str, str], Table] = MappingProxyType(
     {(t.keyspace, t.name): t for t in map(_description_table, _DESCRIPTION_TABLE_CQL)}
 )
-"""The CDC description tables (v2 and v1), by (keyspace, table)."""
+"""The CDC description tables (v2 and v1) and the replica-side replication tables
+(``ringflow.replication``: channels, sealed slices, seal watermarks, sent copies, dead letters),
+by (keyspace, table)."""
 
 
 def ensure_system_tables(store: Store) -> None:

@@ -1,7 +1,14 @@
 """The planner's rows in the edge cluster's replicated tables (REPLICATION.md decision 4).
 
-Two tables of keyspace ``system_replication`` hold what the planner reads besides the sealed
-slices (published by the capture side) and the channels (``_channels``):
+Keyspace ``system_replication`` (SimpleStrategy, RF 3, like ``system_distributed``) holds the
+channels (``_channels``) and these tables:
+
+- ``slices``: one row per sealed slice per node: :class:`SealedSlice` (its digest, row count,
+  when it was sealed). Partitioned by (keyspace, table, slice start), as ``sent``: a reader asks
+  for the slice starts it still has to decide, one bounded partition each, never a partition
+  that grows with the table's age.
+- ``dead_letters``: change rows a destination refused as invalid, with the reason, kept until
+  an operator replays or drops them (REPLICATION.md decision 8).
 
 - ``seal_watermarks``: one row per (table, node): :class:`SealWatermark`. A node writes its
   sealed slices first and raises its watermark after, so a reader that sees the watermark sees
@@ -9,8 +16,9 @@ slices (published by the capture side) and the channels (``_channels``):
 - ``sent``: one row per copy delivered to a channel: :class:`SentRecord`. Decision 4 sketches it
   as one row per (channel, table, range, slice start); when copies mismatch several nodes'
   copies of one slice are sent, so the node is part of the key here. The partition is
-  (keyspace, table, channel): a job reads a channel's records for the slices still held. Rows
-  of slices every node has dropped can be deleted (or given a TTL) by whoever owns cleanup.
+  (keyspace, table, channel, slice start): a job or a node reads the records of the slice
+  starts it still holds. Rows carry a TTL (``SENT_TTL_S``, 7 days): a node that comes back
+  after longer resends its copies (more sends, never a loss).
 
 Column values are plain Python values as the driver gives them (str, int, bool, uuid.UUID,
 bytes); ``table`` and ``order`` are CQL keywords, hence ``table_name``.
@@ -23,7 +31,7 @@ from collections.abc import Mapping
 from typing import Final, TypeVar
 
 from ringflow.replication._channels import REPLICATION_KEYSPACE
-from ringflow.replication._model import ReplicationArgumentError, SliceKey
+from ringflow.replication._model import ReplicationArgumentError, SealedSlice, SliceKey
 from ringflow.replication._planner import SealWatermark, SentRecord
 
 WATERMARKS_TABLE: Final = "seal_watermarks"
@@ -36,20 +44,48 @@ WATERMARKS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_WATERMARKS} (
     sealed_through_ms bigint,
     PRIMARY KEY ((keyspace_name, table_name), node)
 )"""
+SLICES_TABLE: Final = "slices"
+DEAD_LETTERS_TABLE: Final = "dead_letters"
+SENT_TTL_S: Final = 7 * 86_400
 SENT_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {REPLICATION_KEYSPACE}.{SENT_TABLE} (
     keyspace_name text,
     table_name text,
     channel text,
+    slice_start_ms bigint,
     range_start bigint,
     range_end bigint,
-    slice_start_ms bigint,
     out_of_sequence boolean,
     node uuid,
     digest blob,
     sent_at_ms bigint,
-    PRIMARY KEY ((keyspace_name, table_name, channel), range_start, range_end, slice_start_ms,
+    PRIMARY KEY ((keyspace_name, table_name, channel, slice_start_ms), range_start, range_end,
         out_of_sequence, node)
+) WITH default_time_to_live = {SENT_TTL_S}"""
+SLICES_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {REPLICATION_KEYSPACE}.{SLICES_TABLE} (
+    keyspace_name text,
+    table_name text,
+    slice_start_ms bigint,
+    range_start bigint,
+    range_end bigint,
+    out_of_sequence boolean,
+    node uuid,
+    digest blob,
+    row_count bigint,
+    sealed_at_ms bigint,
+    PRIMARY KEY ((keyspace_name, table_name, slice_start_ms), range_start, range_end,
+        out_of_sequence, node)
+) WITH default_time_to_live = {SENT_TTL_S}"""
+_DEAD_LETTERS = f"{REPLICATION_KEYSPACE}.{DEAD_LETTERS_TABLE}"
+DEAD_LETTERS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_DEAD_LETTERS} (
+    channel text,
+    failed_at timeuuid,
+    keyspace_name text,
+    table_name text,
+    reason text,
+    change text,
+    PRIMARY KEY ((channel), failed_at)
 )"""
+"""``change`` is the refused change row as JSON (``pipeline`` writes and replays it)."""
 
 _Value = TypeVar("_Value", str, int, bool, bytes, uuid.UUID)
 
@@ -120,4 +156,41 @@ def sent_from_row(row: Mapping[str, object]) -> SentRecord:
         node=_column(row, table, "node", uuid.UUID),
         digest=_column(row, table, "digest", bytes),
         sent_at_ms=_column(row, table, "sent_at_ms", int),
+    )
+
+
+def sealed_slice_to_row(sealed: SealedSlice) -> dict[str, object]:
+    """The column values of ``sealed``'s row in ``system_replication.slices``."""
+    key = sealed.key
+    return {
+        "keyspace_name": key.keyspace,
+        "table_name": key.table,
+        "slice_start_ms": key.slice_start_ms,
+        "range_start": key.range_start,
+        "range_end": key.range_end,
+        "out_of_sequence": key.out_of_sequence,
+        "node": sealed.node,
+        "digest": sealed.digest,
+        "row_count": sealed.row_count,
+        "sealed_at_ms": sealed.sealed_at_ms,
+    }
+
+
+def sealed_slice_from_row(row: Mapping[str, object]) -> SealedSlice:
+    """A sealed slice from its row (unknown columns ignored; every value checked)."""
+    table = SLICES_TABLE
+    key = SliceKey(
+        _column(row, table, "keyspace_name", str),
+        _column(row, table, "table_name", str),
+        _column(row, table, "range_start", int),
+        _column(row, table, "range_end", int),
+        _column(row, table, "slice_start_ms", int),
+        _column(row, table, "out_of_sequence", bool),
+    )
+    return SealedSlice(
+        key=key,
+        node=_column(row, table, "node", uuid.UUID),
+        digest=_column(row, table, "digest", bytes),
+        row_count=_column(row, table, "row_count", int),
+        sealed_at_ms=_column(row, table, "sealed_at_ms", int),
     )

@@ -19,14 +19,19 @@ from ringflow.cql._exec_ddl import build_table
 from ringflow.replication import (
     CHANNEL_COLUMNS,
     CHANNELS_TABLE_CQL,
+    DEAD_LETTERS_TABLE_CQL,
     SENT_TABLE_CQL,
+    SLICES_TABLE_CQL,
     WATERMARKS_TABLE_CQL,
     Channel,
     ReplicationArgumentError,
+    SealedSlice,
     SealWatermark,
     SentRecord,
     SliceKey,
     channel_to_row,
+    sealed_slice_from_row,
+    sealed_slice_to_row,
     sent_from_row,
     sent_to_row,
     watermark_from_row,
@@ -94,8 +99,25 @@ def test_a_watermark_survives_its_row(mark: SealWatermark) -> None:
 def test_the_sent_key_holds_the_node_so_a_union_keeps_every_copy() -> None:
     statement = parse_statement(SENT_TABLE_CQL)
     assert isinstance(statement, CreateTableStatement)
-    assert statement.partition_key == ("keyspace_name", "table_name", "channel")
+    assert statement.partition_key == ("keyspace_name", "table_name", "channel", "slice_start_ms")
     assert "node" in statement.clustering_columns
+
+
+@given(st.builds(SealedSlice, keys, nodes, digests, st.integers(0, 2**40), st.integers(0, 2**62)))
+def test_a_sealed_slice_survives_its_row(sealed: SealedSlice) -> None:
+    row = sealed_slice_to_row(sealed)
+    assert_row_fits(table_of(SLICES_TABLE_CQL), row)
+    assert sealed_slice_from_row(row) == sealed
+
+
+def test_slices_and_sent_rows_are_bucketed_by_slice_start_and_expire() -> None:
+    """One bounded partition per slice start (a reader asks for the starts it still holds),
+    never one partition growing with the table's age; both carry a TTL."""
+    for ddl in (SLICES_TABLE_CQL, SENT_TABLE_CQL):
+        table = table_of(ddl)
+        assert "slice_start_ms" in [c.name for c in table.partition_key_columns]
+        assert table.options.default_time_to_live_s > 0
+    assert table_of(DEAD_LETTERS_TABLE_CQL).column("reason") is not None
 
 
 @pytest.mark.parametrize(

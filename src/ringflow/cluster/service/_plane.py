@@ -52,7 +52,7 @@ from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency, Response
-from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE
+from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import ResultRow, ScanPage, Store
@@ -136,11 +136,11 @@ class ClusterDataPlane:
         _wait(future, timeout_s, "write")
 
     def coordinated(self, keyspace: str) -> bool:
-        """User keyspaces and ``system_distributed`` (RF 3 whatever the ring's size: with more
-        than three nodes a node may hold none of a description partition, so its reads must be
-        coordinated too) are replicated; the other ``system*`` keyspaces are node-local here
-        (``system_distributed_everywhere`` is on every node)."""
-        if keyspace == SYSTEM_DISTRIBUTED_KEYSPACE:
+        """User keyspaces, ``system_distributed`` and ``system_replication`` (RF 3 whatever the
+        ring's size: with more than three nodes a node may hold none of their partitions, so
+        their reads must be coordinated too) are replicated; the other ``system*`` keyspaces
+        are node-local here (``system_distributed_everywhere`` is on every node)."""
+        if keyspace in (SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE):
             return True
         return keyspace in self._node.processor.schema.keyspaces
 

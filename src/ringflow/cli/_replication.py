@@ -1,0 +1,236 @@
+"""``ringflow replication``: the channels of replica-side replication (seed 002), kept in the
+edge cluster (``system_replication.channels``) so every node and job sees the same ones.
+
+    ringflow replication channel create NAME --source HOST[,HOST][:PORT] --table KS.T --to URL
+        [--target-table T] [--priority 1-100] [--fifo-order | --lifo-order]
+        [--slice-width-s S] [--slice-count N] [--no-collection] [--no-transmission]
+    ringflow replication channel update NAME --source ... [any option of create]
+    ringflow replication channel pause|resume NAME --source ... [--collection] [--transmission]
+    ringflow replication channel drop NAME --source ...
+    ringflow replication channel list --source ...
+
+Names follow DSE Advanced Replication's ``dse advrep channel`` (``--priority``, ``--fifo-order``
+/ ``--lifo-order``, ``pause --collection --transmission``). Every check runs before anything is
+written: a bad URL, priority or slicing, an unknown table or channel, a table without CDC exit
+with code 2 and one line saying what is wrong. A table has one slicing (a node captures it
+once): a channel created without ``--slice-width-s``/``--slice-count`` takes its table's,
+from the table's other channels (else 60 s x 5). ``pause`` without a switch pauses transmission
+(the captured data is kept); ``--collection`` also lets nodes drop what this channel has not
+sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from ringflow.cli import EXIT_OK
+
+if TYPE_CHECKING:
+    from ringflow.cli import Subcommands
+
+_COLUMNS = (
+    "channel",
+    "source",
+    "destination",
+    "target",
+    "priority",
+    "order",
+    "collection",
+    "transmission",
+    "slices",
+)
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser(
+        "replication", help="channels of replica-side replication (seed 002)"
+    )
+    verbs = parser.add_subparsers(dest="replication_command", metavar="<command>", required=True)
+    channel = verbs.add_parser("channel", help="create, change, pause, resume, drop channels")
+    actions = channel.add_subparsers(dest="channel_command", metavar="<action>", required=True)
+    for action in ("create", "update"):
+        _channel_options(actions.add_parser(action, help=f"{action} a channel"), action)
+    for action in ("pause", "resume"):
+        switch = actions.add_parser(action, help=f"{action} a channel's collection/transmission")
+        _common(switch, named=True)
+        switch.add_argument("--collection", action="store_true", help="capture for it")
+        switch.add_argument("--transmission", action="store_true", help="sending to it")
+        switch.set_defaults(handler=run_switch)
+    drop = actions.add_parser("drop", help="drop a channel (its sent records are kept)")
+    _common(drop, named=True)
+    drop.set_defaults(handler=run_drop)
+    listing = actions.add_parser("list", help="every channel")
+    _common(listing, named=False)
+    listing.set_defaults(handler=run_list)
+
+
+def _common(parser: argparse.ArgumentParser, *, named: bool) -> None:
+    if named:
+        parser.add_argument("name", help="the channel's name")
+    parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
+
+
+def _channel_options(parser: argparse.ArgumentParser, action: str) -> None:
+    _common(parser, named=True)
+    required = action == "create"
+    parser.add_argument("--table", required=required, help="the CDC-enabled source: ks.table")
+    parser.add_argument("--to", required=required, metavar="URL", help="the destination")
+    parser.add_argument("--target-table", help="the destination table (default: per sink)")
+    parser.add_argument("--priority", type=int, help="1-100, higher first (default 50)")
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument("--fifo-order", dest="order", action="store_const", const="fifo")
+    order.add_argument("--lifo-order", dest="order", action="store_const", const="lifo")
+    parser.add_argument("--slice-width-s", type=int, help="seconds per time slice (default 60)")
+    parser.add_argument("--slice-count", type=int, help="open slices per range (default 5)")
+    parser.add_argument("--no-collection", action="store_true", help="do not hold data for it")
+    parser.add_argument("--no-transmission", action="store_true", help="create it paused")
+    parser.set_defaults(handler=run_create if required else run_update)
+
+
+def _session(source: str) -> tuple[Any, Any]:
+    from ringflow.pipeline._cluster_client import ClusterOptions, connect
+    from ringflow.pipeline._replicate import parse_hosts
+
+    hosts, port = parse_hosts(source, "--source")
+    return connect(ClusterOptions(tuple(hosts), "system_replication", "channels", port))
+
+
+def _slicing(arguments: argparse.Namespace, current: Any = None) -> Any:
+    from ringflow.replication import SliceSettings
+
+    width = arguments.slice_width_s
+    count = arguments.slice_count
+    if width is None and count is None:
+        return current
+    base = current or SliceSettings()
+    return SliceSettings(
+        base.slice_width_s if width is None else width,
+        base.slice_count if count is None else count,
+    )
+
+
+def _absolute_destination(url: str) -> str:
+    """A lake directory stored absolute: a job may run from anywhere."""
+    from pathlib import Path
+
+    for prefix in ("parquet://", "parquet:"):
+        if url.startswith(prefix):
+            return "parquet:" + str(Path(url[len(prefix) :]).expanduser().resolve())
+    return url
+
+
+def run_create(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._channel_store import create_channel
+    from ringflow.pipeline._replicate import parse_table_name
+    from ringflow.replication import Channel, ChannelOrder
+
+    keyspace, table = parse_table_name(arguments.table)
+    options: dict[str, Any] = {}
+    slicing = _slicing(arguments)
+    if slicing is not None:
+        options["slice_settings"] = slicing
+    if arguments.priority is not None:
+        options["priority"] = arguments.priority
+    if arguments.order is not None:
+        options["order"] = ChannelOrder.parse(arguments.order)
+    channel = Channel(
+        arguments.name,
+        keyspace,
+        table,
+        _absolute_destination(arguments.to),
+        target_table=arguments.target_table,
+        collection_enabled=not arguments.no_collection,
+        transmission_enabled=not arguments.no_transmission,
+        **options,
+    )
+    cluster, session = _session(arguments.source)
+    try:
+        channel = create_channel(cluster, session, channel, inherit_slicing=slicing is None)
+    finally:
+        cluster.shutdown()
+    Console().print(f"channel {channel.name}: {channel.source} -> {channel.display_destination}")
+    return EXIT_OK
+
+
+def run_update(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._channel_store import find_channel, update_channel
+    from ringflow.pipeline._replicate import parse_table_name
+    from ringflow.replication import ChannelOrder
+
+    cluster, session = _session(arguments.source)
+    try:
+        current = find_channel(session, arguments.name)
+        changes: dict[str, object] = {}
+        if arguments.table is not None:
+            keyspace, table = parse_table_name(arguments.table)
+            changes.update(source_keyspace=keyspace, source_table=table)
+        if arguments.to is not None:
+            changes["destination"] = _absolute_destination(arguments.to)
+        for name in ("target_table", "priority"):
+            if getattr(arguments, name) is not None:
+                changes[name] = getattr(arguments, name)
+        if arguments.order is not None:
+            changes["order"] = ChannelOrder.parse(arguments.order)
+        slicing = _slicing(arguments, current.slice_settings)
+        if slicing is not None:
+            changes["slice_settings"] = slicing
+        if arguments.no_collection:
+            changes["collection_enabled"] = False
+        if arguments.no_transmission:
+            changes["transmission_enabled"] = False
+        update_channel(cluster, session, arguments.name, **changes)
+    finally:
+        cluster.shutdown()
+    Console().print(f"channel {arguments.name} updated")
+    return EXIT_OK
+
+
+def run_switch(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._channel_store import update_channel
+
+    enabled = arguments.channel_command == "resume"
+    changes: dict[str, object] = {}
+    if arguments.collection:
+        changes["collection_enabled"] = enabled
+    if arguments.transmission or not arguments.collection:
+        changes["transmission_enabled"] = enabled
+    cluster, session = _session(arguments.source)
+    try:
+        update_channel(cluster, session, arguments.name, **changes)
+    finally:
+        cluster.shutdown()
+    what = " and ".join(name.split("_")[0] for name in changes)
+    Console().print(f"channel {arguments.name}: {what} {'resumed' if enabled else 'paused'}")
+    return EXIT_OK
+
+
+def run_drop(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._channel_store import drop_channel, find_channel
+
+    cluster, session = _session(arguments.source)
+    try:
+        find_channel(session, arguments.name)
+        drop_channel(session, arguments.name)
+    finally:
+        cluster.shutdown()
+    Console().print(f"channel {arguments.name} dropped")
+    return EXIT_OK
+
+
+def run_list(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline._channel_store import channel_table_rows, load_channels
+
+    cluster, session = _session(arguments.source)
+    try:
+        channels = load_channels(session)
+    finally:
+        cluster.shutdown()
+    table = RichTable(*_COLUMNS)
+    for row in channel_table_rows(channels):
+        table.add_row(*row)
+    Console().print(table)
+    return EXIT_OK
