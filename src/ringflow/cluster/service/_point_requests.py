@@ -58,7 +58,7 @@ from ringflow.cluster._write_path import (
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._group_commit import GroupCommit
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
-from ringflow.errors import InvalidRequest, RingflowError
+from ringflow.errors import RingflowError
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import ClusteringBound, Mutation
@@ -227,7 +227,7 @@ class PointRequests:
         ):
             self.handle(failed)
 
-    def _apply_units(self, units: Sequence[WriteUnit]) -> list[InvalidRequest | None]:
+    def _apply_units(self, units: Sequence[WriteUnit]) -> list[RingflowError | None]:
         """Runs on the storage thread: ``units`` in one transaction (``Store.apply_group``)."""
         return self._node.store.apply_group(
             [(unit.mutations, unit.captures) for unit in units],

@@ -1,0 +1,445 @@
+"""Replica-side capture in the store: every CDC log row a replica stores is also kept, durably
+and in the same transaction, in time slices with digests (seed 002; ``shared/design/
+REPLICATION.md`` decision 1; issue 14 §1). This module owns the configuration, the records the
+store hands out, and the capture of one write transaction (``CaptureBatch``); sealing, reading,
+dropping and the cap are ``_capture_slices``; the SQL is ``_sqlite_layout``.
+
+Layering: the storage layer uses the pure ``ringflow.replication`` package (triage ``place``, the
+digests, ``SliceKey``/``SealedSlice``/``Origin``), which sits *below* storage: it imports only
+``errors``, ``ring``, ``schema`` and ``cdc``. Nothing here knows the cluster: the node hands in a
+``CaptureConfig`` (its id, slice settings, a range resolver, its clock, the cap) with
+``Store.enable_capture``. A store without it (every scratch store) captures nothing.
+
+What is captured, once capture is enabled:
+
+* every log row the store builds from a CDC capture in ``apply``/``apply_group`` (delta, pre-
+  and post-image rows) with the batch's origin: WRITE (a coordinated write) or HINT (a hint
+  replayed to this node);
+* every row of a CDC log table mutation applied directly (no capture): STREAM when the batch is
+  streaming's (bootstrap, decommission), else REPAIR (read repair, anything else);
+* for every origin but WRITE, only rows the store does not hold already (a hint for a write the
+  node did apply, a streamed or repaired row it has): each row is captured once per replica.
+
+A captured row is the log row as its columns' serialized values (``None`` never occurs: absent
+columns are absent), kept as its canonical bytes (``replication.canonical_row_bytes``) with its
+64-bit digest, origin and arrival sequence: enough to rebuild the log row exactly (its cells'
+timestamp is ``cdc$time``'s), and independent of the log table's TTL.
+
+Triage of a row: its slice key names the base table (the CDC-enabled one); its range is
+``config.range_of(keyspace, stream_id, write_ts_us)``, the vnode range of the stream's
+generation, or, when the resolver does not know the stream, the whole ring ``(MIN_TOKEN,
+MIN_TOKEN]`` (counted as ``unresolved_rows``; the row is never dropped, it only fails to match
+its peers' slices and is then sent by each); its slice is ``replication.place`` of its write
+timestamp (``cdc$time``) at the arrival clock. The arrival clock is never earlier than the last
+seal (``sealed_through_ms``, kept in ``_meta``), so a clock that steps back cannot put a row in a
+sealed slice; should a row's slice be sealed nonetheless (only after the slice settings
+changed), it goes out of sequence (``redirected_rows``).
+
+Transactions: the batch's rows are appended to ``capture_queue`` just before the write
+transaction's COMMIT, together with the slices' row counts and bytes; a rolled-back transaction
+captures nothing, and after kill -9 every acknowledged log row is in the capture.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sqlite3
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ringflow.cdc import BATCH_SEQ_NO_COLUMN, STREAM_ID_COLUMN, TIME_COLUMN
+from ringflow.cdc._log_rows import DeltaRow
+from ringflow.errors import InternalError, InvalidRequest, invariant
+from ringflow.replication import (
+    Origin,
+    SealedSlice,
+    SliceKey,
+    SliceSettings,
+    canonical_digest,
+    canonical_row_bytes,
+    decode_canonical_row,
+    place,
+)
+from ringflow.schema import Cell, Mutation, timeuuid_to_micros
+from ringflow.storage._errors import CaptureFull
+from ringflow.storage._keys import MIN_TOKEN
+from ringflow.storage._sqlite_layout import (
+    APPEND_CAPTURE_ROW,
+    KIND_PACKED_ROW,
+    UPSERT_CAPTURE_SLICE,
+)
+
+_log = logging.getLogger(__name__)
+
+GIB: Final = 1024**3
+ROW_OVERHEAD_BYTES: Final = 32
+"""Counted per captured row on top of its canonical bytes (sequence, digest, keys)."""
+WHOLE_RING: Final = (MIN_TOKEN, MIN_TOKEN)
+"""The range of a row whose stream the resolver does not know."""
+ORIGIN_CODES: Final = {Origin.WRITE: 0, Origin.HINT: 1, Origin.STREAM: 2, Origin.REPAIR: 3}
+ORIGINS: Final = {code: origin for origin, code in ORIGIN_CODES.items()}
+_REDIRECTS_MAX = 10_000
+_HELD_ATOM = """
+SELECT 1 FROM atoms WHERE tid = ? AND token = ? AND pk = ? AND ck = ? AND kind = ? AND col = ''
+    AND path = ? LIMIT 1"""
+
+RangeResolver = Callable[[str, bytes, int], tuple[int, int] | None]
+"""``range_of(keyspace, stream_id, write_ts_us)``: the ``(start, end]`` vnode range of the
+stream's CDC generation, or None if unknown. Called on the store's thread inside the write
+transaction: it must not call the store."""
+AtomKey = tuple[int, int, bytes, bytes, bytes]
+"""(tid, token, pk, ck, digest) of a packed log atom: what the store holds it under."""
+SlotKey = tuple[str, str, int, int, int, bool]
+"""A slice key's fields: keyspace, table, range start, range end, slice start, out of seq."""
+
+
+class CapturePolicy(enum.Enum):
+    """What the cap does when exceeded (REPLICATION.md decision 1: the operator's choice)."""
+
+    REFUSE = "refuse"
+    """CDC writes (origins WRITE and HINT) to this replica fail with ``CaptureFull`` (0x1600)."""
+    DROP_OLDEST = "drop-oldest"
+    """The oldest sealed slices are dropped, each with a WARNING and counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureCap:
+    """A bound on captured data: ``max_bytes`` and ``max_age_s`` (age of the oldest slice's
+    first row), and the ``policy`` applied past either. Defaults: Cassandra's 4 GiB of
+    ``cdc_total_space``, a week, refuse (nothing is lost without the operator's say)."""
+
+    max_bytes: int = 4 * GIB
+    max_age_s: int = 7 * 24 * 3600
+    policy: CapturePolicy = CapturePolicy.REFUSE
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_age_s"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise InvalidRequest(f"capture cap {name} must be a positive int, got {value!r}")
+        if not isinstance(self.policy, CapturePolicy):
+            raise InvalidRequest(f"capture cap policy must be a CapturePolicy: {self.policy!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """What the node gives ``Store.enable_capture``: its host id (for ``SealedSlice``), the
+    range resolver, its wall clock in ms, the slice settings (``table_settings`` by
+    ``(keyspace, base table)`` over ``settings``) and the cap."""
+
+    node_id: uuid.UUID
+    range_of: RangeResolver
+    clock_ms: Callable[[], int]
+    settings: SliceSettings = SliceSettings()  # noqa: RUF009 - frozen value object
+    table_settings: Mapping[tuple[str, str], SliceSettings] = field(default_factory=dict)
+    cap: CaptureCap = CaptureCap()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node_id, uuid.UUID):
+            raise InvalidRequest(f"capture node_id must be a UUID, got {self.node_id!r}")
+        if not callable(self.range_of) or not callable(self.clock_ms):
+            raise InvalidRequest("capture range_of and clock_ms must be callables")
+        for settings in (self.settings, *self.table_settings.values()):
+            if not isinstance(settings, SliceSettings):
+                raise InvalidRequest(f"not SliceSettings: {settings!r}")
+
+    def settings_for(self, keyspace: str, table: str) -> SliceSettings:
+        return self.table_settings.get((keyspace, table), self.settings)
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedSlice:
+    """One slice as the store holds it. ``digest``/``sealed_ms`` are None while it is open."""
+
+    key: SliceKey
+    row_count: int
+    size_bytes: int
+    opened_ms: int
+    """Arrival of its first row."""
+    due_ms: int
+    sealed_ms: int | None
+    digest: bytes | None
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_ms is not None
+
+    def sealed_slice(self, node_id: uuid.UUID) -> SealedSlice:
+        """What ``node_id`` publishes for this slice; InvalidRequest while it is open."""
+        if self.sealed_ms is None or self.digest is None:
+            raise InvalidRequest(f"slice {self.key} is open")
+        return SealedSlice(self.key, node_id, self.digest, self.row_count, self.sealed_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedRow:
+    """One captured row: arrival sequence (increasing per store), digest, origin, columns."""
+
+    seq: int
+    digest: int
+    origin: Origin
+    columns: dict[str, bytes | None]
+
+
+def captured_row(seq: int, digest: int, origin_code: int, data: bytes) -> CapturedRow:
+    """A ``capture_rows`` row, decoded and checked against its digest (read-back check)."""
+    invariant(canonical_digest(data) == digest, f"captured row {seq}: digest mismatch")
+    return CapturedRow(seq, digest, ORIGINS[origin_code], decode_canonical_row(data))
+
+
+@dataclass(slots=True)
+class CaptureTotals:
+    """What the capture holds, kept in memory (``_capture_slices.totals`` reads it from SQL)."""
+
+    slices_open: int = 0
+    slices_sealed: int = 0
+    rows: int = 0
+    size_bytes: int = 0
+    oldest_opened_ms: int | None = None
+
+
+def over_cap(totals: CaptureTotals, cap: CaptureCap, now_ms: int) -> bool:
+    """Whether ``totals`` exceed ``cap``'s bytes, or its age at ``now_ms``."""
+    if totals.size_bytes > cap.max_bytes:
+        return True
+    oldest = totals.oldest_opened_ms
+    return oldest is not None and now_ms - oldest > cap.max_age_s * 1000
+
+
+@dataclass(slots=True)
+class CaptureCounters:
+    """Events since the store opened, for status (all loud ones are also logged)."""
+
+    refused_batches: int = 0
+    dropped_slices: int = 0
+    dropped_rows: int = 0
+    dropped_bytes: int = 0
+    unresolved_rows: int = 0
+    redirected_rows: int = 0
+    duplicate_rows: int = 0
+    """Rows of a non-WRITE origin the store held already (not captured again)."""
+
+
+class CaptureRecorder:
+    """A store's capture state: config, totals, counters, the arrival sequence and the seal
+    horizon. Owned by the ``Store`` (used under its lock, on its thread)."""
+
+    def __init__(
+        self, config: CaptureConfig, totals: CaptureTotals, next_seq: int, sealed_through_ms: int
+    ) -> None:
+        self.config = config
+        self.totals = totals
+        self.counters = CaptureCounters()
+        self.next_seq = next_seq
+        self.sealed_through_ms = sealed_through_ms
+        self.queued = 0
+        """Rows in ``capture_queue`` (an upper bound, like the store's ``_appended``)."""
+        self._over_cap_logged = False
+
+    def arrival_ms(self) -> int:
+        """The clock rows are triaged by: never before the last seal."""
+        return max(self.config.clock_ms(), self.sealed_through_ms)
+
+    def over_cap(self, now_ms: int) -> bool:
+        return over_cap(self.totals, self.config.cap, now_ms)
+
+    def refusal(self, origin: Origin) -> CaptureFull | None:
+        """``CaptureFull`` for a batch with CDC rows of ``origin`` when the cap is exceeded and
+        the policy refuses (streamed and repaired rows are always taken: refusing them would
+        stall bootstrap and repair, and they are counted in the totals like any row)."""
+        cap = self.config.cap
+        if cap.policy is not CapturePolicy.REFUSE or origin not in (Origin.WRITE, Origin.HINT):
+            return None
+        now_ms = self.config.clock_ms()
+        if not self.over_cap(now_ms):
+            if self._over_cap_logged:
+                _log.warning("replica capture back under its cap: CDC writes accepted again")
+                self._over_cap_logged = False
+            return None
+        self.counters.refused_batches += 1
+        message = self._cap_message(now_ms)
+        if not self._over_cap_logged:
+            _log.error("%s; CDC writes to this replica are refused until it is", message)
+            self._over_cap_logged = True
+        return CaptureFull(f"{message}; the CDC write is refused (cap policy 'refuse')")
+
+    def _cap_message(self, now_ms: int) -> str:
+        totals, cap = self.totals, self.config.cap
+        oldest = totals.oldest_opened_ms
+        age_s = 0 if oldest is None else (now_ms - oldest) // 1000
+        return (
+            f"replica capture over its cap: {totals.size_bytes} bytes (cap {cap.max_bytes}), "
+            f"oldest slice {age_s} s old (cap {cap.max_age_s} s), {totals.rows} rows not yet "
+            "sent everywhere"
+        )
+
+    def committed(self, batch: CaptureBatch) -> None:
+        """``batch``'s transaction committed: count what it added."""
+        totals = self.totals
+        totals.slices_open += batch.new_slices
+        totals.rows += batch.rows
+        totals.size_bytes += batch.size_bytes
+        oldest = totals.oldest_opened_ms
+        if batch.new_slices and (oldest is None or batch.now_ms < oldest):
+            totals.oldest_opened_ms = batch.now_ms  # the new slices' first arrival
+        self.queued += batch.rows
+        counters = self.counters
+        counters.unresolved_rows += batch.unresolved
+        counters.redirected_rows += batch.redirected
+        counters.duplicate_rows += batch.duplicates
+
+
+def _micros_of_timeuuid(raw: bytes) -> int:
+    return timeuuid_to_micros(uuid.UUID(bytes=raw))
+
+
+class CaptureBatch:
+    """The captured rows of one write transaction; ``flush`` writes them before COMMIT.
+
+    ``origin`` is the origin of the batch being written (``apply_group`` sets it per batch);
+    ``held`` reports whether the store already holds a packed log atom (for non-WRITE rows; the
+    store settles its log queue before the first such check)."""
+
+    def __init__(
+        self,
+        recorder: CaptureRecorder,
+        connection: sqlite3.Connection,
+        settle_log_queue: Callable[[], None],
+    ) -> None:
+        self._recorder = recorder
+        self._config = recorder.config
+        self._connection = connection
+        self._settle_log_queue = settle_log_queue
+        self._log_queue_settled = False
+        self.origin = Origin.WRITE
+        self.now_ms = recorder.arrival_ms()
+        self._slots: dict[SlotKey, list[tuple[int, int, bytes]]] = {}
+        """Rows by slice: (digest, origin code, canonical bytes), in arrival order."""
+        self._dues: dict[SlotKey, int] = {}
+        self.rows = self.size_bytes = self.new_slices = 0
+        self.unresolved = self.redirected = self.duplicates = 0
+
+    # -- capturing ---------------------------------------------------------------------------
+
+    def add_delta(self, keyspace: str, table: str, delta: DeltaRow, atom: AtomKey) -> None:
+        """The one log row of a delta-only write (``cdc._log_rows.DeltaRow``)."""
+        origin = self.origin
+        if origin is not Origin.WRITE and self._held(atom):
+            return
+        columns: dict[str, bytes | None] = dict(delta.values)
+        columns[STREAM_ID_COLUMN] = delta.stream_id
+        time, seq_no = delta.clustering
+        columns[TIME_COLUMN] = time
+        columns[BATCH_SEQ_NO_COLUMN] = seq_no
+        self._add(keyspace, table, delta.stream_id, delta.timestamp_us, columns, origin)
+
+    def add_log_mutation(
+        self,
+        keyspace: str,
+        table: str,
+        mutation: Mutation,
+        atoms: list[AtomKey] | None,
+        *,
+        direct: bool,
+    ) -> None:
+        """The rows of a log mutation: built by the store (``direct=False``: the batch's
+        origin) or applied as given (``direct=True``: STREAM for a streaming batch, else
+        REPAIR). ``atoms`` are the rows' packed atoms in row order, when known (for the
+        already-held check)."""
+        origin = self.origin
+        if direct:
+            origin = Origin.STREAM if origin is Origin.STREAM else Origin.REPAIR
+        (stream_id,) = mutation.partition_key
+        for index, row in enumerate(mutation.rows):
+            if origin is not Origin.WRITE and atoms is not None and self._held(atoms[index]):
+                continue
+            columns: dict[str, bytes | None] = {
+                name: cell.value
+                for name, cell in row.cells.items()
+                if type(cell) is Cell and not cell.is_tombstone
+            }
+            time, seq_no = row.clustering
+            columns[STREAM_ID_COLUMN] = stream_id
+            columns[TIME_COLUMN] = time
+            columns[BATCH_SEQ_NO_COLUMN] = seq_no
+            self._add(keyspace, table, stream_id, _micros_of_timeuuid(time), columns, origin)
+
+    def _held(self, atom: AtomKey) -> bool:
+        if not self._log_queue_settled:
+            self._settle_log_queue()
+            self._log_queue_settled = True
+        tid, token, pk, ck, digest = atom
+        found = self._connection.execute(_HELD_ATOM, (tid, token, pk, ck, KIND_PACKED_ROW, digest))
+        held = found.fetchone() is not None
+        self.duplicates += held
+        return held
+
+    def _add(
+        self,
+        keyspace: str,
+        table: str,
+        stream_id: bytes,
+        timestamp_us: int,
+        columns: dict[str, bytes | None],
+        origin: Origin,
+    ) -> None:
+        token_range = self._config.range_of(keyspace, stream_id, timestamp_us)
+        if token_range is None:
+            token_range = WHOLE_RING
+            self.unresolved += 1
+        settings = self._config.settings_for(keyspace, table)
+        placement = place(timestamp_us // 1000, self.now_ms, origin, settings)
+        slot = (keyspace, table, *token_range, placement.slice_start_ms, placement.out_of_sequence)
+        data = canonical_row_bytes(columns)
+        rows = self._slots.get(slot)
+        if rows is None:
+            rows = self._slots[slot] = []
+            self._dues[slot] = placement.due_ms
+        rows.append((canonical_digest(data), ORIGIN_CODES[origin], data))
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the captured rows and their slices' counts (inside the write transaction)."""
+        for slot, rows in self._slots.items():
+            size_bytes = sum(len(data) for _, _, data in rows) + ROW_OVERHEAD_BYTES * len(rows)
+            sid = self._slice_id(slot, len(rows), size_bytes)
+            seq = self._recorder.next_seq
+            self._recorder.next_seq = seq + len(rows)
+            self._connection.executemany(
+                APPEND_CAPTURE_ROW,
+                [
+                    (seq + offset, sid, digest, origin, data)
+                    for offset, (digest, origin, data) in enumerate(rows)
+                ],
+            )
+            self.rows += len(rows)
+            self.size_bytes += size_bytes
+        self._slots.clear()
+
+    def _slice_id(self, slot: SlotKey, count: int, size_bytes: int) -> int:
+        """The open slice ``slot`` (created if new) with ``count`` rows more; a sealed slot's
+        rows go out of sequence, to the first open bucket from their arrival on."""
+        keyspace, table, range_start, range_end, start, out_of_sequence = slot
+        due = self._dues[slot]
+        width_ms = self._config.settings_for(keyspace, table).slice_width_ms
+        for _ in range(_REDIRECTS_MAX):
+            found = self._connection.execute(
+                UPSERT_CAPTURE_SLICE,
+                (keyspace, table, range_start, range_end, start, out_of_sequence, due,
+                 self.now_ms, count, size_bytes),
+            ).fetchone()  # fmt: skip
+            if found is not None:
+                sid, row_count = found
+                self.new_slices += row_count == count
+                return int(sid)
+            self.redirected += count
+            if out_of_sequence:
+                start += width_ms
+            else:
+                start, out_of_sequence = self.now_ms // width_ms * width_ms, True
+            due = start + width_ms
+        raise InternalError(f"no open capture slice for {slot} after {_REDIRECTS_MAX} tries")
