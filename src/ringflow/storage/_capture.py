@@ -17,8 +17,15 @@ What is captured, once capture is enabled:
   replayed to this node);
 * every row of a CDC log table mutation applied directly (no capture): STREAM when the batch is
   streaming's (bootstrap, decommission), else REPAIR (read repair, anything else);
-* for every origin but WRITE, only rows the store does not hold already (a hint for a write the
-  node did apply, a streamed or repaired row it has): each row is captured once per replica.
+* each row once per replica. A log row is identified by its key (table, stream, ``cdc$time``,
+  ``cdc$batch_seq_no``), not its bytes: written again (a hint for a write the node did apply,
+  a write message delivered late after a restart, a streamed or repaired row it has), it
+  carries another expiry, so the log table keeps both versions and merges them on read. A row
+  whose key was captured recently (the last ``RECENT_ROWS_MAX``, in memory), or, unless it is a
+  timely write, whose key the log table holds already, is not captured again (counted as
+  ``duplicate_rows``). What escapes this: a timely write of a row that came first as a hint
+  more than ``RECENT_ROWS_MAX`` rows earlier (links are FIFO, so the write message comes
+  first); it costs a digest mismatch, so a send, never a loss.
 
 A captured row is the log row as its columns' serialized values (``None`` never occurs: absent
 columns are absent), kept as its canonical bytes (``replication.canonical_row_bytes``) with its
@@ -66,11 +73,7 @@ from ringflow.replication import (
 from ringflow.schema import Cell, Mutation, timeuuid_to_micros
 from ringflow.storage._errors import CaptureFull
 from ringflow.storage._keys import MIN_TOKEN
-from ringflow.storage._sqlite_layout import (
-    APPEND_CAPTURE_ROW,
-    KIND_PACKED_ROW,
-    UPSERT_CAPTURE_SLICE,
-)
+from ringflow.storage._sqlite_layout import APPEND_CAPTURE_ROW, UPSERT_CAPTURE_SLICE
 
 _log = logging.getLogger(__name__)
 
@@ -82,16 +85,16 @@ WHOLE_RING: Final = (MIN_TOKEN, MIN_TOKEN)
 ORIGIN_CODES: Final = {Origin.WRITE: 0, Origin.HINT: 1, Origin.STREAM: 2, Origin.REPAIR: 3}
 ORIGINS: Final = {code: origin for origin, code in ORIGIN_CODES.items()}
 _REDIRECTS_MAX = 10_000
-_HELD_ATOM = """
-SELECT 1 FROM atoms WHERE tid = ? AND token = ? AND pk = ? AND ck = ? AND kind = ? AND col = ''
-    AND path = ? LIMIT 1"""
+_HELD_ROW = "SELECT 1 FROM atoms WHERE tid = ? AND token = ? AND pk = ? AND ck = ? LIMIT 1"
+RECENT_ROWS_MAX: Final = 100_000
+"""Keys of the rows captured last, remembered to capture a row once (``CaptureRecorder``)."""
 
 RangeResolver = Callable[[str, bytes, int], tuple[int, int] | None]
 """``range_of(keyspace, stream_id, write_ts_us)``: the ``(start, end]`` vnode range of the
 stream's CDC generation, or None if unknown. Called on the store's thread inside the write
 transaction: it must not call the store."""
-AtomKey = tuple[int, int, bytes, bytes, bytes]
-"""(tid, token, pk, ck, digest) of a packed log atom: what the store holds it under."""
+RowKey = tuple[int, int, bytes, bytes]
+"""(tid, token, pk, ck): where the store keeps a log row (its table, stream and clustering)."""
 SlotKey = tuple[str, str, int, int, int, bool]
 """A slice key's fields: keyspace, table, range start, range end, slice start, out of seq."""
 
@@ -237,6 +240,8 @@ class CaptureRecorder:
         self.sealed_through_ms = sealed_through_ms
         self.queued = 0
         """Rows in ``capture_queue`` (an upper bound, like the store's ``_appended``)."""
+        self.recent: dict[RowKey, None] = {}
+        """Keys of the last ``RECENT_ROWS_MAX`` rows captured, oldest first."""
         self._over_cap_logged = False
 
     def arrival_ms(self) -> int:
@@ -290,6 +295,10 @@ class CaptureRecorder:
         counters.unresolved_rows += batch.unresolved
         counters.redirected_rows += batch.redirected
         counters.duplicate_rows += batch.duplicates
+        recent = self.recent
+        recent.update(batch.keys)
+        while len(recent) > RECENT_ROWS_MAX:
+            del recent[next(iter(recent))]
 
 
 def _micros_of_timeuuid(raw: bytes) -> int:
@@ -299,9 +308,8 @@ def _micros_of_timeuuid(raw: bytes) -> int:
 class CaptureBatch:
     """The captured rows of one write transaction; ``flush`` writes them before COMMIT.
 
-    ``origin`` is the origin of the batch being written (``apply_group`` sets it per batch);
-    ``held`` reports whether the store already holds a packed log atom (for non-WRITE rows; the
-    store settles its log queue before the first such check)."""
+    ``origin`` is the origin of the batch being written (``apply_group`` sets it per batch).
+    ``settle_log_queue`` runs before the first look at the log table (``_duplicate``)."""
 
     def __init__(
         self,
@@ -319,43 +327,40 @@ class CaptureBatch:
         self._slots: dict[SlotKey, list[tuple[int, int, bytes]]] = {}
         """Rows by slice: (digest, origin code, canonical bytes), in arrival order."""
         self._dues: dict[SlotKey, int] = {}
+        self._keys: dict[RowKey, None] = {}
+        """The log rows captured by this transaction (``recent`` once it commits)."""
         self.rows = self.size_bytes = self.new_slices = 0
         self.unresolved = self.redirected = self.duplicates = 0
 
     # -- capturing ---------------------------------------------------------------------------
 
-    def add_delta(self, keyspace: str, table: str, delta: DeltaRow, atom: AtomKey) -> None:
-        """The one log row of a delta-only write (``cdc._log_rows.DeltaRow``)."""
-        origin = self.origin
-        if origin is not Origin.WRITE and self._held(atom):
-            return
+    def add_delta(self, keyspace: str, table: str, delta: DeltaRow, key: RowKey) -> None:
+        """The one log row of a delta-only write (``cdc._log_rows.DeltaRow``) stored at
+        ``key``."""
         columns: dict[str, bytes | None] = dict(delta.values)
         columns[STREAM_ID_COLUMN] = delta.stream_id
         time, seq_no = delta.clustering
         columns[TIME_COLUMN] = time
         columns[BATCH_SEQ_NO_COLUMN] = seq_no
-        self._add(keyspace, table, delta.stream_id, delta.timestamp_us, columns, origin)
+        self._add(keyspace, table, delta.stream_id, delta.timestamp_us, columns, self.origin, key)
 
     def add_log_mutation(
         self,
         keyspace: str,
         table: str,
         mutation: Mutation,
-        atoms: list[AtomKey] | None,
+        keys: list[RowKey] | None,
         *,
         direct: bool,
     ) -> None:
         """The rows of a log mutation: built by the store (``direct=False``: the batch's
         origin) or applied as given (``direct=True``: STREAM for a streaming batch, else
-        REPAIR). ``atoms`` are the rows' packed atoms in row order, when known (for the
-        already-held check)."""
+        REPAIR). ``keys`` are where the rows are stored, in row order, when known."""
         origin = self.origin
         if direct:
             origin = Origin.STREAM if origin is Origin.STREAM else Origin.REPAIR
         (stream_id,) = mutation.partition_key
         for index, row in enumerate(mutation.rows):
-            if origin is not Origin.WRITE and atoms is not None and self._held(atoms[index]):
-                continue
             columns: dict[str, bytes | None] = {
                 name: cell.value
                 for name, cell in row.cells.items()
@@ -365,17 +370,27 @@ class CaptureBatch:
             columns[STREAM_ID_COLUMN] = stream_id
             columns[TIME_COLUMN] = time
             columns[BATCH_SEQ_NO_COLUMN] = seq_no
-            self._add(keyspace, table, stream_id, _micros_of_timeuuid(time), columns, origin)
+            key = None if keys is None else keys[index]
+            timestamp_us = _micros_of_timeuuid(time)
+            self._add(keyspace, table, stream_id, timestamp_us, columns, origin, key)
 
-    def _held(self, atom: AtomKey) -> bool:
+    @property
+    def keys(self) -> dict[RowKey, None]:
+        return self._keys
+
+    def _duplicate(self, key: RowKey, origin: Origin, out_of_sequence: bool) -> bool:
+        """Whether the log row at ``key`` was captured already: earlier in this transaction,
+        recently (``CaptureRecorder.recent``), or, for a row that is not a timely write, as
+        the store's log table says (a row is identified by its key, not its bytes: a row
+        written again carries another expiry, so other bytes)."""
+        if key in self._keys or key in self._recorder.recent:
+            return True
+        if origin is Origin.WRITE and not out_of_sequence:
+            return False
         if not self._log_queue_settled:
             self._settle_log_queue()
             self._log_queue_settled = True
-        tid, token, pk, ck, digest = atom
-        found = self._connection.execute(_HELD_ATOM, (tid, token, pk, ck, KIND_PACKED_ROW, digest))
-        held = found.fetchone() is not None
-        self.duplicates += held
-        return held
+        return self._connection.execute(_HELD_ROW, key).fetchone() is not None
 
     def _add(
         self,
@@ -385,13 +400,19 @@ class CaptureBatch:
         timestamp_us: int,
         columns: dict[str, bytes | None],
         origin: Origin,
+        key: RowKey | None,
     ) -> None:
+        settings = self._config.settings_for(keyspace, table)
+        placement = place(timestamp_us // 1000, self.now_ms, origin, settings)
+        if key is not None:
+            if self._duplicate(key, origin, placement.out_of_sequence):
+                self.duplicates += 1
+                return
+            self._keys[key] = None
         token_range = self._config.range_of(keyspace, stream_id, timestamp_us)
         if token_range is None:
             token_range = WHOLE_RING
             self.unresolved += 1
-        settings = self._config.settings_for(keyspace, table)
-        placement = place(timestamp_us // 1000, self.now_ms, origin, settings)
         slot = (keyspace, table, *token_range, placement.slice_start_ms, placement.out_of_sequence)
         data = canonical_row_bytes(columns)
         rows = self._slots.get(slot)

@@ -99,6 +99,8 @@ class StoreCapture:
         with self._lock:
             recorder = self._enabled()
             now_ms = max(self._now_ms(now_ms), recorder.sealed_through_ms)
+            if recorder.totals.slices_open == 0:
+                return []  # nothing to seal (an idle node's timer costs no transaction)
             with self._transaction() as connection:
                 sealed = slices.seal_due(connection, recorder, now_ms)
             slices.sealed(recorder, sealed, now_ms)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ringflow.cdc._log_rows import DeltaRow
 from ringflow.schema import Mutation, Table
-from ringflow.storage._capture import AtomKey, CaptureBatch
+from ringflow.storage._capture import CaptureBatch, RowKey
 from ringflow.storage._sqlite_layout import (
     APPEND_LOG_ATOM,
     CLEAR_LOG_APPENDS,
@@ -47,8 +47,8 @@ class WriteBuffer:
         self._log_atoms.append(queued)
         capture = self.capture
         if capture is not None:
-            tid, token, pk, ck, digest, _value = queued
-            capture.add_delta(base.keyspace, base.name, delta, (tid, token, pk, ck, digest))
+            tid, token, pk, ck, _digest, _value = queued
+            capture.add_delta(base.keyspace, base.name, delta, (tid, token, pk, ck))
 
     def add_log(
         self, flat: FlatMutation, base_name: str, mutation: Mutation, *, direct: bool
@@ -58,8 +58,8 @@ class WriteBuffer:
         self._pending.append(flat)
         capture = self.capture
         if capture is not None:
-            atoms = packed_atom_keys(flat, len(mutation.rows))
-            capture.add_log_mutation(mutation.keyspace, base_name, mutation, atoms, direct=direct)
+            keys = log_row_keys(flat, len(mutation.rows))
+            capture.add_log_mutation(mutation.keyspace, base_name, mutation, keys, direct=direct)
 
     def flush(self) -> None:
         self.appended += write_flats(self._connection, self._pending, append_packed=True)
@@ -81,13 +81,13 @@ class WriteBuffer:
                 return
 
 
-def packed_atom_keys(flat: FlatMutation, rows: int) -> list[AtomKey] | None:
-    """The packed atoms of a log mutation's ``rows`` rows, in row order; None if ``flat`` is
-    not one packed atom per row (then nothing is checked against what the store holds)."""
+def log_row_keys(flat: FlatMutation, rows: int) -> list[RowKey] | None:
+    """Where a log mutation's ``rows`` rows are stored, in row order; None if ``flat`` is not
+    one packed atom per row (then the rows are not checked for duplicates)."""
     atoms = flat.atoms
     if len(atoms) != rows or any(atom[4] != KIND_PACKED_ROW for atom in atoms):
         return None
-    return [(atom[0], atom[1], atom[2], atom[3], atom[6]) for atom in atoms]
+    return [(atom[0], atom[1], atom[2], atom[3]) for atom in atoms]
 
 
 def flat_table(flat: FlatMutation) -> int | None:

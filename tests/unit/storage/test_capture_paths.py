@@ -69,6 +69,29 @@ def test_a_hint_goes_in_sequence_while_its_slice_is_open_and_is_captured_once(
     store.close()
 
 
+def test_a_row_written_again_later_is_captured_once_though_its_bytes_differ(
+    tmp_path: Path,
+) -> None:
+    """A hint (then a write message delivered late) for a write the replica applied seconds
+    earlier: the log row carries another expiry, so other bytes; the log reads one row, and
+    the capture holds one."""
+    clock = Clock()
+    store = capture_store(tmp_path, clock)
+    mutation, capture = write(1, TS_US)
+    store.apply([mutation], now_s=NOW_S, cdc={0: capture})
+    store.apply([mutation], now_s=NOW_S + 5, cdc={0: capture}, origin=Origin.HINT)
+    clock.now_ms = START + 3000  # the write message, late: out of sequence, checked
+    store.apply([mutation], now_s=NOW_S + 9, cdc={0: capture})
+    assert sum(log_rows(store).values()) == 1
+    assert captured_rows(store) == log_rows(store)
+    store.close()
+    store = capture_store(tmp_path, clock)  # reopened: nothing recent in memory
+    store.apply([mutation], now_s=NOW_S + 12, cdc={0: capture}, origin=Origin.HINT)
+    assert captured_rows(store) == log_rows(store)
+    assert store.capture.status().duplicate_rows == 1
+    store.close()
+
+
 def _log_mutations(store: object, stream: bytes) -> list[Mutation]:
     found = store.read_mutation(DELTA_LOG, (stream,))  # type: ignore[attr-defined]
     return [] if found is None else [found]
