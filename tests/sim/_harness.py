@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from ringflow.cdc import CdcMetadata, generate_topology_description
 from ringflow.cluster import ConsistencyLevel
+from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import ClusterSettings
+from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._requests import Query, QueryParameters
 from ringflow.cql._wire import Consistency
@@ -38,6 +39,8 @@ KEYSPACE_RF3 = (
     "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}"
 )
 CDC_TABLE = "CREATE TABLE ks.kv (k int PRIMARY KEY, v int) WITH cdc = {'enabled': true}"
+SIM_CAPTURE = CaptureSettings(slice_width_s=5, slice_count=2)
+"""Every simulated node captures, with slices short enough to seal within a test."""
 
 
 def interleaved_tokens(names: Sequence[str], name: str, per_node: int) -> tuple[int, ...]:
@@ -106,10 +109,13 @@ def sim_node(
     store: Store,
     cdc: CdcMetadata,
     seed: str,
+    capture: CaptureSettings | None = SIM_CAPTURE,
     **options: Any,
 ) -> ClusterNode:
     """A ``ClusterNode`` (not started) at ``host.endpoint`` with its ``QueryProcessor``, seeded
-    from the incarnation's random source; ``options`` go to ``ClusterNode``."""
+    from the incarnation's random source; ``options`` go to ``ClusterNode``. Its store captures
+    every CDC log row (``ReplicaCapture``, seed 002) and seals on the simulated clock, unless
+    ``capture`` is None."""
     processor = QueryProcessor(
         store,
         node=NodeIdentity(host.host_id, tokens=tokens),
@@ -124,7 +130,7 @@ def sim_node(
         cluster_name="sim",
         gossip_interval_ms=GOSSIP_MS,
     )
-    return ClusterNode(
+    node = ClusterNode(
         settings,
         host=host,
         tokens=tokens,
@@ -136,6 +142,11 @@ def sim_node(
         offload=sim_offload(runtime.clock),
         **options,
     )
+    if capture is not None:  # the simulator is one thread: prepare runs here, as on its thread
+        replica_capture = ReplicaCapture(node, cdc, capture)
+        replica_capture.prepare()
+        replica_capture.start()
+    return node
 
 
 def start_layout_node(

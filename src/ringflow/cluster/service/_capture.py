@@ -38,7 +38,7 @@ from ringflow.replication import SealedSlice, StreamRanges
 from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import TimerHandle
 from ringflow.schema import deserialize
-from ringflow.storage import CaptureConfig, CapturedSlice, Store
+from ringflow.storage import CaptureConfig, CapturedSlice, Store, UnknownTable
 from ringflow.storage._capture_slices import CaptureStatus
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ SealedListener = Callable[[Sequence[SealedSlice]], None]
 def stored_descriptions(store: Store, now_us: int) -> list[TopologyDescription]:
     """Every generation description whose internal v2 rows the store holds (at most
     ``_STORED_GENERATIONS_MAX``; a partial one is skipped with a log line)."""
-    table = store.table(*_GENERATION_TABLE)
+    try:
+        table = store.table(*_GENERATION_TABLE)
+    except UnknownTable:  # a store without the system tables (a bare simulated node)
+        return []
     id_type = table.column("id").type
     generation_ids: dict[uuid.UUID, None] = {}
     state = None
