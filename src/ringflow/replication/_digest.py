@@ -25,22 +25,36 @@ _ROW_DIGEST = struct.Struct(">q")
 
 
 def canonical_row_bytes(columns: Mapping[str, bytes | None]) -> bytes:
-    """The canonical encoding of one captured row (module docstring)."""
+    """The canonical encoding of one captured row (module docstring). It runs for every row a
+    replica captures, so each column name's encoded head is made once (``_heads``)."""
     parts: list[bytes] = []
+    heads = _HEADS
     for name in sorted(columns):
         value = columns[name]
-        encoded = name.encode("utf-8")
-        parts.append(_LENGTH.pack(len(encoded)))
-        parts.append(encoded)
+        found = heads.get(name)
+        if found is None:
+            found = _heads(name)
         if value is None:
-            parts.append(b"\x00")
-        elif isinstance(value, bytes):
-            parts.append(b"\x01")
-            parts.append(_LENGTH.pack(len(value)))
-            parts.append(value)
+            parts.append(found[0])
+        elif type(value) is bytes:
+            parts += (found[1], _LENGTH.pack(len(value)), value)
         else:
             raise ReplicationArgumentError(f"column {name!r}: a value is bytes or None: {value!r}")
     return b"".join(parts)
+
+
+_HEADS: dict[str, tuple[bytes, bytes]] = {}
+"""Column name -> its encoded name followed by the absent and the present marker."""
+_HEADS_MAX = 4096
+
+
+def _heads(name: str) -> tuple[bytes, bytes]:
+    encoded = name.encode("utf-8")
+    head = _LENGTH.pack(len(encoded)) + encoded
+    found = (head + b"\x00", head + b"\x01")
+    if len(_HEADS) < _HEADS_MAX:
+        _HEADS[name] = found
+    return found
 
 
 def decode_canonical_row(data: bytes) -> dict[str, bytes | None]:

@@ -53,6 +53,7 @@ import enum
 import logging
 import sqlite3
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -73,13 +74,16 @@ from ringflow.replication import (
 from ringflow.schema import Cell, Mutation, timeuuid_to_micros
 from ringflow.storage._errors import CaptureFull
 from ringflow.storage._keys import MIN_TOKEN
-from ringflow.storage._sqlite_layout import APPEND_CAPTURE_ROW, UPSERT_CAPTURE_SLICE
+from ringflow.storage._sqlite_layout import (
+    APPEND_CAPTURE_ROW,
+    CAPTURE_ROW_OVERHEAD_BYTES,
+    INSERT_CAPTURE_SLICE,
+    SELECT_SLICE_STATE,
+)
 
 _log = logging.getLogger(__name__)
 
 GIB: Final = 1024**3
-ROW_OVERHEAD_BYTES: Final = 32
-"""Counted per captured row on top of its canonical bytes (sequence, digest, keys)."""
 WHOLE_RING: Final = (MIN_TOKEN, MIN_TOKEN)
 """The range of a row whose stream the resolver does not know."""
 ORIGIN_CODES: Final = {Origin.WRITE: 0, Origin.HINT: 1, Origin.STREAM: 2, Origin.REPAIR: 3}
@@ -240,8 +244,11 @@ class CaptureRecorder:
         self.sealed_through_ms = sealed_through_ms
         self.queued = 0
         """Rows in ``capture_queue`` (an upper bound, like the store's ``_appended``)."""
-        self.recent: dict[RowKey, None] = {}
-        """Keys of the last ``RECENT_ROWS_MAX`` rows captured, oldest first."""
+        self.open_slots: dict[SlotKey, int] = {}
+        """Slices known to be open, with their ``sid``: a write to one needs no lookup."""
+        self.recent: set[RowKey] = set()
+        """Keys of the last ``RECENT_ROWS_MAX`` rows captured (``recent_order``: oldest first)."""
+        self.recent_order: deque[RowKey] = deque()
         self._over_cap_logged = False
 
     def arrival_ms(self) -> int:
@@ -291,14 +298,16 @@ class CaptureRecorder:
         if batch.new_slices and (oldest is None or batch.now_ms < oldest):
             totals.oldest_opened_ms = batch.now_ms  # the new slices' first arrival
         self.queued += batch.rows
+        self.open_slots.update(batch.new_slots)
         counters = self.counters
         counters.unresolved_rows += batch.unresolved
         counters.redirected_rows += batch.redirected
         counters.duplicate_rows += batch.duplicates
-        recent = self.recent
+        recent, order = self.recent, self.recent_order
         recent.update(batch.keys)
-        while len(recent) > RECENT_ROWS_MAX:
-            del recent[next(iter(recent))]
+        order.extend(batch.keys)
+        while len(order) > RECENT_ROWS_MAX:
+            recent.discard(order.popleft())
 
 
 def _micros_of_timeuuid(raw: bytes) -> int:
@@ -329,6 +338,8 @@ class CaptureBatch:
         self._dues: dict[SlotKey, int] = {}
         self._keys: dict[RowKey, None] = {}
         """The log rows captured by this transaction (``recent`` once it commits)."""
+        self.new_slots: dict[SlotKey, int] = {}
+        """Open slices this transaction looked up or created (``open_slots`` once it commits)."""
         self.rows = self.size_bytes = self.new_slices = 0
         self.unresolved = self.redirected = self.duplicates = 0
 
@@ -424,38 +435,42 @@ class CaptureBatch:
     # -- writing -----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write the captured rows and their slices' counts (inside the write transaction)."""
+        """Write the captured rows (inside the write transaction): one ``executemany`` for
+        all, after creating the slices not known to be open (``CaptureRecorder.open_slots``)."""
+        recorder = self._recorder
+        known = recorder.open_slots
+        appended: list[tuple[int, int, int, int, bytes]] = []
+        seq = recorder.next_seq
         for slot, rows in self._slots.items():
-            size_bytes = sum(len(data) for _, _, data in rows) + ROW_OVERHEAD_BYTES * len(rows)
-            sid = self._slice_id(slot, len(rows), size_bytes)
-            seq = self._recorder.next_seq
-            self._recorder.next_seq = seq + len(rows)
-            self._connection.executemany(
-                APPEND_CAPTURE_ROW,
-                [
-                    (seq + offset, sid, digest, origin, data)
-                    for offset, (digest, origin, data) in enumerate(rows)
-                ],
-            )
-            self.rows += len(rows)
-            self.size_bytes += size_bytes
+            sid = known.get(slot)
+            if sid is None:
+                sid = self.new_slots.get(slot)
+                if sid is None:
+                    sid = self._slice_id(slot, len(rows))
+            for digest, origin, data in rows:
+                appended.append((seq, sid, digest, origin, data))
+                self.size_bytes += len(data)
+                seq += 1
+        recorder.next_seq = seq
+        self._connection.executemany(APPEND_CAPTURE_ROW, appended)
+        self.rows += len(appended)
+        self.size_bytes += CAPTURE_ROW_OVERHEAD_BYTES * len(appended)
         self._slots.clear()
 
-    def _slice_id(self, slot: SlotKey, count: int, size_bytes: int) -> int:
-        """The open slice ``slot`` (created if new) with ``count`` rows more; a sealed slot's
-        rows go out of sequence, to the first open bucket from their arrival on."""
+    def _slice_id(self, slot: SlotKey, count: int) -> int:
+        """The open slice ``slot``, created if new (``new_slots``, ``new_slices``); a sealed
+        slot's rows go out of sequence, to the first open bucket from their arrival on."""
         keyspace, table, range_start, range_end, start, out_of_sequence = slot
         due = self._dues[slot]
         width_ms = self._config.settings_for(keyspace, table).slice_width_ms
+        connection = self._connection
         for _ in range(_REDIRECTS_MAX):
-            found = self._connection.execute(
-                UPSERT_CAPTURE_SLICE,
-                (keyspace, table, range_start, range_end, start, out_of_sequence, due,
-                 self.now_ms, count, size_bytes),
-            ).fetchone()  # fmt: skip
-            if found is not None:
-                sid, row_count = found
-                self.new_slices += row_count == count
+            key = (keyspace, table, range_start, range_end, start, out_of_sequence)
+            created = connection.execute(INSERT_CAPTURE_SLICE, (*key, due, self.now_ms))
+            sid, sealed_ms = connection.execute(SELECT_SLICE_STATE, key).fetchone()
+            if sealed_ms is None:
+                self.new_slices += created.rowcount == 1
+                self.new_slots[key] = sid
                 return int(sid)
             self.redirected += count
             if out_of_sequence:

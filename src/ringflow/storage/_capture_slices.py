@@ -5,8 +5,8 @@ connection and its ``CaptureRecorder`` (``_capture``); the ``Store`` calls them 
 inside its transactions. Rules:
 
 * **Seal** (``seal_due``): every open slice whose due time is at or before ``now_ms`` gets its
-  digest, ``replication.slice_digest`` of the digests of the rows it holds (their count checked
-  against the slice's), and its seal time; ``sealed_through_ms`` moves to ``now_ms`` (never
+  digest, ``replication.slice_digest`` of the digests of the rows it holds, its row count and
+  bytes, and its seal time; ``sealed_through_ms`` moves to ``now_ms`` (never
   back) and is kept in ``_meta``. The capture queue is settled first, so every row of the slice
   is counted.
 * **Read**: slices by filters in key order (``list_slices``), a slice's rows in arrival order a
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from ringflow.errors import InvalidRequest, invariant
+from ringflow.errors import InvalidRequest
 from ringflow.replication import SliceKey, slice_digest
 from ringflow.storage._capture import (
     CaptureConfig,
@@ -40,12 +40,14 @@ from ringflow.storage._capture import (
     over_cap,
 )
 from ringflow.storage._sqlite_layout import (
+    CAPTURE_ROW_OVERHEAD_BYTES,
     CAPTURE_TOTALS,
     CLEAR_CAPTURE_QUEUE,
     COUNT_CAPTURE_QUEUE,
     DELETE_SLICE,
     DELETE_SLICE_ROWS,
     MAX_CAPTURE_SEQ,
+    OPEN_CAPTURE_ROWS,
     SEAL_SLICE,
     SELECT_DUE_SLICES,
     SELECT_META,
@@ -133,17 +135,16 @@ def seal_due(
     sealed: list[CapturedSlice] = []
     for row in connection.execute(SELECT_DUE_SLICES, (now_ms,)).fetchall():
         sid, captured = _record(row)
-        digests = [digest for (digest,) in connection.execute(SELECT_SLICE_DIGESTS, (sid,))]
-        invariant(
-            len(digests) == captured.row_count,
-            f"slice {captured.key}: {len(digests)} rows stored, {captured.row_count} counted",
-        )
+        found = connection.execute(SELECT_SLICE_DIGESTS, (sid,)).fetchall()
+        digests = [digest for digest, _ in found]
+        row_count = len(found)
+        size_bytes = sum(length for _, length in found) + CAPTURE_ROW_OVERHEAD_BYTES * row_count
         digest = slice_digest(digests)
-        connection.execute(SEAL_SLICE, (now_ms, digest, sid))
+        connection.execute(SEAL_SLICE, (now_ms, digest, row_count, size_bytes, sid))
         sealed.append(
             CapturedSlice(
-                captured.key, captured.row_count, captured.size_bytes, captured.opened_ms,
-                captured.due_ms, now_ms, digest,
+                captured.key, row_count, size_bytes, captured.opened_ms, captured.due_ms,
+                now_ms, digest,
             )
         )  # fmt: skip
     connection.execute(UPSERT_META, (SEALED_THROUGH_KEY, str(now_ms)))
@@ -154,6 +155,13 @@ def sealed(recorder: CaptureRecorder, slices: Sequence[CapturedSlice], now_ms: i
     """Count ``slices`` sealed at ``now_ms`` once their transaction committed."""
     recorder.queued = 0
     recorder.sealed_through_ms = max(recorder.sealed_through_ms, now_ms)
+    for captured in slices:
+        key = captured.key
+        recorder.open_slots.pop(
+            (key.keyspace, key.table, key.range_start, key.range_end, key.slice_start_ms,
+             key.out_of_sequence),
+            None,
+        )  # fmt: skip
     recorder.totals.slices_open -= len(slices)
     recorder.totals.slices_sealed += len(slices)
 
@@ -327,4 +335,7 @@ def sql_totals(connection: sqlite3.Connection) -> CaptureTotals:
     open_count, sealed_count, rows, size_bytes, oldest = connection.execute(
         CAPTURE_TOTALS
     ).fetchone()
-    return CaptureTotals(open_count, sealed_count, rows, size_bytes, oldest)
+    open_rows, open_bytes = connection.execute(OPEN_CAPTURE_ROWS).fetchone()
+    return CaptureTotals(
+        open_count, sealed_count, rows + open_rows, size_bytes + open_bytes, oldest
+    )

@@ -147,6 +147,7 @@ class StoreCapture:
         keyspace, table, range, out-of-sequence) order, after ``after`` (paging)."""
         limit = _limit(limit)
         with self._lock:
+            self._settled()  # an open slice's counts are its rows'
             return slices.list_slices(
                 self._connection,
                 keyspace=keyspace,
