@@ -236,6 +236,21 @@ async def run_cluster_node(
             pool.shutdown(wait=True)
 
 
+async def _prepared_capture(
+    cluster: ClusterNode,
+    node: Node,
+    settings: CaptureSettings,
+    storage: concurrent.futures.Executor,
+) -> ReplicaCapture | None:
+    """The node's replica capture, enabled on its store (on the storage thread) before the
+    node listens, so every write it takes is captured; None when the settings disable it."""
+    if not settings.enabled:
+        return None
+    capture = ReplicaCapture(cluster, node.cdc, settings)
+    await asyncio.get_running_loop().run_in_executor(storage, capture.prepare)
+    return capture
+
+
 async def _serve(
     node: Node,
     settings: ClusterSettings,
@@ -316,10 +331,7 @@ async def _serve(
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
 
     node.processor.on_schema_change(schema_changed)
-    capture = None
-    if capture_settings.enabled:  # before the node listens: every write it takes is captured
-        capture = ReplicaCapture(cluster, node.cdc, capture_settings)
-        await loop.run_in_executor(storage, capture.prepare)
+    capture = await _prepared_capture(cluster, node, capture_settings, storage)
     cluster.start()
     generations.start()
     if capture is not None:
