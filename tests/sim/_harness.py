@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import struct
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -24,9 +25,9 @@ from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._requests import Query, QueryParameters
 from ringflow.cql._wire import Consistency
-from ringflow.ring import Host
+from ringflow.ring import MIN_TOKEN, Host
 from ringflow.runtime import Clock, Runtime
-from ringflow.schema import Cell, Mutation, Row
+from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation, Row
 from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, Simulation
 from ringflow.storage import Store
 
@@ -249,3 +250,36 @@ def read_all(
     assert sim.run_until_true(lambda: len(answers) == len(keys), timeout_ms=timeout_ms)
     assert not errors, (errors, sim.describe())
     return answers
+
+
+Columns = tuple[tuple[str, bytes | None], ...]
+
+
+def capture_and_log(
+    store: Store, table: str, now_s: int
+) -> tuple[Counter[Columns], Counter[Columns]]:
+    """What a node's replica capture holds (seed 002) and what its own CDC log table of
+    ``ks.table`` holds, both as rows of column values (keys included): equal when the capture
+    took every log row the store wrote, once."""
+    logged: Counter[Columns] = Counter()
+    state = None
+    while True:
+        page = store.scan(
+            ("ks", table + CDC_LOG_SUFFIX), MIN_TOKEN, MIN_TOKEN, page_size=500,
+            paging_state=state, now_s=now_s,
+        )  # fmt: skip
+        for row in page.rows:
+            columns: dict[str, bytes | None] = dict(row.values)
+            columns["cdc$stream_id"] = row.partition_key[0]
+            columns["cdc$time"], columns["cdc$batch_seq_no"] = row.clustering
+            logged[tuple(sorted(columns.items()))] += 1
+        state = page.paging_state
+        if state is None:
+            break
+    store.capture.validate()
+    captured: Counter[Columns] = Counter(
+        tuple(sorted(row.columns.items()))
+        for piece in store.capture.slices(limit=10_000)
+        for row in store.capture.rows(piece.key, limit=10_000)
+    )
+    return captured, logged

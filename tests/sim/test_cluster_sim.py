@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +30,6 @@ import pytest
 from ringflow.cdc import CdcMetadata, StreamId
 from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell
 from ringflow.sim import NetworkConfig, ProcessCrashed, Simulation
@@ -39,6 +37,7 @@ from tests.sim._harness import (
     NAMES,
     QUORUM,
     all_alive,
+    capture_and_log,
     create_cdc_table,
     endpoint,
     kv_key,
@@ -208,28 +207,8 @@ def check_capture(cluster: SimCluster, sim: Simulation) -> None:
     table holds, whatever reached it as a write, a hint or late, across its crash; its totals
     are what its tables hold."""
     for name in NAMES:
-        store = cluster.node(name).store
-        store.capture.validate()
-        logged: Counter[tuple[tuple[str, bytes | None], ...]] = Counter()
-        state = None
-        while True:
-            page = store.scan(
-                ("ks", "kv" + CDC_LOG_SUFFIX), MIN_TOKEN, MIN_TOKEN, page_size=500,
-                paging_state=state, now_s=cluster.node(name).clock.now_ms() // 1000,
-            )  # fmt: skip
-            for row in page.rows:
-                columns: dict[str, bytes | None] = dict(row.values)
-                columns["cdc$stream_id"] = row.partition_key[0]
-                columns["cdc$time"], columns["cdc$batch_seq_no"] = row.clustering
-                logged[tuple(sorted(columns.items()))] += 1
-            state = page.paging_state
-            if state is None:
-                break
-        captured: Counter[tuple[tuple[str, bytes | None], ...]] = Counter(
-            tuple(sorted(row.columns.items()))
-            for piece in store.capture.slices(limit=10_000)
-            for row in store.capture.rows(piece.key, limit=10_000)
-        )
+        node = cluster.node(name)
+        captured, logged = capture_and_log(node.store, "kv", node.clock.now_ms() // 1000)
         assert captured == logged, f"{name}: capture != its CDC log; {sim.describe()}"
 
 
