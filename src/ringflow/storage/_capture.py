@@ -8,7 +8,7 @@ Layering: the storage layer uses the pure ``ringflow.replication`` package (tria
 digests, ``SliceKey``/``SealedSlice``/``Origin``), which sits *below* storage: it imports only
 ``errors``, ``ring``, ``schema`` and ``cdc``. Nothing here knows the cluster: the node hands in a
 ``CaptureConfig`` (its id, slice settings, a range resolver, its clock, the cap) with
-``Store.enable_capture``. A store without it (every scratch store) captures nothing.
+``Store.capture.enable``. A store without it (every scratch store) captures nothing.
 
 What is captured, once capture is enabled:
 
@@ -42,9 +42,11 @@ seal (``sealed_through_ms``, kept in ``_meta``), so a clock that steps back cann
 sealed slice; should a row's slice be sealed nonetheless (only after the slice settings
 changed), it goes out of sequence (``redirected_rows``).
 
-Transactions: the batch's rows are appended to ``capture_queue`` just before the write
-transaction's COMMIT, together with the slices' row counts and bytes; a rolled-back transaction
-captures nothing, and after kill -9 every acknowledged log row is in the capture.
+Transactions: the transaction's captured rows are appended to ``capture_queue`` (a slice seen
+for the first time is created in ``capture_slices``) just before the write transaction's
+COMMIT; a rolled-back transaction captures nothing, and after kill -9 every acknowledged log
+row is in the capture. The in-memory state (totals, known open slices, recent keys) is updated
+only once the transaction committed (``CaptureRecorder.committed``).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ class CaptureCap:
 
 @dataclass(frozen=True, slots=True)
 class CaptureConfig:
-    """What the node gives ``Store.enable_capture``: its host id (for ``SealedSlice``), the
+    """What the node gives ``Store.capture.enable``: its host id (for ``SealedSlice``), the
     range resolver, its wall clock in ms, the slice settings (``table_settings`` by
     ``(keyspace, base table)`` over ``settings``) and the cap."""
 

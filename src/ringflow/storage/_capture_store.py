@@ -74,7 +74,7 @@ class StoreCapture:
     def enable(self, config: CaptureConfig) -> None:
         """Capture every CDC log row written from now on (again: new settings, same data)."""
         if not isinstance(config, CaptureConfig):
-            raise InvalidRequest(f"enable_capture needs a CaptureConfig, got {config!r:.80}")
+            raise InvalidRequest(f"capture.enable needs a CaptureConfig, got {config!r:.80}")
         with self._lock:
             self.recorder = slices.load_recorder(self._connection, config)
 
