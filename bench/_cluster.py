@@ -77,16 +77,18 @@ def kill_leftovers(pids: Sequence[int]) -> None:
 
 
 @contextmanager
-def local_cluster(data: Path, nodes: int, first: str) -> Iterator[list[int]]:
-    """``ringflow cluster start`` (gossip every 200 ms) of ``nodes`` nodes from ``first``; yields
-    their pids; stops them (and SIGKILLs any left) on exit."""
+def local_cluster(
+    data: Path, nodes: int, first: str, options: Sequence[str] = ()
+) -> Iterator[list[int]]:
+    """``ringflow cluster start`` (gossip every 200 ms, ``options`` added) of ``nodes`` nodes
+    from ``first``; yields their pids; stops them (and SIGKILLs any left) on exit."""
     started = time.perf_counter()
     try:
         try:
             ringflow(
                 "cluster", "start", "--nodes", str(nodes), "--data", str(data),
                 "--first-address", first, "--gossip-interval-ms", "200",
-                "--timeout", str(START_TIMEOUT_S), timeout_s=START_TIMEOUT_S + 60,
+                "--timeout", str(START_TIMEOUT_S), *options, timeout_s=START_TIMEOUT_S + 60,
             )  # fmt: skip
         except RuntimeError:
             for log in sorted(data.glob("node*/node.log")):

@@ -13,19 +13,21 @@ from __future__ import annotations
 import random
 import struct
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ringflow.cdc import CdcMetadata, generate_topology_description
 from ringflow.cluster import ConsistencyLevel
+from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import ClusterSettings
+from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._requests import Query, QueryParameters
 from ringflow.cql._wire import Consistency
-from ringflow.ring import Host
+from ringflow.ring import MIN_TOKEN, Host
 from ringflow.runtime import Clock, Runtime
-from ringflow.schema import Cell, Mutation, Row
+from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation, Row
 from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, Simulation
 from ringflow.storage import Store
 
@@ -38,6 +40,8 @@ KEYSPACE_RF3 = (
     "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}"
 )
 CDC_TABLE = "CREATE TABLE ks.kv (k int PRIMARY KEY, v int) WITH cdc = {'enabled': true}"
+SIM_CAPTURE = CaptureSettings(slice_width_s=5, slice_count=2)
+"""Every simulated node captures, with slices short enough to seal within a test."""
 
 
 def interleaved_tokens(names: Sequence[str], name: str, per_node: int) -> tuple[int, ...]:
@@ -106,10 +110,13 @@ def sim_node(
     store: Store,
     cdc: CdcMetadata,
     seed: str,
+    capture: CaptureSettings | None = SIM_CAPTURE,
     **options: Any,
 ) -> ClusterNode:
     """A ``ClusterNode`` (not started) at ``host.endpoint`` with its ``QueryProcessor``, seeded
-    from the incarnation's random source; ``options`` go to ``ClusterNode``."""
+    from the incarnation's random source; ``options`` go to ``ClusterNode``. Its store captures
+    every CDC log row (``ReplicaCapture``, seed 002) and seals on the simulated clock, unless
+    ``capture`` is None."""
     processor = QueryProcessor(
         store,
         node=NodeIdentity(host.host_id, tokens=tokens),
@@ -124,7 +131,7 @@ def sim_node(
         cluster_name="sim",
         gossip_interval_ms=GOSSIP_MS,
     )
-    return ClusterNode(
+    node = ClusterNode(
         settings,
         host=host,
         tokens=tokens,
@@ -136,6 +143,11 @@ def sim_node(
         offload=sim_offload(runtime.clock),
         **options,
     )
+    if capture is not None:  # the simulator is one thread: prepare runs here, as on its thread
+        replica_capture = ReplicaCapture(node, cdc, capture)
+        replica_capture.prepare()
+        replica_capture.start()
+    return node
 
 
 def start_layout_node(
@@ -238,3 +250,36 @@ def read_all(
     assert sim.run_until_true(lambda: len(answers) == len(keys), timeout_ms=timeout_ms)
     assert not errors, (errors, sim.describe())
     return answers
+
+
+Columns = tuple[tuple[str, bytes | None], ...]
+
+
+def capture_and_log(
+    store: Store, table: str, now_s: int
+) -> tuple[Counter[Columns], Counter[Columns]]:
+    """What a node's replica capture holds (seed 002) and what its own CDC log table of
+    ``ks.table`` holds, both as rows of column values (keys included): equal when the capture
+    took every log row the store wrote, once."""
+    logged: Counter[Columns] = Counter()
+    state = None
+    while True:
+        page = store.scan(
+            ("ks", table + CDC_LOG_SUFFIX), MIN_TOKEN, MIN_TOKEN, page_size=500,
+            paging_state=state, now_s=now_s,
+        )  # fmt: skip
+        for row in page.rows:
+            columns: dict[str, bytes | None] = dict(row.values)
+            columns["cdc$stream_id"] = row.partition_key[0]
+            columns["cdc$time"], columns["cdc$batch_seq_no"] = row.clustering
+            logged[tuple(sorted(columns.items()))] += 1
+        state = page.paging_state
+        if state is None:
+            break
+    store.capture.validate()
+    captured: Counter[Columns] = Counter(
+        tuple(sorted(row.columns.items()))
+        for piece in store.capture.slices(limit=10_000)
+        for row in store.capture.rows(piece.key, limit=10_000)
+    )
+    return captured, logged

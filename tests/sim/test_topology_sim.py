@@ -50,6 +50,7 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.node._startup import CdcGeneration, load_local_generation
+from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation
@@ -60,6 +61,7 @@ from tests.sim._harness import (
     QUORUM,
     SEED_NODE,
     all_alive,
+    capture_and_log,
     create_cdc_table,
     interleaved_tokens,
     kv_key,
@@ -519,6 +521,14 @@ def check_outcome(
 
     sim.run_for(10 * HINT_SETTLE_MS)  # hints of the crash window replayed
     check_log_replicas(cluster, writes, remaining, crashes)
+    for name in remaining:  # before any QUORUM read repairs a log row somewhere
+        node = cluster.nodes[name]
+        in_capture, in_log = capture_and_log(node.store, "kv", node.clock.now_ms() // 1000)
+        assert in_capture == in_log, f"{name}: capture != its CDC log; {sim.describe()}"
+        capture = node.store.capture  # rows streamed in (joins, the leave): out of sequence
+        for piece in capture.slices(out_of_sequence=False, limit=10_000):
+            origins = {row.origin for row in capture.rows(piece.key, limit=10_000)}
+            assert Origin.STREAM not in origins, f"{name}: streamed rows in {piece.key}"
     base_keys = {k: kv_key(k) for k in writes.acked}
     log_keys = {k: (writes.streams[k][0],) for k in writes.acked}
     for reader in remaining:

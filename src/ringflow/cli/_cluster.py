@@ -15,7 +15,10 @@ Timing settings (``--gossip-interval-ms``, ``--phi-convict-threshold``, ``--writ
 ``--read-timeout-ms``, ``--range-timeout-ms``, ``--max-hint-window-ms``,
 ``--hint-dispatch-interval-ms``, ``--schema-agreement-timeout-ms``: ``TIMING_OPTIONS``) are
 validated (a bad value is a usage error, exit 2), kept in ``cluster.json`` (a later ``start``
-may change them; restarted nodes get them too) and passed to every ``run-node``.
+may change them; restarted nodes get them too) and passed to every ``run-node``; so are the
+replica capture's (``--slice-width-s``, ``--slice-count``, ``--capture-max-bytes``,
+``--capture-max-age-s``, ``--capture-policy refuse|drop-oldest``, ``--replica-capture on|off``:
+``CaptureSettings``, seed 002).
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
-from ringflow.cluster.service._settings import TIMING_OPTIONS, NodeTimings
+from ringflow.cluster.service._settings import (
+    CAPTURE_OPTIONS,
+    CAPTURE_POLICIES,
+    TIMING_OPTIONS,
+    CaptureSettings,
+    NodeTimings,
+)
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.node import (
     DEFAULT_IGNORE_MSB,
@@ -79,6 +88,7 @@ def register(subcommands: Subcommands) -> None:
         "--first-address", default="127.0.0.1", help="node i listens on this address + i - 1"
     )
     add_timing_options(start)
+    add_capture_options(start)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -115,6 +125,7 @@ def register(subcommands: Subcommands) -> None:
     node.add_argument("--data", required=True, type=Path)
     node.add_argument("--seeds", required=True, help="comma-separated seed addresses")
     add_timing_options(node)
+    add_capture_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
@@ -154,6 +165,71 @@ def timing_arguments(timings: dict[str, int | float]) -> list[str]:
     NodeTimings.of(timings)
     flags = {option.name: option.flag for option in TIMING_OPTIONS}
     return [part for name, value in sorted(timings.items()) for part in (flags[name], str(value))]
+
+
+# -- replica capture options ------------------------------------------------------------------
+
+
+def add_capture_options(parser: argparse.ArgumentParser) -> None:
+    """The replica-side capture's options (``CAPTURE_OPTIONS``, the policy, the switch)."""
+    group = parser.add_argument_group("replica capture (default: the node's defaults)")
+    defaults = CaptureSettings()
+    for option in CAPTURE_OPTIONS:
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            type=option.kind,
+            default=None,
+            help=f"{option.help} ({option.low}..{option.high}, default "
+            f"{getattr(defaults, option.name)})",
+        )
+    group.add_argument(
+        "--capture-policy",
+        dest="capture_policy",
+        choices=CAPTURE_POLICIES,
+        default=None,
+        help="past the cap: refuse CDC writes, or drop the oldest sealed slices (default "
+        f"{defaults.capture_policy})",
+    )
+    group.add_argument(
+        "--replica-capture",
+        dest="replica_capture",
+        choices=("on", "off"),
+        default=None,
+        help="capture every CDC log row on every replica into time slices (default on)",
+    )
+
+
+def given_capture(arguments: argparse.Namespace) -> dict[str, object]:
+    """The capture options given on the command line, validated (ConfigurationError: exit 2)."""
+    given: dict[str, object] = {
+        option.name: getattr(arguments, option.name)
+        for option in CAPTURE_OPTIONS
+        if getattr(arguments, option.name, None) is not None
+    }
+    if getattr(arguments, "capture_policy", None) is not None:
+        given["capture_policy"] = arguments.capture_policy
+    if getattr(arguments, "replica_capture", None) is not None:
+        given["enabled"] = arguments.replica_capture == "on"
+    CaptureSettings.of(given)
+    return given
+
+
+def capture_arguments(values: dict[str, object]) -> list[str]:
+    """Capture settings as command-line options (for a node process)."""
+    settings = CaptureSettings.of(values)
+    parts: list[str] = []
+    for name in sorted(values):
+        if name == "enabled":
+            parts += ["--replica-capture", "on" if settings.enabled else "off"]
+        else:
+            parts += ["--" + name.replace("_", "-"), str(values[name])]
+    return parts
+
+
+def layout_capture(layout: dict[str, object]) -> dict[str, object]:
+    saved = layout.get("capture")
+    return dict(saved) if isinstance(saved, dict) else {}
 
 
 def _layout_timings(layout: dict[str, object]) -> dict[str, int | float]:
@@ -264,7 +340,11 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
             ignore_msb=DEFAULT_IGNORE_MSB,
         )
         save_record(directory, record)
-    layout: dict[str, object] = {"nodes": nodes, "timings": given_timings(arguments)}
+    layout: dict[str, object] = {
+        "nodes": nodes,
+        "timings": given_timings(arguments),
+        "capture": given_capture(arguments),
+    }
     data.mkdir(parents=True, exist_ok=True)
     (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     return layout
@@ -335,6 +415,7 @@ def _spawn(
         "--seeds",
         ",".join(_seeds(_nodes(layout))),
         *timing_arguments(_layout_timings(layout)),
+        *capture_arguments(layout_capture(layout)),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -398,10 +479,12 @@ def wait_ready(data: Path, layout: dict[str, object], timeout_s: float) -> None:
 def run_cluster_start(arguments: argparse.Namespace) -> int:
     data: Path = arguments.data
     timings = given_timings(arguments)
+    capture = given_capture(arguments)
     if (data / LAYOUT_FILE).exists():
         layout = _load_layout(data)
-        if timings:  # new timings for the nodes started from now on
+        if timings or capture:  # new settings for the nodes started from now on
             layout["timings"] = {**_layout_timings(layout), **timings}
+            layout["capture"] = {**layout_capture(layout), **capture}
             (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     else:
         layout = _create(data, arguments)
@@ -524,6 +607,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
     config = node_config(address=arguments.address, data_dir=arguments.data)
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(given_timings(arguments))
+    capture = CaptureSettings.of(given_capture(arguments))
 
     def announce(line: str) -> None:
         print(line, flush=True)
@@ -534,6 +618,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
             seeds=seeds,
             cdc_generations_v2=not arguments.no_cdc_generations_v2,
             timings=timings,
+            capture=capture,
             on_ready=announce,
         )
     )

@@ -8,8 +8,9 @@ node is new, and serves CQL on ``address:port``. When the server listens it prin
 Exit code 0 after a clean shutdown; configuration mistakes are usage errors (2).
 
 With ``--seeds`` the node runs as a cluster node (gossip with the seeds, coordinated reads and
-writes), and accepts the node timing options (``--write-timeout-ms`` ..., see ``ringflow
-cluster start``); without seeds it is a single node, which has no use for them (usage error).
+writes), and accepts the node timing and replica capture options (``--write-timeout-ms``,
+``--slice-width-s`` ..., see ``ringflow cluster start``); without seeds it is a single node,
+which has no use for them (usage error).
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
-from ringflow.cli._cluster import add_timing_options, given_timings
+from ringflow.cli._cluster import (
+    add_capture_options,
+    add_timing_options,
+    given_capture,
+    given_timings,
+)
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
 
@@ -54,6 +60,7 @@ def register(subcommands: Subcommands) -> None:
     )
     start.add_argument("--seeds", help="comma-separated seed addresses: run as a cluster node")
     add_timing_options(start)
+    add_capture_options(start)
     start.set_defaults(handler=run_start)
     from ringflow.cli._topology import register_node
 
@@ -62,10 +69,14 @@ def register(subcommands: Subcommands) -> None:
 
 def run_start(arguments: argparse.Namespace) -> int:
     timings = given_timings(arguments)
+    capture = given_capture(arguments)
     seeds = [seed for seed in (arguments.seeds or "").split(",") if seed]
-    if timings and not seeds:
-        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(timings))
-        raise ConfigurationError(f"{flags}: timing options configure a cluster node (give --seeds)")
+    if (timings or capture) and not seeds:
+        names = [*timings, *("replica_capture" if n == "enabled" else n for n in capture)]
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(names))
+        raise ConfigurationError(
+            f"{flags}: timing and capture options configure a cluster node (give --seeds)"
+        )
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -86,10 +97,17 @@ def run_start(arguments: argparse.Namespace) -> int:
 
     if seeds:
         from ringflow.cluster.service._process import run_cluster_node
-        from ringflow.cluster.service._settings import NodeTimings
+        from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
 
-        timings_of = NodeTimings.of(timings)
-        asyncio.run(run_cluster_node(config, seeds=seeds, timings=timings_of, on_ready=announce))
+        asyncio.run(
+            run_cluster_node(
+                config,
+                seeds=seeds,
+                timings=NodeTimings.of(timings),
+                capture=CaptureSettings.of(capture),
+                on_ready=announce,
+            )
+        )
     else:
         asyncio.run(run_node(config, on_ready=announce))
     print("ringflow node stopped", file=sys.stderr, flush=True)

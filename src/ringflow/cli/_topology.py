@@ -100,11 +100,12 @@ def _join_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-tokens", type=int)
     parser.add_argument("--log-level", default="WARNING")
     cluster_cli.add_timing_options(parser)
+    cluster_cli.add_capture_options(parser)
 
 
 def run_join_node(arguments: argparse.Namespace) -> int:
     from ringflow.cluster.service._process import run_cluster_node
-    from ringflow.cluster.service._settings import NodeTimings
+    from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
 
     if arguments.address is None:
         if not (arguments.data / cluster_cli.LAYOUT_FILE).exists():
@@ -123,12 +124,20 @@ def run_join_node(arguments: argparse.Namespace) -> int:
     )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(cluster_cli.given_timings(arguments))
+    capture = CaptureSettings.of(cluster_cli.given_capture(arguments))
 
     def announce(line: str) -> None:
         print(line, flush=True)
 
     asyncio.run(
-        run_cluster_node(config, seeds=seeds, timings=timings, bootstrap=True, on_ready=announce)
+        run_cluster_node(
+            config,
+            seeds=seeds,
+            timings=timings,
+            capture=capture,
+            bootstrap=True,
+            on_ready=announce,
+        )
     )
     return EXIT_OK
 
@@ -181,6 +190,7 @@ def run_cluster_add(arguments: argparse.Namespace) -> int:
         "--num-tokens",
         str(node["num_tokens"]),
         *cluster_cli.timing_arguments(cluster_cli._layout_timings(layout)),
+        *cluster_cli.capture_arguments(cluster_cli.layout_capture(layout)),
     ]
     with (directory / cluster_cli.LOG_FILE).open("ab") as log:
         process = subprocess.Popen(

@@ -54,6 +54,7 @@ from ringflow.cluster._consistency import (
 from ringflow.cluster._messages import Verb
 from ringflow.cql import WriteType
 from ringflow.errors import ErrorCode, InternalError, InvalidRequest, PeerError, invariant
+from ringflow.replication import Origin
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.schema import Mutation
 
@@ -174,6 +175,9 @@ class WriteUnit:
 
     mutations: tuple[Mutation, ...]
     cdc_captures: tuple[tuple[int, CdcCapture], ...] = ()
+    origin: Origin = Origin.WRITE
+    """How the applying replica received the unit, for its replica-side capture (a hint
+    replayed to it: HINT); local to that replica, never sent."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.mutations, tuple) or not self.mutations:

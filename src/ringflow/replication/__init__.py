@@ -4,11 +4,14 @@ Pure cores, no I/O (``shared/design/REPLICATION.md`` holds the decisions): the s
 and keys (``_model``), row and slice digests (``_digest``), ranks and active ranges
 (``_ranks``), who sends which copy of a sealed slice and when a node may drop it (``_planner``),
 channels and their stored rows (``_channels``), the rows of seal watermarks and sent records
-(``_tables``), the global permit broker (``_permits``) and a
-destination's backoff (``_backoff``). The node wires capture into its store; the pipeline
-transmits sealed slices with Spark, running the planner, the broker and the backoff in its
-driver. This package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
-standard library.
+(``_tables``), the global permit broker (``_permits``), a destination's backoff
+(``_backoff``), the triage of a row into its slice (``_triage``) and the vnode range of a CDC
+stream (``_stream_ranges``). The node wires capture into its store; the pipeline transmits
+sealed slices with Spark, running the planner, the broker and the backoff in its driver.
+
+Layering: this package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
+standard library, so the storage layer may use it (the store captures rows with ``place`` and
+the digests); it must never import ``storage`` or anything above it.
 """
 
 from ringflow.replication._backoff import (
@@ -39,7 +42,13 @@ from ringflow.replication._channels import (
     redact,
     table_slice_settings,
 )
-from ringflow.replication._digest import canonical_row_bytes, row_digest, slice_digest
+from ringflow.replication._digest import (
+    canonical_digest,
+    canonical_row_bytes,
+    decode_canonical_row,
+    row_digest,
+    slice_digest,
+)
 from ringflow.replication._model import (
     DEFAULT_SLICE_COUNT,
     DEFAULT_SLICE_WIDTH_S,
@@ -83,6 +92,7 @@ from ringflow.replication._ranks import (
     range_of,
     rank_ranges,
 )
+from ringflow.replication._stream_ranges import RangeBounds, StreamRanges, description_ranges
 from ringflow.replication._tables import (
     DEAD_LETTERS_TABLE,
     DEAD_LETTERS_TABLE_CQL,
@@ -99,6 +109,13 @@ from ringflow.replication._tables import (
     sent_to_row,
     watermark_from_row,
     watermark_to_row,
+)
+from ringflow.replication._triage import (
+    IN_SEQUENCE_ORIGINS,
+    Placement,
+    due_ms,
+    place,
+    slice_start_ms,
 )
 
 __all__ = [
@@ -117,6 +134,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "DEFAULT_SLICE_COUNT",
     "DEFAULT_SLICE_WIDTH_S",
+    "IN_SEQUENCE_ORIGINS",
     "PERMITS_MAX",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -143,7 +161,9 @@ __all__ = [
     "OfferResult",
     "Origin",
     "PermitBroker",
+    "Placement",
     "PlannedSend",
+    "RangeBounds",
     "RangeRanks",
     "RankedRange",
     "ReplicasOf",
@@ -155,16 +175,22 @@ __all__ = [
     "SentRecord",
     "SliceKey",
     "SliceSettings",
+    "StreamRanges",
     "WaitingSlice",
+    "canonical_digest",
     "canonical_row_bytes",
     "channel_from_row",
     "channel_to_row",
     "choose_senders",
+    "decode_canonical_row",
+    "description_ranges",
     "droppable",
+    "due_ms",
     "format_utc",
     "holders_in_rank_order",
     "may_drop",
     "parse_destination",
+    "place",
     "plan_sends",
     "range_of",
     "rank_ranges",
@@ -176,6 +202,7 @@ __all__ = [
     "sent_from_row",
     "sent_to_row",
     "slice_digest",
+    "slice_start_ms",
     "table_slice_settings",
     "watermark_from_row",
     "watermark_to_row",

@@ -6,13 +6,31 @@ rows with Cassandra's reconcile semantics, scans token ranges page by page, purg
 gc_grace, and keeps hints. The private modules hold the pure parts: key encoding (``_keys``),
 validation and flattening (``_write``), row assembly and reconcile on read (``_read``), the SQL
 layout (``_sqlite_layout``), limits (``_limits``), the mutation byte encoding shared with the
-cluster layer (``_mutation_codec``). Reference: ``shared/reference/cassandra-core.md`` §2, §6;
-seed 000 (base and log rows together).
+cluster layer (``_mutation_codec``). ``Store.capture`` is the replica-side capture of seed 002
+(``_capture``, ``_capture_slices``, ``_capture_store``): when the node enables it, every CDC log
+row the store writes is also kept, in the same transaction, in time slices with digests.
+Reference: ``shared/reference/cassandra-core.md`` §2, §6; seed 000 (base and log rows together);
+seed 002 and ``shared/design/REPLICATION.md`` (capture).
+
+Layering: storage imports ``ring``, ``schema``, ``cdc`` and the pure ``replication`` package
+(which imports nothing above ``cdc``); never ``cql``, ``cluster``, ``node`` or ``pipeline``.
 """
 
+from ringflow.storage._capture import (
+    WHOLE_RING,
+    CaptureCap,
+    CaptureConfig,
+    CapturedRow,
+    CapturedSlice,
+    CapturePolicy,
+    RangeResolver,
+)
+from ringflow.storage._capture_slices import CaptureStatus
+from ringflow.storage._capture_store import StoreCapture
 from ringflow.storage._compaction import CompactionResult
 from ringflow.storage._errors import (
     BatchTooLarge,
+    CaptureFull,
     HintBacklogFull,
     InvalidMutation,
     MutationDecodeError,
@@ -36,7 +54,15 @@ from ringflow.storage._scan import MutationPage, ScanPage
 from ringflow.storage._store import Store, Synchronous
 
 __all__ = [
+    "WHOLE_RING",
     "BatchTooLarge",
+    "CaptureCap",
+    "CaptureConfig",
+    "CaptureFull",
+    "CapturePolicy",
+    "CaptureStatus",
+    "CapturedRow",
+    "CapturedSlice",
     "CompactionResult",
     "Hint",
     "HintBacklogFull",
@@ -44,11 +70,13 @@ __all__ = [
     "MutationDecodeError",
     "MutationPage",
     "MutationTooLarge",
+    "RangeResolver",
     "ResultRow",
     "ResultTooLarge",
     "ScanPage",
     "StorageFailure",
     "Store",
+    "StoreCapture",
     "StoreLimits",
     "Synchronous",
     "TableAlreadyRegistered",

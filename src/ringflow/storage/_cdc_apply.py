@@ -20,12 +20,13 @@ from typing import Protocol
 from ringflow.cdc._log_images import RowImage
 from ringflow.cdc._log_rows import (
     CdcCapture,
+    DeltaRow,
     DeltaRowBuilder,
     build_log_mutations,
     delta_row_builder,
     image_rows_needed,
 )
-from ringflow.schema import Mutation
+from ringflow.schema import Mutation, Table
 from ringflow.storage._catalog import TableInfo
 from ringflow.storage._write import (
     FlatMutation,
@@ -44,8 +45,15 @@ class PendingWrites(Protocol):
 
     def add(self, flat: FlatMutation) -> None: ...
 
-    def add_log_atom(self, queued: LogAppendRow) -> None:
-        """Queue one packed atom of a CDC log table (appended to ``log_queue`` on flush)."""
+    def add_log_atom(self, queued: LogAppendRow, base: Table, delta: DeltaRow) -> None:
+        """Queue the one packed atom of ``base``'s log row ``delta`` (appended to
+        ``log_queue`` on flush)."""
+
+    def add_log(
+        self, flat: FlatMutation, base_name: str, mutation: Mutation, *, direct: bool
+    ) -> None:
+        """Queue log ``mutation`` (flattened: ``flat``) of base table ``base_name``: built by
+        the store, or applied as given (``direct``)."""
 
     def flush(self) -> None: ...
 
@@ -84,9 +92,9 @@ class CdcWriter:
         if delta_rows is not None:  # no images: the common write's one log row packed straight
             delta = delta_rows(mutation, capture, now_s)
             atom = None if delta is None else delta_row_append(self.log, delta)
-            if atom is not None:
+            if atom is not None and delta is not None:
                 writes.add(flat)
-                writes.add_log_atom(atom)
+                writes.add_log_atom(atom, base, delta)
                 return 1
         needed = image_rows_needed(base, mutation)
         position = (flat.token, flat.partition_key)
@@ -103,5 +111,6 @@ class CdcWriter:
             base, self.log.table, mutation, capture, now_s, preimage=preimage, postimage=postimage
         )
         for log_mutation in log_mutations:
-            writes.add(flatten_built_log(self.log, log_mutation))
+            log_flat = flatten_built_log(self.log, log_mutation)
+            writes.add_log(log_flat, base.name, log_mutation, direct=False)
         return len(log_mutations)

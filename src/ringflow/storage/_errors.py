@@ -5,6 +5,7 @@ Client mistakes (unknown table, wrong key arity, a mutation over the size limit)
 tombstones than the limit is a read failure (0x1300), as Cassandra's
 ``TombstoneOverwhelmingException`` is. Bytes that do not decode as a stored or transmitted mutation
 are a protocol violation (0x000A). A table registered twice under different ids is AlreadyExists.
+A CDC write refused because the replica's capture is full is a CDC write failure (0x1600).
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ class StorageFailure(RingflowError):
     """SQLite failed under us (disk full, I/O error); the transaction was rolled back."""
 
     code = ErrorCode.SERVER_ERROR
+
+
+class CaptureFull(RingflowError):
+    """The replica's capture is over its cap (bytes or age) and the operator chose ``refuse``:
+    CDC writes to this replica fail before anything is written (Cassandra 4's
+    ``CDCWriteException`` when ``cdc_block_writes`` is on; the Python driver raises
+    ``cassandra.protocol.CDCWriteException`` for 0x1600)."""
+
+    code = ErrorCode.CDC_WRITE_FAILURE
 
 
 class MutationDecodeError(ProtocolViolation):

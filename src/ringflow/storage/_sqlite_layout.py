@@ -61,6 +61,18 @@ One database file per node, WAL mode. Theory of operation:
   TTL); for deletions ``DeletionTime.supersedes``. A property test proves the SQL equals
   ``reconcile_cells``. Shadowed data stays on disk until ``compact`` drops it; reads shadow it.
 
+* The *capture* (seed 002; ``_capture``): ``capture_slices`` holds one row per slice a replica
+  captured rows into, keyed by ``SliceKey`` (keyspace, base table, range, slice start,
+  out-of-sequence) with its small id ``sid``, its due time and first arrival, and once sealed
+  its seal time, 128-bit digest, row count and bytes (``sealed_ms`` NULL while open; an open
+  slice's counts are its rows', counted when read, so a write adds no update of its slice).
+  ``capture_rows`` holds the captured rows, keyed ``(sid, seq)`` (a slice is one index range, in
+  arrival order): the arrival sequence, the 64-bit row digest, the origin and the row as its
+  canonical bytes. Like ``log_queue``, ``capture_queue`` is its write-order front: the writing
+  transaction appends there (one leaf, not one per open slice), and the queue is settled into
+  ``capture_rows`` in ``(sid, seq)`` order before any capture read, at every seal, and in the
+  writing transaction past ``CAPTURE_SETTLE_ROWS`` rows.
+
 * ``_tables`` maps a table (its uuid, and ``keyspace.name``) to the small integer ``tid`` used in
   every key, with the table's definition as a JSON record so a reopened store knows its tables.
   ``hints`` is a durable queue of encoded mutations per target host.
@@ -140,6 +152,38 @@ CREATE TABLE IF NOT EXISTS hints (
     payload BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS hints_by_target ON hints (target, created_ms, hint_id);
+CREATE TABLE IF NOT EXISTS capture_slices (
+    sid INTEGER PRIMARY KEY,
+    keyspace TEXT NOT NULL,
+    table_name TEXT NOT NULL,
+    range_start INTEGER NOT NULL,
+    range_end INTEGER NOT NULL,
+    slice_start_ms INTEGER NOT NULL,
+    out_of_sequence INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
+    opened_ms INTEGER NOT NULL,
+    row_count INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    sealed_ms INTEGER,
+    digest BLOB,
+    UNIQUE (keyspace, table_name, range_start, range_end, slice_start_ms, out_of_sequence)
+);
+CREATE INDEX IF NOT EXISTS capture_slices_open ON capture_slices (due_ms) WHERE sealed_ms IS NULL;
+CREATE TABLE IF NOT EXISTS capture_queue (
+    seq INTEGER PRIMARY KEY,
+    sid INTEGER NOT NULL,
+    digest INTEGER NOT NULL,
+    origin INTEGER NOT NULL,
+    row BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS capture_rows (
+    sid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    digest INTEGER NOT NULL,
+    origin INTEGER NOT NULL,
+    row BLOB NOT NULL,
+    PRIMARY KEY (sid, seq)
+) WITHOUT ROWID;
 """
 
 _NDT = NO_DELETION_TIME
@@ -285,3 +329,74 @@ SELECT hint_id, created_ms, payload FROM hints WHERE target = ?
 ORDER BY created_ms, hint_id LIMIT ?"""
 DELETE_HINT: Final = "DELETE FROM hints WHERE hint_id = ?"
 SELECT_HINT_TARGETS: Final = "SELECT DISTINCT target FROM hints ORDER BY target"
+
+# Capture (``_capture``, ``_capture_slices``).
+CAPTURE_SETTLE_ROWS: Final = 10_000
+"""Queued capture rows after which the writing transaction settles them."""
+_SLICE_KEY = "keyspace, table_name, range_start, range_end, slice_start_ms, out_of_sequence"
+INSERT_CAPTURE_SLICE: Final = f"""
+INSERT INTO capture_slices ({_SLICE_KEY}, due_ms, opened_ms, row_count, size_bytes)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT ({_SLICE_KEY}) DO NOTHING"""
+"""A slice, created by its first row (its counts are written when it is sealed)."""
+SELECT_SLICE_STATE: Final = """
+SELECT sid, sealed_ms FROM capture_slices
+WHERE keyspace = ? AND table_name = ? AND range_start = ? AND range_end = ?
+    AND slice_start_ms = ? AND out_of_sequence = ?"""
+APPEND_CAPTURE_ROW: Final = (
+    "INSERT INTO capture_queue (seq, sid, digest, origin, row) VALUES (?, ?, ?, ?, ?)"
+)
+SETTLE_CAPTURE_QUEUE: Final = """
+INSERT INTO capture_rows (sid, seq, digest, origin, row)
+SELECT sid, seq, digest, origin, row FROM capture_queue WHERE true ORDER BY sid, seq"""
+CLEAR_CAPTURE_QUEUE: Final = "DELETE FROM capture_queue"
+COUNT_CAPTURE_QUEUE: Final = "SELECT COUNT(*) FROM capture_queue"
+MAX_CAPTURE_SEQ: Final = """
+SELECT MAX(seq) FROM (SELECT MAX(seq) AS seq FROM capture_queue
+                      UNION ALL SELECT MAX(seq) FROM capture_rows)"""
+CAPTURE_ROW_OVERHEAD_BYTES: Final = 32
+"""Counted per captured row on top of its canonical bytes (sequence, digest, keys)."""
+_ROW_BYTES = f"COALESCE(SUM(length(row)), 0) + {CAPTURE_ROW_OVERHEAD_BYTES} * COUNT(*)"
+"""Bytes of captured rows: their canonical bytes and the overhead of each."""
+_SLICE_COLUMNS = f"""sid, {_SLICE_KEY}, due_ms, opened_ms,
+    CASE WHEN sealed_ms IS NULL
+        THEN (SELECT COUNT(*) FROM capture_rows AS r WHERE r.sid = s.sid) ELSE row_count END,
+    CASE WHEN sealed_ms IS NULL
+        THEN (SELECT {_ROW_BYTES} FROM capture_rows AS r WHERE r.sid = s.sid) ELSE size_bytes END,
+    sealed_ms, digest"""
+"""A slice as ``_capture_slices`` reads it: an open slice's counts from its rows (the queue
+settled first), a sealed one's as sealed."""
+SELECT_DUE_SLICES: Final = f"""
+SELECT sid, {_SLICE_KEY}, due_ms, opened_ms, 0, 0, sealed_ms, digest FROM capture_slices
+WHERE sealed_ms IS NULL AND due_ms <= ? ORDER BY due_ms, sid"""
+"""The open slices due (their counts left out: sealing counts their rows)."""
+SELECT_SLICE_DIGESTS: Final = "SELECT digest, length(row) FROM capture_rows WHERE sid = ?"
+SEAL_SLICE: Final = """
+UPDATE capture_slices SET sealed_ms = ?, digest = ?, row_count = ?, size_bytes = ?
+WHERE sid = ? AND sealed_ms IS NULL"""
+SELECT_SLICE_BY_KEY: Final = f"""
+SELECT {_SLICE_COLUMNS} FROM capture_slices AS s
+WHERE keyspace = ? AND table_name = ? AND range_start = ? AND range_end = ?
+    AND slice_start_ms = ? AND out_of_sequence = ?"""
+SELECT_SLICES: Final = f"SELECT {_SLICE_COLUMNS} FROM capture_slices AS s"
+"""Followed by the filters, ``ORDER BY`` and ``LIMIT`` of ``_capture_slices.list_slices``."""
+SELECT_SLICE_ROWS: Final = """
+SELECT seq, digest, origin, row FROM capture_rows WHERE sid = ? AND seq > ? ORDER BY seq LIMIT ?"""
+DELETE_SLICE_ROWS: Final = "DELETE FROM capture_rows WHERE sid = ?"
+DELETE_SLICE: Final = "DELETE FROM capture_slices WHERE sid = ?"
+SELECT_OLDEST_SEALED: Final = f"""
+SELECT {_SLICE_COLUMNS} FROM capture_slices AS s
+WHERE sealed_ms IS NOT NULL ORDER BY opened_ms, sid LIMIT ?"""
+CAPTURE_TOTALS: Final = """
+SELECT COALESCE(SUM(sealed_ms IS NULL), 0), COALESCE(SUM(sealed_ms IS NOT NULL), 0),
+       COALESCE(SUM(row_count), 0), COALESCE(SUM(size_bytes), 0), MIN(opened_ms)
+FROM capture_slices"""
+"""Slices open and sealed, the sealed ones' rows and bytes, the first arrival of the oldest."""
+OPEN_CAPTURE_ROWS: Final = f"""
+SELECT COUNT(*), {_ROW_BYTES} FROM (
+    SELECT sid, row FROM capture_rows UNION ALL SELECT sid, row FROM capture_queue
+) WHERE sid IN (SELECT sid FROM capture_slices WHERE sealed_ms IS NULL)"""
+"""The rows and bytes of the open slices (settled or queued)."""
+SELECT_META: Final = "SELECT value FROM _meta WHERE key = ?"
+UPSERT_META: Final = """
+INSERT INTO _meta (key, value) VALUES (?, ?)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value"""

@@ -32,10 +32,14 @@ from typing import Literal
 
 from ringflow.cdc._log_images import RowImage, row_image
 from ringflow.cdc._log_rows import CdcCapture
-from ringflow.cdc._log_schema import is_cdc_log_table
-from ringflow.errors import InvalidRequest, invariant
+from ringflow.cdc._log_schema import base_table_name, is_cdc_log_table
+from ringflow.errors import InvalidRequest, RingflowError, invariant
+from ringflow.replication import Origin
 from ringflow.schema import ClusteringBound, Mutation, Table, shadow_row
 from ringflow.storage import _hints
+from ringflow.storage._capture import CaptureBatch, CaptureRecorder
+from ringflow.storage._capture_slices import settle_queue
+from ringflow.storage._capture_store import StoreCapture
 from ringflow.storage._catalog import TableInfo
 from ringflow.storage._cdc_apply import CdcWriter, Clustering, ImageReader
 from ringflow.storage._compaction import CompactionResult, compact_partition
@@ -71,8 +75,7 @@ from ringflow.storage._scan import (
     scan_rows,
 )
 from ringflow.storage._sqlite_layout import (
-    APPEND_LOG_ATOM,
-    CLEAR_LOG_APPENDS,
+    CAPTURE_SETTLE_ROWS,
     COUNT_LOG_APPENDS,
     DELETE_TABLE,
     DELETE_TABLE_ATOMS,
@@ -81,7 +84,6 @@ from ringflow.storage._sqlite_layout import (
     DROP_LEGACY_LOG_APPENDS,
     HAS_LEGACY_LOG_APPENDS,
     INSERT_TABLE,
-    KIND_PACKED_ROW,
     LAYOUT_VERSION,
     LOG_APPEND_SETTLE_ROWS,
     SCHEMA,
@@ -92,19 +94,11 @@ from ringflow.storage._sqlite_layout import (
     SELECT_STATIC_ROW,
     SELECT_TABLES,
     SETTLE_LEGACY_LOG_APPENDS,
-    SETTLE_LOG_APPENDS,
     UPDATE_TABLE,
-    UPSERT_ATOM,
-    UPSERT_PARTITION_ATOM,
 )
 from ringflow.storage._table_codec import table_from_record, table_to_record
-from ringflow.storage._write import (
-    FlatMutation,
-    LogAppendRow,
-    flatten_mutation,
-    partition_position,
-    queue_row,
-)
+from ringflow.storage._write import FlatMutation, flatten_mutation, partition_position
+from ringflow.storage._write_buffer import WriteBuffer, settle_log_queue, write_flats
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -139,6 +133,8 @@ class Store:
         (appended,) = self._connection.execute(COUNT_LOG_APPENDS).fetchone()
         self._appended: int = appended
         """Rows in ``log_queue`` (an upper bound: a rolled-back append is still counted)."""
+        self.capture = StoreCapture(self.path, self._lock, self._connection, self._transaction)
+        """The replica-side capture of this store (off until ``capture.enable``)."""
 
     def _open(self, synchronous: Synchronous, cache_size_kib: int, checkpoint_pages: int) -> None:
         connection = self._connection
@@ -326,16 +322,19 @@ class Store:
         *,
         now_s: int,
         cdc: Mapping[int, CdcCapture] | None = None,
+        origin: Origin = Origin.WRITE,
     ) -> None:
         """Write ``batch`` in one transaction; returns after COMMIT.
 
         ``cdc`` maps the index of a base mutation in ``batch`` to its capture (stream id and
         timeuuid); for those, the CDC log rows (with pre/post-images when the table asks for
         them) are built and written in the same transaction. ``now_s`` is the wall-clock second
-        used for image reads (TTL) and the log rows. Raises an InvalidRequest subclass, with
-        nothing written, for a bad batch.
+        used for image reads (TTL) and the log rows. ``origin`` says how the batch reached this
+        replica, for the replica-side capture (``store.capture``, when enabled): WRITE, HINT,
+        STREAM or REPAIR. Raises an InvalidRequest subclass, with nothing written, for a bad
+        batch, and ``CaptureFull`` when the capture refuses CDC writes.
         """
-        (error,) = self.apply_group([(batch, cdc or {})], now_s=now_s)
+        (error,) = self.apply_group([(batch, cdc or {})], now_s=now_s, origins=(origin,))
         if error is not None:
             raise error
 
@@ -344,56 +343,91 @@ class Store:
         batches: Sequence[tuple[Sequence[Mutation], Mapping[int, CdcCapture]]],
         *,
         now_s: int,
-    ) -> list[InvalidRequest | None]:
-        """Write several independent batches (each with its CDC captures, as for ``apply``) in
-        ONE transaction: a group commit, one COMMIT (one WAL fsync) for all of them. Returns
-        after COMMIT, with one entry per batch: None (written) or the InvalidRequest that
-        refused that batch (nothing of it written; the others are). A batch sees the writes of
-        the batches before it (pre-images included). A storage failure raises: then none of them
-        is written."""
+        origins: Sequence[Origin] | None = None,
+    ) -> list[RingflowError | None]:
+        """Write several independent batches (each with its CDC captures and its origin, as
+        for ``apply``; all WRITE when ``origins`` is None) in ONE transaction: a group commit,
+        one COMMIT (one WAL fsync) for all of them. Returns after COMMIT, with one entry per
+        batch: None (written) or the error that refused that batch (an InvalidRequest, or
+        ``CaptureFull``; nothing of it written, the others are). A batch sees the writes of the
+        batches before it (pre-images included). A storage failure raises: then none of them is
+        written."""
         if type(now_s) is not int:
             raise InvalidRequest(f"now_s must be an int, got {now_s!r}")
-        outcomes: list[InvalidRequest | None] = []
-        plans: list[tuple[list[tuple[TableInfo, Mutation, FlatMutation]], dict[int, CdcCapture]]]
-        plans = []
+        if origins is not None and len(origins) != len(batches):
+            raise InvalidRequest(f"{len(origins)} origins for {len(batches)} batches")
+        outcomes: list[RingflowError | None] = []
+        plans: list[_Planned] = []
         with self._lock:
-            for batch, cdc in batches:
+            recorder = self.capture.recorder
+            for position, (batch, cdc) in enumerate(batches):
+                origin = Origin.WRITE if origins is None else origins[position]
                 captures = dict(cdc)
                 try:
-                    plans.append((self._plan(batch, captures), captures))
-                    outcomes.append(None)
+                    plan = self._plan(batch, captures)
                 except InvalidRequest as refused:
                     outcomes.append(refused)
-            if not plans:
-                return outcomes
-            settled = False
-            with self._transaction() as connection:
-                writes = _WriteBuffer(connection)
-                writers: dict[int, CdcWriter] = {}  # by base tid, for the whole group
-                for plan, captures in plans:
-                    self._write_planned(plan, captures, now_s, writes, writers)
-                writes.flush()
-                self._appended += writes.appended
-                if self._appended >= LOG_APPEND_SETTLE_ROWS:
-                    _settle(connection)
-                    settled = True
-            if settled:
-                self._appended = 0
+                    continue
+                refusal = None
+                if recorder is not None and _has_log_rows(plan, captures):
+                    refusal = recorder.refusal(origin)
+                outcomes.append(refusal)
+                if refusal is None:
+                    plans.append((plan, captures, origin))
+            if plans:
+                self._write_group(plans, now_s, recorder)
         return outcomes
+
+    def _write_group(
+        self, plans: list[_Planned], now_s: int, recorder: CaptureRecorder | None
+    ) -> None:
+        """The planned batches in one transaction (see ``apply_group``), captured if enabled."""
+        log_settled = capture_settled = False
+        capture: CaptureBatch | None = None
+        with self._transaction() as connection:
+            if recorder is not None:
+                capture = CaptureBatch(recorder, connection, lambda: settle_log_queue(connection))
+            writes = WriteBuffer(connection, capture)
+            writers: dict[int, CdcWriter] = {}  # by base tid, for the whole group
+            for plan, captures, origin in plans:
+                if capture is not None:
+                    capture.origin = origin
+                self._write_planned(plan, captures, now_s, writes, writers)
+            writes.flush()
+            self._appended += writes.appended
+            if self._appended >= LOG_APPEND_SETTLE_ROWS:
+                settle_log_queue(connection)
+                log_settled = True
+            if capture is not None and recorder is not None:
+                capture.flush()
+                if recorder.queued + capture.rows >= CAPTURE_SETTLE_ROWS:
+                    settle_queue(connection)
+                    capture_settled = True
+        if log_settled:
+            self._appended = 0
+        if capture is not None and recorder is not None:
+            recorder.committed(capture)
+            if capture_settled:
+                recorder.queued = 0
 
     def _write_planned(
         self,
         plan: list[tuple[TableInfo, Mutation, FlatMutation]],
         captures: Mapping[int, CdcCapture],
         now_s: int,
-        writes: _WriteBuffer,
+        writes: WriteBuffer,
         writers: dict[int, CdcWriter],
     ) -> None:
         """One planned batch into ``writes`` (an image read flushes what it needs first)."""
+        capturing = writes.capture is not None
         for index, (info, mutation, flat) in enumerate(plan):
             capture = captures.get(index)
             if capture is None:
-                writes.add(flat)
+                if capturing and info.packed_rows and is_cdc_log_table(info.table.name):
+                    base_name = base_table_name(info.table.name)
+                    writes.add_log(flat, base_name, mutation, direct=True)
+                else:
+                    writes.add(flat)
                 continue
             writer = writers.get(info.tid)
             if writer is None:
@@ -407,7 +441,7 @@ class Store:
         """Move pending log appends into ``atoms`` before a read of a packed-row table."""
         if info.packed_rows and self._appended:
             with self._transaction() as connection:
-                _settle(connection)
+                settle_log_queue(connection)
             self._appended = 0
 
     # --- reads ---------------------------------------------------------------------------------
@@ -670,7 +704,7 @@ class Store:
         state = raw_mutation(info, pk, compacted.rows, compacted.tombstones)
         invariant(state is not None, f"compacted partition {pk!r} of {info.qualified_name}")
         if state is not None:
-            _write(connection, [flatten_mutation(info, state)])
+            write_flats(connection, [flatten_mutation(info, state)])
         return "rewritten"
 
     # --- hints ---------------------------------------------------------------------------------
@@ -706,6 +740,19 @@ class Store:
             return _hints.hint_targets(self._connection)
 
 
+_Planned = tuple[list[tuple[TableInfo, Mutation, FlatMutation]], dict[int, CdcCapture], Origin]
+"""A validated batch: its mutations with their tables and rows, its CDC captures, its origin."""
+
+
+def _has_log_rows(
+    plan: list[tuple[TableInfo, Mutation, FlatMutation]], captures: Mapping[int, CdcCapture]
+) -> bool:
+    """Whether a batch writes CDC log rows (built from captures, or written directly)."""
+    return bool(captures) or any(
+        info.packed_rows and is_cdc_log_table(info.table.name) for info, _, _ in plan
+    )
+
+
 class _ImageReader:
     """Reads CDC pre/post-images of rows of one partition inside the apply transaction."""
 
@@ -719,7 +766,9 @@ class _ImageReader:
     ) -> dict[Clustering, RowImage]:
         info, now_s = self._info, self._now_s
         if info.packed_rows:  # a packed base table: its queued rows may be in the appends
-            _settle(self._store._connection)  # inside the apply transaction; the count stays
+            settle_log_queue(
+                self._store._connection
+            )  # inside the apply transaction; the count stays
         budget = TombstoneBudget(self._store.limits.max_tombstones_per_read)
         tombstones = self._store._tombstones(info, token, pk, budget)
         images: dict[Clustering, RowImage] = {}
@@ -734,78 +783,3 @@ class _ImageReader:
             if image is not None:
                 images[tuple(clustering)] = image
         return images
-
-
-class _WriteBuffer:
-    """A batch's flattened mutations, queued and sent to SQLite in as few calls as possible."""
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
-        self._pending: list[FlatMutation] = []
-        self._log_atoms: list[LogAppendRow] = []
-        self.appended = 0
-        """Packed atoms sent to ``log_queue`` so far."""
-
-    def add(self, flat: FlatMutation) -> None:
-        self._pending.append(flat)
-
-    def add_log_atom(self, queued: LogAppendRow) -> None:
-        self._log_atoms.append(queued)
-
-    def flush(self) -> None:
-        self.appended += _write(self._connection, self._pending, append_packed=True)
-        self._pending = []
-        if self._log_atoms:
-            self._connection.executemany(APPEND_LOG_ATOM, self._log_atoms)
-            self.appended += len(self._log_atoms)
-            self._log_atoms = []
-
-    def flush_partition(self, tid: int, token: int, partition_key: bytes) -> None:
-        """Flush if a queued write touches partition ``(token, partition_key)`` of ``tid``."""
-        for flat in self._pending:
-            if flat.token == token and flat.partition_key == partition_key and _tid(flat) == tid:
-                self.flush()
-                return
-
-
-def _tid(flat: FlatMutation) -> int | None:
-    """The table a flattened mutation writes to (None if it writes nothing)."""
-    rows = flat.atoms or flat.partition_atoms
-    return rows[0][0] if rows else None
-
-
-def _settle(connection: sqlite3.Connection) -> None:
-    """Move every pending log append into ``atoms`` (key order, last write wins)."""
-    connection.execute(SETTLE_LOG_APPENDS)
-    connection.execute(CLEAR_LOG_APPENDS)
-
-
-def _write(
-    connection: sqlite3.Connection, flats: Sequence[FlatMutation], *, append_packed: bool = False
-) -> int:
-    """Upsert the rows of flattened mutations (last write wins in SQL); with ``append_packed``,
-    packed-row atoms are appended to ``log_queue`` instead. Returns the number appended."""
-    if not flats:
-        return 0
-    appends: list[LogAppendRow] = []
-    if append_packed:
-        atoms = []
-        for flat in flats:
-            flat_atoms = flat.atoms
-            if flat_atoms and flat_atoms[0][4] == KIND_PACKED_ROW:
-                appends += map(queue_row, flat_atoms)
-            else:
-                atoms += flat_atoms
-        partition_atoms = [atom for flat in flats for atom in flat.partition_atoms]
-    elif len(flats) == 1:
-        atoms, partition_atoms = flats[0].atoms, flats[0].partition_atoms
-    else:
-        atoms = [atom for flat in flats for atom in flat.atoms]
-        partition_atoms = [atom for flat in flats for atom in flat.partition_atoms]
-    if atoms:
-        connection.executemany(UPSERT_ATOM, atoms)
-    if appends:
-        connection.executemany(APPEND_LOG_ATOM, appends)
-    if partition_atoms:
-        connection.executemany(UPSERT_PARTITION_ATOM, partition_atoms)
-    return len(appends)

@@ -28,8 +28,8 @@ from ringflow.storage._catalog import TableInfo
 from ringflow.storage._errors import InvalidMutation
 from ringflow.storage._mutation_codec import encode_row
 from ringflow.storage._sqlite_layout import KIND_PACKED_ROW
-from ringflow.storage._store import _WriteBuffer
 from ringflow.storage._write import FlatMutation, _size_bytes, flatten_mutation
+from ringflow.storage._write_buffer import WriteBuffer as _WriteBuffer
 from tests.unit.storage._tables import EVENTS, i32, txt
 
 PER_CELL, PACKED = TableInfo.of(1, EVENTS), TableInfo.of(1, EVENTS, packed_rows=True)

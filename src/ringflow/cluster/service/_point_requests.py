@@ -18,11 +18,13 @@ Rules:
 * A hint the coordinator asks for (``StoreHint``) is stored by ``HintDelivery``.
 * Every unit this node applies as a replica (MUTATION_REQ, HINT_REQ, its own share) goes
   through ``group_commit`` (``_group_commit``): units waiting for the store share one
-  transaction and one fsync, and each is answered once its group is durable.
+  transaction and one fsync, and each is answered once its group is durable. A HINT_REQ's unit
+  is applied with origin HINT (for the replica-side capture), the others with WRITE.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -58,7 +60,8 @@ from ringflow.cluster._write_path import (
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._group_commit import GroupCommit
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
-from ringflow.errors import InvalidRequest, RingflowError
+from ringflow.errors import RingflowError
+from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import ClusteringBound, Mutation
@@ -227,11 +230,12 @@ class PointRequests:
         ):
             self.handle(failed)
 
-    def _apply_units(self, units: Sequence[WriteUnit]) -> list[InvalidRequest | None]:
+    def _apply_units(self, units: Sequence[WriteUnit]) -> list[RingflowError | None]:
         """Runs on the storage thread: ``units`` in one transaction (``Store.apply_group``)."""
         return self._node.store.apply_group(
             [(unit.mutations, unit.captures) for unit in units],
             now_s=self._node.clock.now_ms() // 1000,
+            origins=[unit.origin for unit in units],
         )
 
     def _send_read(self, action: SendRead) -> None:
@@ -283,6 +287,8 @@ class PointRequests:
         self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
     ) -> None:
         unit = _codec.decode_unit(payload)
+        if verb == Verb.HINT_REQ:
+            unit = dataclasses.replace(unit, origin=Origin.HINT)
 
         def done(error: BaseException | None) -> None:
             if error is None:

@@ -18,8 +18,10 @@
 * the cluster's CDC generation (``CdcGenerationService``): the node opens with
   ``create_generation=False`` (it only reloads the one ``system.cdc_local`` names) and learns or,
   as the highest host id, creates the one generation of the whole cluster;
+* the replica-side capture (``ReplicaCapture``, seed 002; on unless ``CaptureSettings``
+  disable it): enabled on the store before the node listens, slices sealed every second;
 * ``status.json`` in the data directory, rewritten every second: what ``ringflow cluster
-  status`` prints (so no extra RPC port is needed).
+  status`` prints (so no extra RPC port is needed), with the capture's status.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
+from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CDC_GENERATIONS_V2_FEATURE,
@@ -51,7 +54,7 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
-from ringflow.cluster.service._settings import ClusterSettings, NodeTimings
+from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings, NodeTimings
 from ringflow.cql import (
     EventType,
     Inet,
@@ -186,11 +189,13 @@ async def run_cluster_node(
     seeds: Sequence[str],
     bootstrap: bool = False,
     timings: NodeTimings | None = None,
+    capture: CaptureSettings | None = None,
     cdc_generations_v2: bool = True,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Run one cluster node until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    """Run one cluster node until ``stop`` is set or SIGTERM/SIGINT arrives; ``capture``:
+    the replica-side capture's settings (default: on, 60 s x 5 slices)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     rng = random.Random()
@@ -215,7 +220,15 @@ async def run_cluster_node(
                 cluster_name=node.record.cluster_name,
                 cdc_generations_v2=cdc_generations_v2,
             ).with_timings(timings or NodeTimings())
-            await _serve(node, settings, (statements, storage, schema), stop, on_ready, rng)
+            await _serve(
+                node,
+                settings,
+                capture or CaptureSettings(),
+                (statements, storage, schema),
+                stop,
+                on_ready,
+                rng,
+            )
         finally:
             await loop.run_in_executor(storage, node.close)
     finally:
@@ -223,9 +236,25 @@ async def run_cluster_node(
             pool.shutdown(wait=True)
 
 
+async def _prepared_capture(
+    cluster: ClusterNode,
+    node: Node,
+    settings: CaptureSettings,
+    storage: concurrent.futures.Executor,
+) -> ReplicaCapture | None:
+    """The node's replica capture, enabled on its store (on the storage thread) before the
+    node listens, so every write it takes is captured; None when the settings disable it."""
+    if not settings.enabled:
+        return None
+    capture = ReplicaCapture(cluster, node.cdc, settings)
+    await asyncio.get_running_loop().run_in_executor(storage, capture.prepare)
+    return capture
+
+
 async def _serve(
     node: Node,
     settings: ClusterSettings,
+    capture_settings: CaptureSettings,
     pools: tuple[concurrent.futures.Executor, ...],
     stop: asyncio.Event,
     on_ready: Callable[[str], None] | None,
@@ -302,8 +331,11 @@ async def _serve(
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
 
     node.processor.on_schema_change(schema_changed)
+    capture = await _prepared_capture(cluster, node, capture_settings, storage)
     cluster.start()
     generations.start()
+    if capture is not None:
+        capture.start()
     if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
         if joining_states(config.data_dir):  # a new node never rewrites (seed 000)
             await loop.run_in_executor(storage, lambda: write_rewritten_marker(node.store, now_us))
@@ -329,6 +361,8 @@ async def _serve(
             with contextlib.suppress(Exception):
                 topology.poll()
                 document = {**status_document(cluster, node), "topology": topology.status()}
+                if capture is not None:
+                    document["capture"] = capture.status()
                 _write_status(status_path, document)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
@@ -336,6 +370,8 @@ async def _serve(
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)
+        if capture is not None:
+            capture.stop()
         cluster.stop()
         await server.close()
         await network.aclose()

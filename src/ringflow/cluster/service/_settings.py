@@ -3,9 +3,10 @@
 ``ClusterSettings`` is the cluster part of a node's configuration (seeds, endpoints, timings);
 ``NodeTimings`` are its timings alone, validated (``ConfigurationError``, 0x2300, exit 2 on the
 command line), with ``TIMING_OPTIONS`` describing each for the command line (``ringflow cluster
-start --write-timeout-ms 3000``); ``Offload`` is how the node runs store work off its thread;
-``WriteGroup``/``PendingRead`` are the shell's bookkeeping of client requests in flight on the
-coordinator.
+start --write-timeout-ms 3000``); ``CaptureSettings`` (with ``CAPTURE_OPTIONS``) are the
+replica-side capture's (``--slice-width-s 2 --slice-count 2 --capture-policy drop-oldest``);
+``Offload`` is how the node runs store work off its thread; ``WriteGroup``/``PendingRead`` are
+the shell's bookkeeping of client requests in flight on the coordinator.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from ringflow.cluster._gossip import GOSSIP_INTERVAL_MS
 from ringflow.cluster._hints import MAX_HINT_WINDOW_MS
 from ringflow.cluster.service import _codec
 from ringflow.errors import ConfigurationError
+from ringflow.replication import (
+    DEFAULT_SLICE_COUNT,
+    DEFAULT_SLICE_WIDTH_S,
+    SLICE_COUNT_MAX,
+    SLICE_WIDTH_S_MAX,
+    SliceSettings,
+)
 from ringflow.schema import Mutation
+from ringflow.storage import CaptureCap, CapturePolicy
 
 _T = TypeVar("_T")
 
@@ -91,9 +100,13 @@ TIMING_OPTIONS: tuple[TimingOption, ...] = (
 
 def check_timing(name: str, value: object) -> None:
     """ConfigurationError unless ``value`` is a valid setting ``name`` (see ``TIMING_OPTIONS``)."""
-    option = next((o for o in TIMING_OPTIONS if o.name == name), None)
+    _check_option(TIMING_OPTIONS, "timing", name, value)
+
+
+def _check_option(options: tuple[TimingOption, ...], kind: str, name: str, value: object) -> None:
+    option = next((o for o in options if o.name == name), None)
     if option is None:
-        raise ConfigurationError(f"unknown timing setting {name!r}")
+        raise ConfigurationError(f"unknown {kind} setting {name!r}")
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
     if not numeric or (option.kind is int and not isinstance(value, int)):
         raise ConfigurationError(
@@ -178,6 +191,79 @@ class ClusterSettings:
 
     def with_timings(self, timings: NodeTimings) -> ClusterSettings:
         return dataclasses.replace(self, **timings.as_dict())  # type: ignore[arg-type]
+
+
+CAPTURE_OPTIONS: tuple[TimingOption, ...] = (
+    TimingOption(
+        "slice_width_s", int, 1, SLICE_WIDTH_S_MAX, "replica capture: seconds per time slice"
+    ),
+    TimingOption(
+        "slice_count",
+        int,
+        1,
+        SLICE_COUNT_MAX,
+        "replica capture: slices open at once (a row older than the window is out of sequence)",
+    ),
+    TimingOption("capture_max_bytes", int, 1, 2**50, "replica capture cap: bytes kept until sent"),
+    TimingOption(
+        "capture_max_age_s",
+        int,
+        1,
+        10 * 365 * 24 * 3600,
+        "replica capture cap: age of the oldest slice kept",
+    ),
+)
+"""The numeric replica-capture settings of a node (seed 002; ``CaptureSettings``)."""
+CAPTURE_POLICIES: tuple[str, ...] = tuple(policy.value for policy in CapturePolicy)
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSettings:
+    """A node's replica-side capture (seed 002, REPLICATION.md decision 1): on by default for
+    every CDC table, slices of ``slice_width_s`` x ``slice_count``, the cap and the policy
+    applied past it (``refuse`` CDC writes, or ``drop-oldest`` sealed slices)."""
+
+    enabled: bool = True
+    slice_width_s: int = DEFAULT_SLICE_WIDTH_S
+    slice_count: int = DEFAULT_SLICE_COUNT
+    capture_max_bytes: int = 4 * 1024**3
+    capture_max_age_s: int = 7 * 24 * 3600
+    capture_policy: str = CapturePolicy.REFUSE.value
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigurationError(f"capture enabled must be a bool, got {self.enabled!r}")
+        for option in CAPTURE_OPTIONS:
+            _check_option(CAPTURE_OPTIONS, "capture", option.name, getattr(self, option.name))
+        if self.capture_policy not in CAPTURE_POLICIES:
+            raise ConfigurationError(
+                f"--capture-policy: expected one of {', '.join(CAPTURE_POLICIES)}, "
+                f"got {self.capture_policy!r}"
+            )
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> CaptureSettings:
+        """Settings from ``values`` (missing or None: the default); ConfigurationError on an
+        unknown name or a bad value."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigurationError(f"unknown capture settings: {', '.join(unknown)}")
+        given = {name: value for name, value in values.items() if value is not None}
+        return cls(**given)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, object]:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    @property
+    def slice_settings(self) -> SliceSettings:
+        return SliceSettings(self.slice_width_s, self.slice_count)
+
+    @property
+    def cap(self) -> CaptureCap:
+        return CaptureCap(
+            self.capture_max_bytes, self.capture_max_age_s, CapturePolicy(self.capture_policy)
+        )
 
 
 WriteDone = Callable[[BaseException | None], None]

@@ -4,7 +4,8 @@ cassandra-core.md §8 (bootstrap and decommission stream the moving ranges); the
 stored partition as ``Store.scan_mutations`` returns it (cells with their timestamps and TTLs,
 row, range and partition tombstones), never a query result, and it is applied with
 ``Store.apply`` (merging by timestamp, so a partition streamed twice, or one also written by a
-client meanwhile, converges).
+client meanwhile, converges) with origin STREAM: the CDC log rows it brings go to the replica's
+capture out of sequence (seed 002).
 
 Wire (verb STREAM_REQ, answers STREAM_RSP, failures FAILURE_RSP ``[STREAM_REQ, reason]``):
 
@@ -36,6 +37,7 @@ from ringflow.cluster._messages import InternodeProtocolError, Verb
 from ringflow.cluster._topology_change import StreamTask
 from ringflow.cluster.service._codec import _int, _list, _mutation, _unpack
 from ringflow.cluster.service._node import ClusterNode
+from ringflow.replication import Origin
 from ringflow.schema import Mutation
 from ringflow.storage import encode_mutation
 
@@ -251,7 +253,9 @@ class Streamer:
 
             def apply() -> bytes:
                 if partitions:
-                    store.apply(partitions, now_s=cluster.clock.now_ms() // 1000)
+                    store.apply(
+                        partitions, now_s=cluster.clock.now_ms() // 1000, origin=Origin.STREAM
+                    )
                 return bytes(ACK)
 
             cluster.offload(apply, answer)
@@ -364,7 +368,11 @@ class Streamer:
 
         def apply() -> None:
             if page.partitions:
-                store.apply(list(page.partitions), now_s=cluster.clock.now_ms() // 1000)
+                store.apply(
+                    list(page.partitions),
+                    now_s=cluster.clock.now_ms() // 1000,
+                    origin=Origin.STREAM,
+                )
 
         def applied(_result: object, error: BaseException | None) -> None:
             if error is not None:
