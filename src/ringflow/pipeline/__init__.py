@@ -55,10 +55,19 @@ if TYPE_CHECKING:
         table_to_json,
         validate_change,
     )
+    from ringflow.pipeline._channel_store import (
+        channel_table_rows,
+        create_channel,
+        drop_channel,
+        find_channel,
+        load_channels,
+        update_channel,
+    )
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
         cluster_options,
     )
+    from ringflow.pipeline._cluster_client import connect as connect_cluster
     from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
     from ringflow.pipeline._hub import (
         DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
@@ -91,6 +100,7 @@ if TYPE_CHECKING:
         postgres_options,
         read_postgres_live,
     )
+    from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._spark_session import (
         DEFAULT_CONF,
         local_spark_session,
@@ -112,6 +122,15 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "channel_table_rows": ("ringflow.pipeline._channel_store", "channel_table_rows"),
+    "create_channel": ("ringflow.pipeline._channel_store", "create_channel"),
+    "drop_channel": ("ringflow.pipeline._channel_store", "drop_channel"),
+    "find_channel": ("ringflow.pipeline._channel_store", "find_channel"),
+    "load_channels": ("ringflow.pipeline._channel_store", "load_channels"),
+    "update_channel": ("ringflow.pipeline._channel_store", "update_channel"),
+    "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
+    "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
+    "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
     "DEFAULT_CONF": ("ringflow.pipeline._spark_session", "DEFAULT_CONF"),
@@ -237,19 +256,27 @@ __all__ = [
     "change_to_arrow_row",
     "change_to_row",
     "changes_sorted",
+    "channel_table_rows",
     "check_change_schema",
     "cluster_options",
     "committed_files",
+    "connect_cluster",
+    "create_channel",
+    "drop_channel",
+    "find_channel",
     "format_duration",
     "from_spark_value",
     "hub_options",
     "lake_options",
     "lake_table",
     "lake_tables",
+    "load_channels",
     "local_spark_session",
     "log_row_converter",
     "materialize",
     "parse_duration",
+    "parse_hosts",
+    "parse_table_name",
     "pg_type",
     "postgres_options",
     "read_changes",
@@ -263,5 +290,6 @@ __all__ = [
     "table_options",
     "table_to_json",
     "to_spark_value",
+    "update_channel",
     "validate_change",
 ]

@@ -38,8 +38,7 @@ from ringflow.replication import SealedSlice, StreamRanges
 from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import TimerHandle
 from ringflow.schema import deserialize
-from ringflow.storage import CaptureConfig, CapturedSlice, Store, UnknownTable
-from ringflow.storage._capture_slices import CaptureStatus
+from ringflow.storage import CaptureConfig, CapturedSlice, CaptureStatus, Store, UnknownTable
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode
