@@ -24,6 +24,7 @@ from ringflow.cluster._gossip import GOSSIP_INTERVAL_MS
 from ringflow.cluster._hints import MAX_HINT_WINDOW_MS
 from ringflow.cluster.service import _codec
 from ringflow.errors import ConfigurationError
+from ringflow.ring import Host
 from ringflow.schema import Mutation
 
 _T = TypeVar("_T")
@@ -205,3 +206,5 @@ class WriteGroup:
 class PendingRead:
     command: _codec.ReadCommand
     done: ReadDone
+    unknown: dict[Host, frozenset[str]] = field(default_factory=dict)
+    """Per replica, the columns of ``command`` it said it does not know."""
