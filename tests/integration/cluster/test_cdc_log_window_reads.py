@@ -7,8 +7,9 @@ bounds); these tests check the answers are the rows of the window, exactly: ever
 stream, read through each node, equals the stream's full read cut to the window, and a row
 written a moment ago (still in the replicas' unsettled log queue) is in the next window read.
 
-Issue 15 §3: QUORUM reads of the log (and of the base table) in flight while ``ALTER TABLE ...
-DROP`` and ``ADD`` run on another node all answer, with the real driver retrying nothing. Before
+Issue 15 §3: QUORUM reads of the log (and of the base table: partitions and range reads) in
+flight while ``ALTER TABLE ... DROP`` and ``ADD`` run on another node all answer, with the real
+driver retrying nothing. Before
 the fix a few of them timed out ("received only 0 responses", 1 required, at QUORUM): the
 dropped column's cells, read from a replica the DROP had not reached yet, went as a read repair
 to a replica that had dropped the column, which refused it, and the read waited for that ack.
@@ -109,9 +110,9 @@ ALTERS = (
 def _reader(
     cluster: LocalCluster, address: str, streams: list[bytes], stop: threading.Event
 ) -> tuple[Counter[str], list[float]]:
-    """Read every stream's log (a window, prepared and ``SELECT *`` like ``ringflow-cdc``) and
-    a base partition at QUORUM through ``address`` until ``stop``: (errors, when each read
-    answered)."""
+    """Read every stream's log (a window, prepared and ``SELECT *`` like ``ringflow-cdc``), a
+    base partition and now and then the whole base table (a range read) at QUORUM through
+    ``address`` until ``stop``: (errors, when each read answered)."""
     session = cluster.session(only=address, timeout_s=30)
     window = session.prepare(
         'SELECT * FROM alt."t_scylla_cdc_log" WHERE "cdc$stream_id" = ? '
@@ -121,6 +122,7 @@ def _reader(
     base = SimpleStatement(
         "SELECT * FROM alt.t WHERE pk = %s", consistency_level=ConsistencyLevel.QUORUM
     )
+    scan = SimpleStatement("SELECT * FROM alt.t", consistency_level=ConsistencyLevel.QUORUM)
     errors: Counter[str] = Counter()
     answered: list[float] = []
     since = datetime.now(UTC) - timedelta(hours=1)
@@ -129,6 +131,8 @@ def _reader(
             try:
                 session.execute(window, (stream, since, since + timedelta(hours=2)))
                 session.execute(base, (index % 30,))
+                if index % 2 == 0:  # a range read of the whole table, every other time
+                    list(session.execute(scan))
                 answered.append(time.monotonic())
             except Exception as error:  # every failure is counted: the driver retries nothing
                 errors[f"{type(error).__name__}: {error}"[:300]] += 1

@@ -289,15 +289,16 @@ class PointRequests:
             start=command.start,
             end=command.end,
         )
-        unknown: tuple[str, ...] = ()
+        unknown: frozenset[str] = frozenset()
         if command.columns is not None:
             known = self._value_columns(store.table(command.keyspace, command.table))
-            unknown = tuple(name for name in command.columns if name not in known)
-            if partition is not None and not known.issubset(command.columns):
-                partition = restrict_columns(partition, frozenset(command.columns))
+            wanted = frozenset(command.columns)
+            unknown = wanted - known
+            if partition is not None and not known <= wanted:
+                partition = restrict_columns(partition, wanted)
                 partition = None if partition.is_empty else partition
         digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
-        return _codec.encode_read_response(command.kind, partition, digest, unknown)
+        return _codec.encode_read_response(command.kind, partition, digest, sorted(unknown))
 
     def _value_columns(self, table: Table) -> frozenset[str]:
         """The names of ``table``'s static and regular columns (kept per table definition)."""
