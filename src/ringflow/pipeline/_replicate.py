@@ -316,7 +316,9 @@ class _Runner:
             query = other.query
             if other is run or query is None or same_columns(other.table, run.table):
                 continue
-            with contextlib.suppress(Exception):  # it may have ended (failed) already
+            if not query.isActive:  # ended: its own poll sees how (done, or this change)
+                continue
+            with contextlib.suppress(Exception):  # it may end (fail) meanwhile
                 query.stop()
             self._follow_one(other)
 
