@@ -8,6 +8,8 @@
 - :mod:`._lake`: ``ringflow-lake``, the append-only Parquet change lake, exactly once per batch.
 - :mod:`._postgres` / :mod:`._pg_sql`: ``ringflow-postgres``, upserts guarded by write
   timestamps, with a ``<table>_live`` view.
+- :mod:`._evolution`: schema changes of the source (what changed, the union a destination
+  holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
 - :mod:`._spark_session`: a local SparkSession with sane defaults and the sources registered.
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
@@ -68,7 +70,14 @@ if TYPE_CHECKING:
         cluster_options,
     )
     from ringflow.pipeline._cluster_client import connect as connect_cluster
-    from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+    from ringflow.pipeline._errors import (
+        DestinationBehind,
+        InvalidChange,
+        PipelineConfigError,
+        SchemaConflict,
+        SourceSchemaChanged,
+    )
+    from ringflow.pipeline._evolution import describe_change, union_table
     from ringflow.pipeline._hub import (
         DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
     )
@@ -152,7 +161,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ClusterOptions": ("ringflow.pipeline._cluster_client", "ClusterOptions"),
     "HubDataSource": ("ringflow.pipeline._hub", "HubDataSource"),
     "HubReport": ("ringflow.pipeline._hub", "HubReport"),
+    "DestinationBehind": ("ringflow.pipeline._errors", "DestinationBehind"),
     "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
+    "SchemaConflict": ("ringflow.pipeline._errors", "SchemaConflict"),
+    "SourceSchemaChanged": ("ringflow.pipeline._errors", "SourceSchemaChanged"),
+    "describe_change": ("ringflow.pipeline._evolution", "describe_change"),
+    "union_table": ("ringflow.pipeline._evolution", "union_table"),
     "LakeDataSource": ("ringflow.pipeline._lake", "LakeDataSource"),
     "LiveRow": ("ringflow.pipeline._materialize", "LiveRow"),
     "PipelineConfigError": ("ringflow.pipeline._errors", "PipelineConfigError"),
@@ -235,6 +249,7 @@ __all__ = [
     "CdcOffset",
     "Change",
     "ClusterOptions",
+    "DestinationBehind",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -244,6 +259,8 @@ __all__ = [
     "PostgresDataSource",
     "RingflowCdcDataSource",
     "RingflowTableDataSource",
+    "SchemaConflict",
+    "SourceSchemaChanged",
     "TableState",
     "apply_changes",
     "apply_to_hub",
@@ -262,6 +279,7 @@ __all__ = [
     "committed_files",
     "connect_cluster",
     "create_channel",
+    "describe_change",
     "drop_channel",
     "find_channel",
     "format_duration",
@@ -290,6 +308,7 @@ __all__ = [
     "table_options",
     "table_to_json",
     "to_spark_value",
+    "union_table",
     "update_channel",
     "validate_change",
 ]

@@ -32,6 +32,7 @@ from ringflow.replication import (
     SLICE_WIDTH_S_MAX,
     SliceSettings,
 )
+from ringflow.ring import Host
 from ringflow.schema import Mutation
 from ringflow.storage import CaptureCap, CapturePolicy
 
@@ -291,3 +292,5 @@ class WriteGroup:
 class PendingRead:
     command: _codec.ReadCommand
     done: ReadDone
+    unknown: dict[Host, frozenset[str]] = field(default_factory=dict)
+    """Per replica, the columns of ``command`` it said it does not know."""
