@@ -94,13 +94,18 @@ from ringflow.replication._ranks import (
 )
 from ringflow.replication._stream_ranges import RangeBounds, StreamRanges, description_ranges
 from ringflow.replication._tables import (
+    CAPTURED_ROWS_TABLE,
+    CAPTURED_ROWS_TABLE_CQL,
     DEAD_LETTERS_TABLE,
     DEAD_LETTERS_TABLE_CQL,
+    LOCAL_SLICES_TABLE,
+    LOCAL_SLICES_TABLE_CQL,
     SENT_TABLE,
     SENT_TABLE_CQL,
     SENT_TTL_S,
     SLICES_TABLE,
     SLICES_TABLE_CQL,
+    VIRTUAL_TABLES_CQL,
     WATERMARKS_TABLE,
     WATERMARKS_TABLE_CQL,
     sealed_slice_from_row,
@@ -120,6 +125,8 @@ from ringflow.replication._triage import (
 
 __all__ = [
     "BACKOFF_DELAY_S_MAX",
+    "CAPTURED_ROWS_TABLE",
+    "CAPTURED_ROWS_TABLE_CQL",
     "CHANNELS_TABLE",
     "CHANNELS_TABLE_CQL",
     "CHANNEL_COLUMNS",
@@ -135,6 +142,8 @@ __all__ = [
     "DEFAULT_SLICE_COUNT",
     "DEFAULT_SLICE_WIDTH_S",
     "IN_SEQUENCE_ORIGINS",
+    "LOCAL_SLICES_TABLE",
+    "LOCAL_SLICES_TABLE_CQL",
     "PERMITS_MAX",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -148,6 +157,7 @@ __all__ = [
     "SLICE_COUNT_MAX",
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
+    "VIRTUAL_TABLES_CQL",
     "WATERMARKS_TABLE",
     "WATERMARKS_TABLE_CQL",
     "BackoffPolicy",
