@@ -101,7 +101,7 @@ CAPTURED_ROWS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_CAPTURED_ROWS}
     row blob,
     PRIMARY KEY ((keyspace_name, table_name, slice_start_ms, range_start, range_end,
         out_of_sequence), seq)
-)"""
+) WITH comment = 'node-local virtual table: the rows of one slice this node captured'"""
 """Node-local, virtual: the rows of one slice the receiving node holds (module docstring)."""
 LOCAL_SLICES_TABLE: Final = "local_slices"
 _LOCAL_SLICES = f"{REPLICATION_KEYSPACE}.{LOCAL_SLICES_TABLE}"
@@ -123,7 +123,7 @@ LOCAL_SLICES_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_LOCAL_SLICES} (
     published_at_ms bigint,
     PRIMARY KEY ((keyspace_name, table_name), slice_start_ms, range_start, range_end,
         out_of_sequence)
-)"""
+) WITH comment = 'node-local virtual table: the slices this node captured'"""
 """Node-local, virtual: the slices the receiving node holds; ``sealed_at_ms``, ``digest`` and
 ``published_at_ms`` are null until then (module docstring)."""
 VIRTUAL_TABLES_CQL: Final = (CAPTURED_ROWS_TABLE_CQL, LOCAL_SLICES_TABLE_CQL)
