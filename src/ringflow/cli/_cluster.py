@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -555,7 +555,40 @@ def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
             f"{None if seen is None else seen['schema_version']} "
             f"{None if seen is None else seen['cdc_generation']}"
         )
+    lines.extend(
+        capture_summary(status) for status in statuses if isinstance(status.get("capture"), dict)
+    )
     return "\n".join(lines)
+
+
+def capture_summary(status: Mapping[str, object]) -> str:
+    """One line on a node's replica capture, from its ``status.json``: slices open, sealed and
+    not yet published, rows and bytes held, slices dropped once sent (synch-delete), and how
+    far its oldest seal watermark is behind the time the status was written."""
+    capture = status.get("capture")
+    if not isinstance(capture, Mapping):
+        return f"capture {status.get('address')}: off"
+    publication = capture.get("publication")
+    publication = publication if isinstance(publication, Mapping) else {}
+    synch = capture.get("synch_delete")
+    dropped = (
+        f"{synch.get('dropped_slices')} dropped once sent"
+        if isinstance(synch, Mapping)
+        else "synch-delete off"
+    )
+    marks = publication.get("watermarks_ms")
+    written = status.get("written_ms")
+    lag = ""
+    if isinstance(marks, Mapping) and marks and isinstance(written, int):
+        behind_s = (written - min(int(str(mark)) for mark in marks.values())) / 1000
+        lag = f", watermarks up to {behind_s:.1f} s behind"
+    failing = ", publication FAILING" if publication.get("failing") else ""
+    return (
+        f"capture {status.get('address')}: {capture.get('slices_open')} open, "
+        f"{capture.get('slices_sealed')} sealed ({publication.get('unpublished_slices')} "
+        f"unpublished), {capture.get('rows')} rows, {capture.get('size_bytes')} bytes; "
+        f"{dropped}{lag}{failing}"
+    )
 
 
 def run_cluster_status(arguments: argparse.Namespace) -> int:
