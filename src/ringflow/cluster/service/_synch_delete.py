@@ -185,12 +185,13 @@ class SynchDelete:
         self, copies: list[SealedSlice], read: ChannelRead
     ) -> tuple[list[SealedSlice], list[SentPartition]]:
         """The first copies whose ``sent`` partitions fit in ``reads_per_round_max`` (the rest
-        wait: the cursor goes back to the last copy kept)."""
+        wait: the cursor goes back to the last copy kept); the first copy always goes (a
+        table with more collecting channels than that still makes progress)."""
         wanted: set[SentPartition] = set()
         kept: list[SealedSlice] = []
         for copy in copies:
             more = wanted | set(sent_partitions([copy], read.channels))
-            if len(more) > self._reads_max:
+            if len(more) > self._reads_max and kept:
                 self._cursor = kept[-1].key if kept else self._cursor
                 break
             wanted = more
