@@ -16,7 +16,9 @@ keep the last settings too, with an error logged. A row that does not decode as 
 named in ``unreadable``: the synch-delete round refuses to drop anything while one exists (it
 could be a channel that holds data back).
 
-``refresh(done)`` reads now (synch-delete asks for a fresh read every round).
+``refresh(done)`` reads now (synch-delete asks for a fresh read every round; the periodic
+read is skipped when one is younger than the interval, so a node reads the channels about
+once per interval either way).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class ChannelWatch:
         self.reads = 0
         self.failures = 0
         self.last_error: str | None = None
+        self._interval_ms = interval_ms
         self._rounds = PeriodicRounds(cluster.clock, interval_ms, self._round, "channel watch")
 
     def start(self) -> None:
@@ -94,6 +97,10 @@ class ChannelWatch:
         return self.table_settings.get((keyspace, table), self.default)
 
     def _round(self, finish: Callable[[], None]) -> None:
+        last = self.last
+        if last is not None and self._cluster.clock.now_ms() - last.read_ms < self._interval_ms:
+            finish()  # read meanwhile (synch-delete refreshes every round): not again
+            return
         self.refresh(lambda _read, _error: finish())
 
     def refresh(self, done: ChannelsDone) -> None:
