@@ -98,6 +98,8 @@ if TYPE_CHECKING:
         lake_tables,
         read_lake,
         read_lake_changes,
+        uncommitted_files,
+        vacuum_lake,
     )
     from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
     from ringflow.pipeline._pg_sql import pg_type
@@ -211,6 +213,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "table_options": ("ringflow.pipeline._table_source", "table_options"),
     "table_to_json": ("ringflow.pipeline._changes", "table_to_json"),
     "to_spark_value": ("ringflow.pipeline._spark_types", "to_spark_value"),
+    "uncommitted_files": ("ringflow.pipeline._lake", "uncommitted_files"),
+    "vacuum_lake": ("ringflow.pipeline._lake", "vacuum_lake"),
     "validate_change": ("ringflow.pipeline._changes", "validate_change"),
 }
 
@@ -308,7 +312,9 @@ __all__ = [
     "table_options",
     "table_to_json",
     "to_spark_value",
+    "uncommitted_files",
     "union_table",
     "update_channel",
+    "vacuum_lake",
     "validate_change",
 ]
