@@ -616,6 +616,9 @@ def read_lake_changes(root: str | os.PathLike[str], table: str | None = None) ->
 
 
 class _FilesPartition(InputPartition):
+    """Committed files, relative to the table's directory: each executor finds them under the
+    lake root as it sees it, like the files' writers (the driver need not see the same path)."""
+
     def __init__(self, files: list[str]) -> None:
         super().__init__(files)
         self.files = files
@@ -628,15 +631,18 @@ class _LakeReader(DataSourceReader):
         self.files_per_partition = files_per_partition
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = [str(p) for p in committed_files(self.root, table_from_json(self.table_json))]
+        table = table_from_json(self.table_json)
+        directory = table_dir(self.root, table)
+        files = [str(p.relative_to(directory)) for p in committed_files(self.root, table)]
         size = self.files_per_partition
         return [_FilesPartition(files[i : i + size]) for i in range(0, len(files), size)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = change_arrow_schema(table_from_json(self.table_json))
+        table = table_from_json(self.table_json)
+        schema, directory = change_arrow_schema(table), table_dir(self.root, table)
         files: list[str] = partition.value if isinstance(partition, _FilesPartition) else []
         for path in files:
-            yield from _read_file(Path(path), schema).to_batches()
+            yield from _read_file(directory / path, schema).to_batches()
 
 
 class LakeDataSource(DataSource):
