@@ -116,20 +116,26 @@ def committed_watermark(checkpoint: Path) -> int | None:
 
 
 def check_destinations(
-    edge: Any, contact_points: str, keyspace: str, base: Path, postgres_url: str, hub: Any = None
+    edge: Any,
+    contact_points: str,
+    keyspace: str,
+    base: Path,
+    postgres_url: str | None,
+    hub: Any = None,
 ) -> tuple[Table, int]:
-    """The lake (``base / "lake"``), PostgreSQL and the hub (when given) each equal the edge
-    table read at ALL; (the table, its row count)."""
+    """The lake (``base / "lake"``), PostgreSQL and the hub (each when given) each equal the
+    edge table read at ALL; (the table, its row count)."""
     table = source_table(cdc_options(contact_points, f"{keyspace}.{TABLE}"))
     now_s = int(time.time())
     expected = read_cql_table(edge, table, "ALL")
     name = f"{keyspace}.{TABLE}"
     destinations = {
         "lake": live_rows(materialize(table, read_lake_changes(base / "lake", name), now_s)),
-        "postgres": live_rows(
-            read_postgres_live(postgres_url, f"{keyspace}_{TABLE}", table, now_s)
-        ),
     }
+    if postgres_url is not None:
+        destinations["postgres"] = live_rows(
+            read_postgres_live(postgres_url, f"{keyspace}_{TABLE}", table, now_s)
+        )
     if hub is not None:
         destinations["hub"] = read_cql_table(hub, table)
     for destination, rows in destinations.items():
