@@ -178,6 +178,11 @@ class StandaloneCluster:
         self.daemons.append(daemon)
         return daemon
 
+    def applications(self) -> list[tuple[str, str]]:
+        """(app id, app name) of every application the master registered, in order."""
+        found = re.findall(r"Registered app (.+) with ID (app-\S+)", self.daemons[0].text())
+        return [(app_id, name) for name, app_id in found]
+
     def executor_logs(self) -> dict[str, list[str]]:
         """Each application's executors' logs (stderr: the launch command first), by app id."""
         logs: dict[str, list[str]] = {}

@@ -91,6 +91,22 @@ def _uncommitted(lake: Path, keyspace: str) -> list[Path]:
     return [p for p in uncommitted_files(lake, f"{keyspace}.{TABLE}") if p.suffix == ".parquet"]
 
 
+def _freeze_mid_batch(job: Job, lake: Path, keyspace: str) -> list[Path]:
+    """Freeze the job (SIGSTOP) while a batch has files and no marker; those files. A batch seen
+    uncommitted may commit before the freeze lands: then it thaws and waits for the next."""
+    while True:
+        wait_for(
+            lambda: not job.running() or _uncommitted(lake, keyspace) != [],
+            "a lake file not committed yet",
+        )
+        assert job.running(), job.output()
+        job.freeze()
+        left = _uncommitted(lake, keyspace)
+        if left:
+            return left
+        job.thaw()
+
+
 def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
     spark: SparkSession, stage: dict[str, Any], edge_cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -125,17 +141,13 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
         write(workload, PHASE_WRITES)
         assert job.running(), job.output()
         # 4. the job itself crashes in the middle of a micro-batch
-        wait_for(
-            lambda: not job.running() or _uncommitted(tmp_path / "lake", keyspace) != [],
-            "a lake file not committed yet",
-        )
+        left = _freeze_mid_batch(job, tmp_path / "lake", keyspace)
         job.kill()
         phase("job SIGKILLed with a batch written, not committed")
     finally:
         job.kill()
         edge_cluster.wait_ready()  # the victim is UP again even if the test failed half-way
-    left = _uncommitted(tmp_path / "lake", keyspace)
-    assert left != [], job.output()  # killed between a batch's files and its marker
+    assert left == _uncommitted(tmp_path / "lake", keyspace)  # killed as it was frozen
 
     # 5. started again on the same checkpoints, it catches up exactly once
     time.sleep(CONFIDENCE_MS / 1000 + 1.6)  # past the window, and the 1 s TTLs have run out

@@ -21,7 +21,8 @@ Afterwards:
 * each run was an application of the cluster whose executors, on both workers, connected to
   the driver at ``D`` and ran with the run's executor memory (``--conf`` of the CLI, a
   spark-submit setting of the other): the master, driver host and settings were honoured, by
-  ringflow and under spark-submit;
+  ringflow and under spark-submit; the spark-submit run kept spark-submit's application name
+  (the file's), which ringflow's default would have replaced before;
 * the driver's view of the lake holds no Parquet file; each file a marker lists is in exactly
   one executor's view; no executor holds a marker;
 * the hub, PostgreSQL and the joined lake after run 1, and the joined lake after run 2, each
@@ -152,11 +153,15 @@ def _committed(lake: Path) -> list[Path]:
     return [p for t in lake.glob("table=*") for p in committed_files(lake, t.name[len("table=") :])]
 
 
-def _check_applications(cluster: StandaloneCluster, driver_host: str, memories: list[str]) -> None:
-    """One application per run, in order, each with an executor on every worker, connected to
-    the driver at ``driver_host`` and started with that run's executor memory."""
+def _check_applications(
+    cluster: StandaloneCluster, driver_host: str, names: list[str], memories: list[str]
+) -> None:
+    """One application per run, in order, with that run's name, each with an executor on every
+    worker, connected to the driver at ``driver_host`` and started with that run's executor
+    memory."""
+    assert [name for _, name in cluster.applications()] == names
     applications = sorted(cluster.executor_logs().items())
-    assert len(applications) == len(memories), [name for name, _ in applications]
+    assert [app_id for app_id, _ in applications] == [a for a, _ in cluster.applications()]
     for (name, logs), memory in zip(applications, memories, strict=True):
         workers = {d.name for d in cluster.work_dirs if (d / name).is_dir()}
         assert workers == {d.name for d in cluster.work_dirs}, (name, workers)
@@ -223,7 +228,10 @@ def test_replication_runs_on_a_standalone_cluster_and_through_spark_submit(
     _run([*submit, job, *options], tmp_path / "driver", tmp_path / "submit.log", python)
     phase("run 2 (spark-submit replicate_job.py) done")
 
-    _check_applications(cluster, driver_host, ["512M", "600M"])
+    # spark-submit names its application after the file: ringflow's default name did not win
+    _check_applications(
+        cluster, driver_host, ["ringflow-replicate", "replicate_job.py"], ["512M", "600M"]
+    )
     base = tmp_path / "joined-2"
     base.mkdir()
     _joined_lake(tmp_path / "driver" / "lake", cluster.executor_dirs(), base / "lake")
