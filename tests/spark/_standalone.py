@@ -110,6 +110,7 @@ class _Daemon:
             os.killpg(self.process.pid, number)
 
     def gone(self) -> bool:
+        self.process.poll()  # reap the leader: a zombie would keep its group "alive"
         try:
             os.killpg(self.process.pid, 0)
         except ProcessLookupError:
