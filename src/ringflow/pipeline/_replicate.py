@@ -30,10 +30,17 @@ a run when it starts, and the source's latest offset never crosses a CDC generat
 (a new generation starts e.g. when a node restarts), so a run may end at a boundary short of the
 target: the channel's query is then started again from its checkpoint, until its watermark has
 passed the target (at most ``MAX_RUNS`` runs). Every run ends cleanly after a whole batch, so no
-batch is ever interrupted. A channel whose query fails is restarted from its checkpoint up to
-``MAX_RETRIES`` times (a loaded machine has transient failures); after that every query is
-stopped and :class:`ReplicationFailed` names the channel and the error. ``continuous``
-runs with a processing-time trigger until Ctrl-C (or ``timeout_s``). Progress comes from each
+batch is ever interrupted. ``continuous`` runs with a processing-time trigger until Ctrl-C (or
+``timeout_s``).
+
+A channel whose query fails (its destination went away, the edge could not be read, a loaded
+machine's transient failure) is restarted from its checkpoint after a backoff of 1 s doubling to
+60 s (``replication.DestinationBackoff``, REPLICATION.md decision 8), so nothing is lost and a
+batch that was cut is replayed; the other channels go on meanwhile. ``continuous``
+retries without end (an edge site's link comes back) and its status line says ``unreachable
+since ...`` with the error; a committed batch makes it reachable again. ``once`` gives up after
+``MAX_RETRIES`` retries in a row: every query is stopped and :class:`ReplicationFailed` names the
+channel and the error (the checkpoints keep what was done). Progress comes from each
 query's ``recentProgress`` (rows, batches, lag = batch end time - source watermark) and is shown
 as one rich progress line per channel, followed by a summary table.
 """
@@ -78,11 +85,13 @@ from ringflow.pipeline._replicate_channels import (
 )
 from ringflow.pipeline._spark_conf import SparkSettings
 from ringflow.pipeline._spark_session import register_data_sources
+from ringflow.replication import DestinationBackoff
 
 DEFAULT_TRIGGER = "1 second"
 MAX_RUNS = 100
-MAX_RETRIES = 3  # failed runs of one channel restarted from its checkpoint before giving up
+MAX_RETRIES = 3  # failed runs in a row of one ``once`` channel restarted before giving up
 POLL_S = 0.5
+MAX_ERRORS_KEPT = 20  # the latest distinct errors of a channel shown in its summary
 ONCE_TIMEOUT_S = 3600.0
 STOP_TIMEOUT_S = 60.0
 
@@ -276,6 +285,13 @@ class _Runner:
         }
         self.tables = SourceTables(plan.source_options)
         self.stats = {d.channel: ChannelStats(d.channel, d.display) for d in plan.destinations}
+        self.backoffs = {d.channel: DestinationBackoff() for d in plan.destinations}
+        self._clock_ms = 0
+
+    def _now_ms(self) -> int:
+        """The wall clock in ms, never going back (the backoffs' times must not)."""
+        self._clock_ms = max(self._clock_ms, time.time_ns() // 1_000_000)
+        return self._clock_ms
 
     @property
     def queries(self) -> dict[str, Any]:
@@ -333,6 +349,20 @@ class _Runner:
         self._say(run, f"source schema changed ({what}): restarted with it from its checkpoint")
         self._restart(run)
 
+    def _back_off(self, run: ChannelRun, error: str) -> None:
+        """Its query failed: retried from its checkpoint (exactly-once: the sinks are idempotent
+        per batch) once its backoff is due; the other channels go on meanwhile."""
+        stats, backoff = self.stats[run.channel], self.backoffs[run.channel]
+        stats.retries += 1
+        if not stats.errors or stats.errors[-1] != error:
+            stats.errors.append(error)
+            del stats.errors[:-MAX_ERRORS_KEPT]
+        now_ms = self._now_ms()
+        backoff.failed(now_ms, error)
+        run.query = None
+        stats.status = backoff.status(now_ms)
+        self._say(run, f"{stats.status}: {error}", "red")
+
     def _recheck(self, run: ChannelRun) -> None:
         change = follow_source(run, self.tables)
         if change is not None:
@@ -350,6 +380,14 @@ class _Runner:
         finished = True
         self.tables.new_round()
         for run in list(self.runs.values()):
+            backoff = self.backoffs[run.channel]
+            if run.query is None and run.waiting is None and backoff.next_attempt_ms is not None:
+                if not final and backoff.may_attempt(self._now_ms()):
+                    self._say(run, f"retrying (attempt {backoff.failed_attempts + 1})")
+                    self._restart(run)
+                    self.stats[run.channel].status = backoff.status(self._now_ms())
+                finished = finished and final
+                continue
             if run.query is None:
                 if not final and run.due(time.monotonic()):
                     self._recheck(run)
@@ -368,17 +406,23 @@ class _Runner:
         stats, query = self.stats[run.channel], run.query
         assert query is not None  # only channels with a query are polled here
         active = query.isActive  # before reading progress: a final batch is never missed
+        batches = len(stats.seen)
         update_stats(stats, _progress_entries(query))
+        backoff = self.backoffs[run.channel]
+        if len(stats.seen) > batches and backoff.next_attempt_ms is not None:
+            backoff.succeeded(self._now_ms())
+            stats.status = "running"
+            self._say(run, "its destination is reachable again: catching up", "green")
         error = _query_error(query)
         if error is not None and not final and SourceSchemaChanged.marker in error[1]:
             self._follow(run)
             return False, None
-        if error is not None and not final and stats.retries < MAX_RETRIES:
-            # transient failures happen on a loaded machine (e.g. Spark's 10 s limit for a
-            # Python worker to connect back): the checkpoint makes a restart exactly-once
-            stats.retries += 1
-            stats.errors.append(error[0])
-            self._restart(run)
+        if (
+            error is not None
+            and not final
+            and (backoff.failed_attempts < MAX_RETRIES or not self.once)
+        ):
+            self._back_off(run, error[0])
             return False, None
         if error is not None:
             stats.status = f"failed: {error[0]}"
