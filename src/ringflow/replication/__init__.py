@@ -6,9 +6,10 @@ and keys (``_model``), row and slice digests (``_digest``), ranks and active ran
 channels and their stored rows (``_channels``), the rows of seal watermarks and sent records
 (``_tables``), the global permit broker (``_permits``), a destination's backoff
 (``_backoff``), the triage of a row into its slice (``_triage``), the vnode range of a CDC
-stream (``_stream_ranges``) and a node's publication and synch-delete batches
-(``_publication``). The node wires capture into its store; the pipeline transmits
-sealed slices with Spark, running the planner, the broker and the backoff in its driver.
+stream (``_stream_ranges``), a node's publication and synch-delete batches
+(``_publication``) and what ``ringflow replication status`` reports (``_status``). The node
+wires capture into its store; the pipeline transmits sealed slices with Spark, running the
+planner, the broker and the backoff in its driver.
 
 Layering: this package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
 standard library, so the storage layer may use it (the store captures rows with ``place`` and
@@ -102,6 +103,7 @@ from ringflow.replication._ranks import (
     range_of,
     rank_ranges,
 )
+from ringflow.replication._status import ChannelBacklog, NodeSlices, channel_backlogs, node_slices
 from ringflow.replication._stream_ranges import RangeBounds, StreamRanges, description_ranges
 from ringflow.replication._tables import (
     CAPTURED_ROWS_TABLE,
@@ -173,12 +175,14 @@ __all__ = [
     "WATERMARKS_TABLE_CQL",
     "BackoffPolicy",
     "Channel",
+    "ChannelBacklog",
     "ChannelOrder",
     "DestinationBackoff",
     "DestinationKind",
     "DestinationState",
     "DestinationUrl",
     "Grant",
+    "NodeSlices",
     "OfferResult",
     "Origin",
     "PermitBroker",
@@ -201,6 +205,7 @@ __all__ = [
     "WaitingSlice",
     "canonical_digest",
     "canonical_row_bytes",
+    "channel_backlogs",
     "channel_from_row",
     "channel_to_row",
     "choose_senders",
@@ -213,6 +218,7 @@ __all__ = [
     "format_utc",
     "holders_in_rank_order",
     "may_drop",
+    "node_slices",
     "parse_destination",
     "partitions_of",
     "place",
