@@ -6,7 +6,8 @@ network link of an edge site going down): the hub channel backs off (1 s doublin
 retries without end, the lake channel keeps committing batches, the job never exits. When the
 hub is back on its data, the channel catches up from its checkpoint and the hub, like the lake,
 equals the edge read at ALL (keys, values, write times). Before this, the job retried the hub
-three times and exited, stopping the lake channel with it.
+three times and exited, stopping the lake channel with it. The job's Prometheus metrics say it
+meanwhile: the hub unreachable (since when), the lake's rows growing; the hub reachable after.
 
 CI runs a 30 s outage (a backoff that reaches 16 s, so the retry that succeeds comes after a
 long wait); ``RINGFLOW_OUTAGE_S=120`` runs the issue's two minutes.
@@ -15,21 +16,43 @@ long wait); ``RINGFLOW_OUTAGE_S=120`` runs the issue's two minutes.
 from __future__ import annotations
 
 import os
+import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+from prometheus_client.parser import text_string_to_metric_families
 
 from ringflow.cli._demo import DDL, TABLE, Workload, compare, driver_cluster, read_cql_table
 from ringflow.cli._demo_cluster import LocalCluster, NodeProcess, random_loopback_address
+from ringflow.pipeline._job_metrics import metric_name
 from ringflow.pipeline._replicate import cdc_options, source_table
 from tests.spark._replication import Job, check_destinations, committed_watermark, wait_for, write
 
 OUTAGE_S = float(os.environ.get("RINGFLOW_OUTAGE_S", "30"))
 CONFIDENCE_MS = 1000
 KEYSPACE = "hub_outage"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _scrape(port: int) -> dict[tuple[str, str], float]:
+    """The job's metrics: (sample name, channel) -> value."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels["channel"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 @pytest.fixture
@@ -59,6 +82,7 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
         session.execute(DDL.format(ks=KEYSPACE, t=TABLE, cdc=cdc))
     workload = Workload(edge, 2000, seed=14, keyspace=KEYSPACE)
     lake_checkpoint = tmp_path / "checkpoints" / "lake"
+    port = _free_port()
     job = Job(
         [
             "replicate",
@@ -68,6 +92,7 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
             *("--to", f"parquet:{tmp_path / 'lake'}"),
             *("--checkpoint", str(tmp_path / "checkpoints")),
             *("--confidence-window-ms", str(CONFIDENCE_MS)),
+            *("--metrics-port", str(port)),
         ],
         tmp_path / "job.log",
     )
@@ -95,6 +120,11 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
         # the lake channel went on: it committed changes written after the hub went away
         assert lake_during > went_away_ms + 5_000, job.output()
         assert "unreachable since" in job.output(), job.output()
+        during = _scrape(port)
+        assert during[metric_name("reachable"), "hub"] == 0, during
+        assert during[metric_name("unreachable_since_seconds"), "hub"] >= went_away_ms // 1000 - 1
+        assert during[metric_name("reachable"), "lake"] == 1, during
+        assert during[metric_name("failures"), "hub"] >= 1, during
         own_hub.start()
         write(workload, 200, pause_s=0.02)
         phase("the hub is back; 200 more writes")
@@ -114,6 +144,9 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
         check_destinations(edge, edge_cluster.contact_points, KEYSPACE, tmp_path, None, hub)
         assert job.running(), job.output()  # it never exited
         assert "reachable again" in job.output(), job.output()
+        wait_for(lambda: _scrape(port)[metric_name("reachable"), "hub"] == 1, "hub reachable", 30)
+        after = _scrape(port)
+        assert after[metric_name("rows"), "lake"] > during[metric_name("rows"), "lake"], after
     finally:
         job.kill()
         edge_driver.shutdown()

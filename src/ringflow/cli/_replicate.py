@@ -101,7 +101,26 @@ def register(subcommands: Subcommands) -> None:
         "channels, or a comma list (hub,postgres,hub-2); without it such a channel stops and "
         "prints the statements to run",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=0,
+        help="serve the channels' figures as Prometheus metrics on this port (0: none)",
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="the address the metrics are served on"
+    )
     parser.set_defaults(handler=run)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is in [0, 65535], got {port}")
+    return port
 
 
 def run(arguments: argparse.Namespace) -> int:
@@ -136,8 +155,12 @@ def run(arguments: argparse.Namespace) -> int:
         console.print(f"  {destination.channel:<10} -> {destination.display}{altering}")
     from pyspark.sql import SparkSession
 
+    from ringflow.pipeline._job_metrics import JobMetrics, serve_job_metrics
     from ringflow.pipeline._replicate import replication_spark
 
+    metrics = JobMetrics()
+    if serve_job_metrics(metrics, arguments.metrics_host, arguments.metrics_port):
+        console.print(f"metrics on http://{arguments.metrics_host}:{arguments.metrics_port}/")
     owned = SparkSession.getActiveSession() is None  # embedded callers keep their session
     spark = replication_spark("ringflow-replicate", settings)
     try:
@@ -147,6 +170,7 @@ def run(arguments: argparse.Namespace) -> int:
             once=not arguments.continuous,
             console=console,
             timeout_s=arguments.timeout,
+            metrics=metrics,
         )
     finally:
         if owned:

@@ -77,6 +77,7 @@ from ringflow.pipeline._destinations import (
 )
 from ringflow.pipeline._errors import SourceSchemaChanged
 from ringflow.pipeline._evolution import same_columns
+from ringflow.pipeline._job_metrics import ChannelFigures, JobMetrics
 from ringflow.pipeline._replicate_channels import (
     RECHECK_MAX_S,
     ChannelRun,
@@ -349,6 +350,21 @@ class _Runner:
         self._say(run, f"source schema changed ({what}): restarted with it from its checkpoint")
         self._restart(run)
 
+    def figures(self) -> dict[str, ChannelFigures]:
+        """Each channel's figures for the job's metrics (no backlog: the log has no slices)."""
+        result = {}
+        for channel, stats in self.stats.items():
+            since_ms = self.backoffs[channel].unreachable_since_ms
+            result[channel] = ChannelFigures(
+                rows=stats.rows,
+                batches=stats.batches,
+                lag_seconds=None if stats.lag_ms is None else stats.lag_ms / 1000.0,
+                reachable=since_ms is None,
+                unreachable_since_seconds=None if since_ms is None else since_ms / 1000.0,
+                failures=stats.retries,
+            )
+        return result
+
     def _back_off(self, run: ChannelRun, error: str) -> None:
         """Its query failed: retried from its checkpoint (exactly-once: the sinks are idempotent
         per batch) once its backoff is due; the other channels go on meanwhile."""
@@ -468,12 +484,13 @@ def run_replication(
     timeout_s: float | None = None,
     stop: Callable[[], bool] | None = None,
     recheck_max_s: float = RECHECK_MAX_S,
+    metrics: JobMetrics | None = None,
 ) -> ReplicationSummary:
     """Start one query per destination, show progress until they end (``once``), Ctrl-C,
     ``timeout_s`` or ``stop()`` is true; ReplicationFailed (after stopping them all) if one
     fails beyond its retries. A channel waiting for its destination does not keep a ``once``
     run going; its status says why it waits, and it is looked at again at most
-    ``recheck_max_s`` apart."""
+    ``recheck_max_s`` apart. ``metrics`` gets every channel's figures each round."""
     console = console or Console()
     register_data_sources(spark)  # the session may be the caller's own
     started = time.monotonic()
@@ -493,6 +510,8 @@ def run_replication(
             done = False
             while not done and time.monotonic() < deadline and not (stop and stop()):
                 done, failure = runner.poll(target_ms)
+                if metrics is not None:
+                    metrics.update(runner.figures())
                 for channel, task in tasks.items():
                     stats = runner.stats[channel]
                     fraction = _fraction(stats, target_ms)
