@@ -155,7 +155,7 @@ def run(arguments: argparse.Namespace) -> int:
         console.print(f"  {destination.channel:<10} -> {destination.display}{altering}")
     from pyspark.sql import SparkSession
 
-    from ringflow.pipeline._job_metrics import JobMetrics, serve_job_metrics
+    from ringflow.pipeline import JobMetrics, serve_job_metrics
     from ringflow.pipeline._replicate import replication_spark
 
     metrics = JobMetrics()

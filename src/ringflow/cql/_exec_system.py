@@ -64,6 +64,7 @@ from ringflow.cql._exec_ddl import build_table
 from ringflow.cql._parser import parse_statement
 from ringflow.errors import AlreadyExists, InternalError, InvalidRequest
 from ringflow.replication import (
+    CHANNEL_PROGRESS_TABLE_CQL,
     CHANNELS_TABLE_CQL,
     DEAD_LETTERS_TABLE_CQL,
     SENT_TABLE_CQL,
@@ -140,6 +141,7 @@ _DESCRIPTION_TABLE_CQL = (
     WATERMARKS_TABLE_CQL,
     SENT_TABLE_CQL,
     DEAD_LETTERS_TABLE_CQL,
+    CHANNEL_PROGRESS_TABLE_CQL,
 )
 
 

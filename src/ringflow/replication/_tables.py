@@ -9,6 +9,7 @@ channels (``_channels``) and these tables:
   that grows with the table's age.
 - ``dead_letters``: change rows a destination refused as invalid, with the reason, kept until
   an operator replays or drops them (REPLICATION.md decision 8).
+- ``channel_progress``: one row per channel, what the job running it last said of it.
 
 - ``seal_watermarks``: one row per (table, node): :class:`SealWatermark`. A node writes its
   sealed slices first and raises its watermark after, so a reader that sees the watermark sees
@@ -138,6 +139,24 @@ DEAD_LETTERS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_DEAD_LETTERS} (
     PRIMARY KEY ((channel), failed_at)
 )"""
 """``change`` is the refused change row as JSON (``pipeline`` writes and replays it)."""
+CHANNEL_PROGRESS_TABLE: Final = "channel_progress"
+PROGRESS_TTL_S: Final = 86_400
+_PROGRESS = f"{REPLICATION_KEYSPACE}.{CHANNEL_PROGRESS_TABLE}"
+CHANNEL_PROGRESS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_PROGRESS} (
+    channel text PRIMARY KEY,
+    job text,
+    state text,
+    unreachable_since_ms bigint,
+    rows bigint,
+    sends bigint,
+    unique_changes bigint,
+    lag_ms bigint,
+    updated_at_ms bigint
+) WITH default_time_to_live = {PROGRESS_TTL_S}"""
+"""What the job running a channel last said of it (``ringflow replication status`` shows it): its
+state (``running``, ``unreachable since ...``, ``waiting: ...``), rows and sends handed to the
+sink, distinct changes among them, lag; written every few seconds by the job, gone a day after
+the job stopped writing."""
 
 _Value = TypeVar("_Value", str, int, bool, bytes, uuid.UUID)
 
