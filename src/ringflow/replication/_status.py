@@ -132,4 +132,3 @@ def node_slices(
         node: NodeSlices(node, node in live, tuple(active[node]), *counts[node])
         for node in sorted(everyone)
     }
-
