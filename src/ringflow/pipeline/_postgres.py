@@ -601,6 +601,22 @@ def _record_batch(config: PostgresConfig, query_id: str, batch_id: int, rows: in
         )
 
 
+def _log_dead_letters(
+    config: PostgresConfig, reports: list[PostgresCommitMessage], what: str
+) -> None:
+    refused = sum(getattr(m, "dead_letters", 0) for m in reports)
+    if refused:
+        _log.warning(
+            "%s %s, %s: %d change(s) refused, kept as dead letters of channel %s "
+            "(ringflow replication dead-letters list)",
+            POSTGRES_FORMAT,
+            config.target,
+            what,
+            refused,
+            config.channel,
+        )
+
+
 class _PostgresStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, config: PostgresConfig) -> None:
         self.config = config
@@ -612,6 +628,7 @@ class _PostgresStreamWriter(DataSourceStreamArrowWriter):
         reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
         query = next((m.query_id for m in reports if m.query_id), "unknown")
         _record_batch(self.config, query, batchId, sum(m.rows for m in reports))
+        _log_dead_letters(self.config, reports, f"batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what a task applied is applied again, harmlessly, on replay."""
@@ -628,6 +645,7 @@ class _PostgresBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
         _record_batch(self.config, self.write_id, 0, sum(m.rows for m in reports))
+        _log_dead_letters(self.config, reports, self.write_id)
 
 
 class PostgresDataSource(DataSource):
