@@ -18,7 +18,12 @@ Replaying (:func:`replay_dead_letters`) hands each change to an ``apply`` functi
 None when the destination took it (the dead letter is deleted) or the reason it refused it again
 (the dead letter is kept, with the new reason). Dropping (:func:`drop_dead_letters`) deletes
 them, all or those that failed before a time. A sink records the refusals of one flush at once
-(:func:`record_dead_letters`); its flushes are bounded, so is what it records.
+(:func:`record_dead_letters`); its flushes are bounded, so is what it records, and every reader
+takes a channel's partition ``PAGE_SIZE`` rows at a time.
+
+Recording is at least once: a Spark task that recorded a refused change and then failed (its
+destination went away) is run again and records it again, under another ``failed_at``. Both
+are the same change: replaying applies it twice (the sinks are idempotent), dropping drops both.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from ringflow.schema import Duration, timeuuid_from_micros, timeuuid_to_micros
 
 FORMAT_VERSION = 1
 MAX_REASON_CHARS = 2000
-PAGE_SIZE = 500  # dead letters read per page: a channel's partition is read a page at a time
+PAGE_SIZE = 500  # dead letters read per query: a channel's partition is read a page at a time
 _TABLE = f"{REPLICATION_KEYSPACE}.{DEAD_LETTERS_TABLE}"
 _QUORUM = ConsistencyLevel.QUORUM
 
@@ -207,7 +212,7 @@ def dead_letter_options(hosts: Sequence[str], port: int) -> ClusterOptions:
 
 
 def _statement(query: str) -> SimpleStatement:
-    return SimpleStatement(query, consistency_level=_QUORUM, fetch_size=PAGE_SIZE)
+    return SimpleStatement(query, consistency_level=_QUORUM)
 
 
 def _reason(text: str) -> str:
@@ -271,16 +276,39 @@ def _row(row: Any) -> Mapping[str, Any]:
     return row if isinstance(row, Mapping) else row._asdict()
 
 
+def _pages(session: Any, channel: str, page_size: int) -> Iterator[list[DeadLetter]]:
+    """The dead letters of ``channel`` in pages of at most ``page_size``, oldest first; each page
+    is read after the previous one was used, starting after its last ``failed_at``, so a
+    caller may delete or keep what it was given."""
+    first = f"SELECT * FROM {_TABLE} WHERE channel = %s LIMIT {page_size}"
+    after = f"SELECT * FROM {_TABLE} WHERE channel = %s AND failed_at > %s LIMIT {page_size}"
+    last: uuid.UUID | None = None
+    while True:
+        if last is None:
+            rows = session.execute(_statement(first), [channel])
+        else:
+            rows = session.execute(_statement(after), [channel, last])
+        page = [_dead_letter(_row(row)) for row in rows]
+        if page:
+            yield page
+        if len(page) < page_size:
+            return
+        last = page[-1].failed_at
+
+
 def list_dead_letters(
-    session: Any, channel: str, *, before: Callable[[DeadLetter], bool] | None = None
+    session: Any,
+    channel: str,
+    *,
+    before: Callable[[DeadLetter], bool] | None = None,
+    page_size: int = PAGE_SIZE,
 ) -> Iterator[DeadLetter]:
-    """The dead letters of ``channel``, oldest first, a page at a time (``before``: only those
-    it is true for)."""
-    rows = session.execute(_statement(f"SELECT * FROM {_TABLE} WHERE channel = %s"), [channel])
-    for row in rows:
-        letter = _dead_letter(_row(row))
-        if before is None or before(letter):
-            yield letter
+    """The dead letters of ``channel``, oldest first, read a page at a time (``before``: only
+    those it is true for)."""
+    for page in _pages(session, channel, page_size):
+        for letter in page:
+            if before is None or before(letter):
+                yield letter
 
 
 def delete_dead_letter(session: Any, letter: DeadLetter) -> None:
@@ -312,12 +340,13 @@ def replay_dead_letters(
     apply: Callable[[Change], str | None],
     *,
     reasons_kept: int = 5,
+    page_size: int = PAGE_SIZE,
 ) -> ReplayReport:
     """Hand each dead letter's change of ``channel`` to ``apply`` (None: taken; else the
     reason it was refused): taken ones are deleted, refused ones kept with the new reason.
     A change that cannot be read back is kept with that reason."""
     report = ReplayReport(reasons=[])
-    for letter in list(list_dead_letters(session, channel)):
+    for letter in list_dead_letters(session, channel, page_size=page_size):
         try:
             reason = apply(letter.change)
         except InvalidChange as error:
@@ -334,12 +363,16 @@ def replay_dead_letters(
 
 
 def drop_dead_letters(
-    session: Any, channel: str, *, before: Callable[[DeadLetter], bool] | None = None
+    session: Any,
+    channel: str,
+    *,
+    before: Callable[[DeadLetter], bool] | None = None,
+    page_size: int = PAGE_SIZE,
 ) -> int:
     """Delete the dead letters of ``channel`` (all, or those ``before`` is true for); how
     many."""
     dropped = 0
-    for letter in list(list_dead_letters(session, channel, before=before)):
+    for letter in list_dead_letters(session, channel, before=before, page_size=page_size):
         delete_dead_letter(session, letter)
         dropped += 1
     return dropped

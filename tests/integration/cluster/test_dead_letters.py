@@ -26,9 +26,12 @@ from ringflow.pipeline import (
     change_arrow_schema,
     change_to_arrow_row,
     dead_letter_options,
+    drop_dead_letters,
+    list_dead_letters,
     postgres_options,
     read_postgres_live,
     record_dead_letters,
+    replay_dead_letters,
 )
 from ringflow.pipeline._postgres import _write_batches, parse_options
 from ringflow.schema import INT, TEXT, Table, timeuuid_from_micros
@@ -141,3 +144,29 @@ def test_a_refused_row_is_kept_listed_replayed_and_dropped(
     code, out = dead_letters_command("drop", *source)
     assert (code, "1 dead letter(s) dropped" in out) == (0, True), out
     assert dead_letters(local_cluster, "pg") == []
+
+
+def test_replay_and_drop_walk_a_channel_a_page_at_a_time(local_cluster: LocalCluster) -> None:
+    """Pages of 2 over 7 dead letters: replay deletes what ``apply`` takes (odd keys) and keeps
+    the rest with the new reason, every page read after the previous one was used; drop then
+    deletes the kept ones."""
+    first = local_cluster.addresses[0]
+    edge = dead_letter_options([first], 9042)
+    wait_until(lambda: dead_letters(local_cluster, "none") == [], 30, "dead_letters readable")
+    recorded = [(change(key, f"n{key}"), "first refusal") for key in range(7)]
+    assert record_dead_letters(edge, "paged", recorded) == 7
+    session = local_cluster.session()
+    listed = list(list_dead_letters(session, "paged", page_size=2))
+    assert sorted(int(str(d.change.key["id"])) for d in listed) == list(range(7))
+    assert [d.failed_at_us for d in listed] == sorted(d.failed_at_us for d in listed)
+
+    def apply(taken: Change) -> str | None:
+        return None if int(str(taken.key["id"])) % 2 else f"even {taken.key['id']}"
+
+    report = replay_dead_letters(session, "paged", apply, page_size=2)
+    assert (report.applied, report.kept) == (3, 4)
+    kept = list(list_dead_letters(session, "paged", page_size=2))
+    assert sorted(int(str(d.change.key["id"])) for d in kept) == [0, 2, 4, 6]
+    assert {d.reason for d in kept} == {"even 0", "even 2", "even 4", "even 6"}
+    assert drop_dead_letters(session, "paged", page_size=2) == 4
+    assert dead_letters(local_cluster, "paged") == []
