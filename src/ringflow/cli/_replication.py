@@ -8,6 +8,8 @@ edge cluster (``system_replication.channels``) so every node and job sees the sa
     ringflow replication channel pause|resume NAME --source ... [--collection] [--transmission]
     ringflow replication channel drop NAME --source ...
     ringflow replication channel list --source ...
+    ringflow replication dead-letters list|replay|drop --source ... --channel NAME
+        [--to URL] [--before TIMEUUID|ISO-TIME]
 
 Names follow DSE Advanced Replication's ``dse advrep channel`` (``--priority``, ``--fifo-order``
 / ``--lifo-order``, ``pause --collection --transmission``). Every check runs before anything is
@@ -17,6 +19,15 @@ once): a channel created without ``--slice-width-s``/``--slice-count`` takes its
 from the table's other channels (else 60 s x 5). ``pause`` without a switch pauses transmission
 (the captured data is kept); ``--collection`` also lets nodes drop what this channel has not
 sent.
+
+Dead letters (REPLICATION.md decision 8) are the rows a destination refused as invalid, kept in
+``system_replication.dead_letters`` per channel with the reason. ``list`` shows when each failed,
+its id (a timeuuid), its table and the reason (shortened), and how many there are; ``replay``
+applies each to the destination again (the channel's stored URL, or ``--to URL``, which a channel
+of ``ringflow replicate`` needs: ``hub``, ``postgres``... are not stored) and deletes those
+applied, keeping with the new reason those refused again; ``drop`` deletes them, all or those
+that failed before ``--before``. An unknown channel (neither stored nor with dead letters), a
+missing or bad ``--to``, a bad ``--before`` exit with code 2.
 """
 
 from __future__ import annotations
@@ -25,12 +36,16 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_OK
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
+
+DEAD_LETTERS_SHOWN = 100
+REASON_SHOWN = 100  # characters of a reason in the list
 
 _COLUMNS = (
     "channel",
@@ -66,6 +81,26 @@ def register(subcommands: Subcommands) -> None:
     listing = actions.add_parser("list", help="every channel")
     _common(listing, named=False)
     listing.set_defaults(handler=run_list)
+    _dead_letter_commands(verbs)
+
+
+def _dead_letter_commands(verbs: Any) -> None:
+    parser = verbs.add_parser("dead-letters", help="rows a destination refused: list, replay, drop")
+    actions = parser.add_subparsers(dest="dead_letters_command", metavar="<action>", required=True)
+    listing = actions.add_parser("list", help="a channel's dead letters, oldest first")
+    replay = actions.add_parser("replay", help="apply them again; delete those applied")
+    drop = actions.add_parser("drop", help="delete them (all, or those before --before)")
+    for action, handler in (
+        (listing, run_dead_list),
+        (replay, run_dead_replay),
+        (drop, run_dead_drop),
+    ):
+        _common(action, named=False)
+        action.add_argument("--channel", required=True, help="the channel's name")
+        action.set_defaults(handler=handler)
+    replay.add_argument("--to", metavar="URL", help="the destination (default: the channel's)")
+    drop.add_argument("--before", metavar="TIMEUUID|TIME", help="only those that failed before")
+    listing.add_argument("--limit", type=int, default=DEAD_LETTERS_SHOWN, help="rows shown")
 
 
 def _common(parser: argparse.ArgumentParser, *, named: bool) -> None:
@@ -230,4 +265,116 @@ def run_list(arguments: argparse.Namespace) -> int:
     for row in channel_table_rows(channels):
         table.add_row(*row)
     Console().print(table)
+    return EXIT_OK
+
+
+# -- dead letters ---------------------------------------------------------------------------------
+
+
+def _stored_channel(session: Any, name: str) -> Any:
+    from ringflow.pipeline import load_channels
+
+    return next((c for c in load_channels(session) if c.name == name), None)
+
+
+def _known_channel(session: Any, name: str) -> Any:
+    """The stored channel (or None for a job's channel that has dead letters); unknown: exit 2."""
+    from ringflow.pipeline import PipelineConfigError, list_dead_letters
+
+    stored = _stored_channel(session, name)
+    if stored is None and next(iter(list_dead_letters(session, name)), None) is None:
+        raise PipelineConfigError(
+            f"unknown channel {name!r}: not in system_replication.channels and no dead letters"
+        )
+    return stored
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_dead_list(arguments: argparse.Namespace) -> int:
+    import datetime
+
+    from ringflow.pipeline import list_dead_letters
+
+    cluster, session = _session(arguments.source)
+    table = RichTable("failed_at", "id", "table", "reason")
+    count = 0
+    try:
+        _known_channel(session, arguments.channel)
+        for letter in list_dead_letters(session, arguments.channel):
+            count += 1
+            if count > max(arguments.limit, 0):
+                continue
+            moment = datetime.datetime.fromtimestamp(letter.failed_at_us / 1e6, datetime.UTC)
+            table.add_row(
+                moment.isoformat(timespec="seconds"),
+                str(letter.failed_at),
+                f"{letter.keyspace}.{letter.table}",
+                _shorten(letter.reason, REASON_SHOWN),
+            )
+    finally:
+        cluster.shutdown()
+    console = Console()
+    if count:
+        console.print(table, soft_wrap=True)
+    shown = f" ({arguments.limit} shown)" if count > arguments.limit else ""
+    console.print(f"channel {arguments.channel}: {count} dead letter(s){shown}")
+    return EXIT_OK
+
+
+def run_dead_replay(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline import (
+        DestinationAppliers,
+        PipelineConfigError,
+        load_table,
+        replay_dead_letters,
+    )
+
+    cluster, session = _session(arguments.source)
+    try:
+        stored = _known_channel(session, arguments.channel)
+        url, target = arguments.to, None
+        if url is None and stored is None:
+            raise PipelineConfigError(
+                f"channel {arguments.channel!r} is not stored in system_replication.channels "
+                "(a 'ringflow replicate' channel): give its destination with --to URL"
+            )
+        if url is None:
+            url, target = stored.destination, stored.target
+
+        def source_table(keyspace: str, name: str) -> Any:
+            return load_table(cluster, keyspace, name)
+
+        with DestinationAppliers(url, source_table, target) as apply:
+            report = replay_dead_letters(session, arguments.channel, apply)
+    finally:
+        cluster.shutdown()
+    console = Console()
+    console.print(
+        f"channel {arguments.channel}: {report.applied} applied (deleted), "
+        f"{report.kept} refused again (kept)"
+    )
+    for reason in report.reasons or []:
+        console.print(f"  refused: {escape(_shorten(reason, 300))}", soft_wrap=True)
+    return EXIT_OK
+
+
+def run_dead_drop(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline import PipelineConfigError, drop_dead_letters, failed_before
+
+    before = None
+    if arguments.before is not None:
+        try:
+            before = failed_before(arguments.before)
+        except ValueError as error:
+            raise PipelineConfigError(f"--before: {error}") from None
+    cluster, session = _session(arguments.source)
+    try:
+        _known_channel(session, arguments.channel)
+        dropped = drop_dead_letters(session, arguments.channel, before=before)
+    finally:
+        cluster.shutdown()
+    Console().print(f"channel {arguments.channel}: {dropped} dead letter(s) dropped")
     return EXIT_OK

@@ -8,6 +8,8 @@
 - :mod:`._lake`: ``ringflow-lake``, the append-only Parquet change lake, exactly once per batch.
 - :mod:`._postgres` / :mod:`._pg_sql`: ``ringflow-postgres``, upserts guarded by write
   timestamps, with a ``<table>_live`` view.
+- :mod:`._dead_letters` / :mod:`._dead_letter_replay`: rows a destination refused, kept in the
+  edge cluster with the reason; listed, applied again or dropped by the operator.
 - :mod:`._evolution`: schema changes of the source (what changed, the union a destination
   holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
 - :mod:`._spark_conf` / :mod:`._spark_session`: the job's SparkSession, local or on a cluster: the
@@ -69,8 +71,22 @@ if TYPE_CHECKING:
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
         cluster_options,
+        load_table,
     )
     from ringflow.pipeline._cluster_client import connect as connect_cluster
+    from ringflow.pipeline._dead_letter_replay import DestinationAppliers
+    from ringflow.pipeline._dead_letters import (
+        DeadLetter,
+        ReplayReport,
+        change_from_json,
+        change_to_json,
+        dead_letter_options,
+        drop_dead_letters,
+        failed_before,
+        list_dead_letters,
+        record_dead_letters,
+        replay_dead_letters,
+    )
     from ringflow.pipeline._errors import (
         DestinationBehind,
         InvalidChange,
@@ -143,6 +159,17 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "DeadLetter": ("ringflow.pipeline._dead_letters", "DeadLetter"),
+    "ReplayReport": ("ringflow.pipeline._dead_letters", "ReplayReport"),
+    "change_from_json": ("ringflow.pipeline._dead_letters", "change_from_json"),
+    "change_to_json": ("ringflow.pipeline._dead_letters", "change_to_json"),
+    "dead_letter_options": ("ringflow.pipeline._dead_letters", "dead_letter_options"),
+    "drop_dead_letters": ("ringflow.pipeline._dead_letters", "drop_dead_letters"),
+    "failed_before": ("ringflow.pipeline._dead_letters", "failed_before"),
+    "list_dead_letters": ("ringflow.pipeline._dead_letters", "list_dead_letters"),
+    "record_dead_letters": ("ringflow.pipeline._dead_letters", "record_dead_letters"),
+    "replay_dead_letters": ("ringflow.pipeline._dead_letters", "replay_dead_letters"),
+    "DestinationAppliers": ("ringflow.pipeline._dead_letter_replay", "DestinationAppliers"),
     "channel_table_rows": ("ringflow.pipeline._channel_store", "channel_table_rows"),
     "create_channel": ("ringflow.pipeline._channel_store", "create_channel"),
     "drop_channel": ("ringflow.pipeline._channel_store", "drop_channel"),
@@ -150,6 +177,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_channels": ("ringflow.pipeline._channel_store", "load_channels"),
     "update_channel": ("ringflow.pipeline._channel_store", "update_channel"),
     "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
+    "load_table": ("ringflow.pipeline._cluster_client", "load_table"),
     "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
     "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
@@ -274,6 +302,8 @@ __all__ = [
     "Change",
     "ChannelFigures",
     "ClusterOptions",
+    "DeadLetter",
+    "DestinationAppliers",
     "DestinationBehind",
     "HubDataSource",
     "HubReport",
@@ -283,6 +313,7 @@ __all__ = [
     "LiveRow",
     "PipelineConfigError",
     "PostgresDataSource",
+    "ReplayReport",
     "RingflowCdcDataSource",
     "RingflowTableDataSource",
     "SchemaConflict",
@@ -294,10 +325,12 @@ __all__ = [
     "arrow_type",
     "cell_order",
     "change_arrow_schema",
+    "change_from_json",
     "change_from_log_row",
     "change_from_row",
     "change_schema",
     "change_to_arrow_row",
+    "change_to_json",
     "change_to_row",
     "changes_sorted",
     "channel_table_rows",
@@ -307,8 +340,11 @@ __all__ = [
     "committed_files",
     "connect_cluster",
     "create_channel",
+    "dead_letter_options",
     "describe_change",
     "drop_channel",
+    "drop_dead_letters",
+    "failed_before",
     "find_channel",
     "format_duration",
     "from_spark_value",
@@ -316,7 +352,9 @@ __all__ = [
     "lake_options",
     "lake_table",
     "lake_tables",
+    "list_dead_letters",
     "load_channels",
+    "load_table",
     "local_spark_session",
     "log_row_converter",
     "materialize",
@@ -330,7 +368,9 @@ __all__ = [
     "read_lake_changes",
     "read_postgres_live",
     "read_table",
+    "record_dead_letters",
     "register_data_sources",
+    "replay_dead_letters",
     "resolve_spark_conf",
     "serve_job_metrics",
     "spark_session",

@@ -83,6 +83,19 @@ class ClusterOptions:
         return f"{self.keyspace}.{self.table}"
 
 
+def parse_hosts(text: str, what: str) -> tuple[tuple[str, ...], int]:
+    """``host[,host...][:port]`` as (hosts, port); PipelineConfigError when malformed."""
+    text = text.strip()
+    port = DEFAULT_PORT
+    head, sep, tail = text.rpartition(":")
+    if sep and tail.isdigit() and "]" not in tail:
+        text, port = head, int(tail)
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    if not hosts or not 0 < port < 65536 or any(":" in h or "/" in h for h in hosts):
+        raise PipelineConfigError(f"{what} {text!r} is not host[,host...][:port]")
+    return hosts, port
+
+
 def option_int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     """An integer option ``>= minimum``; PipelineConfigError naming it otherwise."""
     text = options.get(name)

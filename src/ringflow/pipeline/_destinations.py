@@ -14,6 +14,10 @@ PostgreSQL targets are checked and, when the channel may alter them, given the t
 columns; one that cannot take the table (:class:`~ringflow.pipeline.DestinationBehind`,
 :class:`~ringflow.pipeline.SchemaConflict`) comes back ``blocked`` with the message, so that
 only its channel waits; any other problem raises :class:`PipelineConfigError`.
+
+Rows a destination refuses as invalid (REPLICATION.md decision 8): :func:`plan_replication` gives
+each PostgreSQL sink the edge (the source's contact points) and its channel name, where it keeps
+them as dead letters (``ringflow replication dead-letters list|replay|drop``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
 from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
@@ -48,6 +53,9 @@ class Destination:
     allow_alter: bool = False
     blocked: str | None = None
     """DestinationBehind / SchemaConflict message: the channel waits for the operator."""
+    dead_letters: str = ""
+    """The edge's ``host[,host...][:port]``: where the sink keeps the rows the destination
+    refuses (PostgreSQL), as dead letters of ``channel``; empty: a refused row fails the batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +66,6 @@ class ReplicationPlan:
     table: Table
     destinations: tuple[Destination, ...]
     checkpoint: Path
-
-
-def parse_hosts(text: str, what: str) -> tuple[tuple[str, ...], int]:
-    """``host[,host...][:port]`` as (hosts, port); PipelineConfigError when malformed."""
-    text = text.strip()
-    port = DEFAULT_PORT
-    head, sep, tail = text.rpartition(":")
-    if sep and tail.isdigit() and "]" not in tail:
-        text, port = head, int(tail)
-    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
-    if not hosts or not 0 < port < 65536 or any(":" in h or "/" in h for h in hosts):
-        raise PipelineConfigError(f"{what} {text!r} is not host[,host...][:port]")
-    return hosts, port
 
 
 def parse_table_name(text: str) -> tuple[str, str]:
@@ -192,11 +187,13 @@ def destination(
     *,
     allow_alter: bool = False,
     channel: str | None = None,
+    dead_letters: str = "",
 ) -> Destination:
     """One ``--to`` URL checked against its sink for ``table`` (module docstring); the channel
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
     destination that cannot take ``table`` (DestinationBehind, SchemaConflict) is returned
-    ``blocked``; any other problem raises PipelineConfigError."""
+    ``blocked``; any other problem raises PipelineConfigError. ``dead_letters``: the edge's
+    ``host[,host...][:port]`` where a PostgreSQL sink keeps the rows it refuses."""
     kind, sink_format, build = _KINDS[_scheme(url)]
     channel = channel or channel_name(url, taken)
     display = redact(url)
@@ -204,11 +201,24 @@ def destination(
         sink_format, options, target = build(url, table, allow_alter)
     except (DestinationBehind, SchemaConflict) as error:
         return Destination(
-            channel, kind, display, sink_format, {}, display, url, allow_alter, str(error)
+            channel,
+            kind,
+            display,
+            sink_format,
+            {},
+            display,
+            url,
+            allow_alter,
+            str(error),
+            dead_letters,
         )
     except PipelineConfigError as error:  # drivers' messages may span lines: one line here
         raise PipelineConfigError(" ".join(str(error).split())) from None
-    return Destination(channel, kind, display, sink_format, options, target, url, allow_alter)
+    if kind == "postgres" and dead_letters:
+        options = {**options, "dead_letters": dead_letters, "channel": channel}
+    return Destination(
+        channel, kind, display, sink_format, options, target, url, allow_alter, None, dead_letters
+    )
 
 
 def plan_replication(
@@ -225,13 +235,16 @@ def plan_replication(
     if not urls:
         raise PipelineConfigError("at least one destination (--to) is required")
     table = source_table(source_options)
+    edge = f"{source_options['contact_points']}:{source_options.get('port', DEFAULT_PORT)}"
     destinations: list[Destination] = []
     for url in urls:
         channel = channel_name(url, [d.channel for d in destinations])
         allowed = alter_destinations is True or (
             not isinstance(alter_destinations, bool) and channel in alter_destinations
         )
-        destinations.append(destination(url, table, allow_alter=allowed, channel=channel))
+        destinations.append(
+            destination(url, table, allow_alter=allowed, channel=channel, dead_letters=edge)
+        )
     root = Path(checkpoint).expanduser().absolute()
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,9 @@
 ``df.writeStream.format("ringflow-postgres")`` (or ``df.write``) with options ``url``
 (``postgresql://user@host:port/db``), ``table`` (the target, ``name`` or ``schema.name``),
 ``schema`` (:func:`~ringflow.pipeline.table_to_json` of the base table) and optionally
-``rows_per_transaction`` (default 5,000) and ``allow_alter`` (``true``/``false``, default false).
+``rows_per_transaction`` (default 5,000), ``allow_alter`` (``true``/``false``, default false),
+``dead_letters`` (the edge cluster's ``host[,host...][:port]``) with ``channel`` (the name the
+dead letters are kept under).
 The target's tables and its ``<table>_live`` view are created when absent (layout and type
 mapping: :mod:`ringflow.pipeline._pg_sql`).
 
@@ -28,6 +30,16 @@ Each writer task applies its rows in transactions of at most ``rows_per_transact
 with ``executemany`` (one statement kind after another, rows sorted by key so concurrent tasks
 lock in one order; a deadlock or serialization failure retries the transaction).
 
+Rows PostgreSQL refuses (REPLICATION.md decision 8): when a transaction fails with a data error
+(SQLSTATE class 22, psycopg's ``DataError``: a ``text`` value holding U+0000, which PostgreSQL
+text cannot store, a number out of range...) and ``dead_letters`` is set, it is rolled back and
+its changes are applied again one by one, each in its own transaction; those refused again are
+recorded as dead letters of ``channel`` in the edge cluster with the error
+(:mod:`ringflow.pipeline._dead_letters`), the others are applied, and the task goes on, so one
+bad row no longer fails its batch for ever. Any other failure (connection lost, server gone, a
+constraint of ours) still fails the task and the job's backoff retries the batch. A flush holds
+at most ``rows_per_transaction`` changes, so does the one-by-one pass.
+
 Configuration errors (unknown or missing option, malformed or unreachable URL, a target whose
 columns do not match) raise :class:`PipelineConfigError` naming the URL (password hidden) and the
 cause. :func:`postgres_options` runs the same checks on the driver before any job is started.
@@ -35,6 +47,7 @@ cause. :func:`postgres_options` runs the same checks on the driver before any jo
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -66,6 +79,8 @@ from ringflow.pipeline._changes import (
     table_to_json,
     validate_change,
 )
+from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
+from ringflow.pipeline._dead_letters import dead_letter_options, record_dead_letters
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError
 from ringflow.pipeline._evolution import same_columns, union_table
 from ringflow.pipeline._lake import task_context
@@ -109,9 +124,12 @@ POSTGRES_FORMAT = "ringflow-postgres"
 DEFAULT_ROWS_PER_TRANSACTION = 5000
 CONNECT_TIMEOUT_S = 5
 _RETRIES_MAX = 5
-_OPTIONS = frozenset({"url", "table", "schema", "rows_per_transaction", "allow_alter"})
+_OPTIONS = frozenset(
+    {"url", "table", "schema", "rows_per_transaction", "allow_alter", "dead_letters", "channel"}
+)
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_log = logging.getLogger(__name__)
 
 
 def redact(url: str) -> str:
@@ -128,10 +146,19 @@ class PostgresConfig:
     table_json: str
     rows_per_transaction: int
     allow_alter: bool = False
+    dead_letters: str = ""
+    """The edge's ``host[,host...][:port]`` where refused rows go; empty: they fail the task."""
+    channel: str = ""
 
     @property
     def table(self) -> Table:
         return table_from_json(self.table_json)
+
+    @property
+    def dead_letter_options(self) -> ClusterOptions | None:
+        if not self.dead_letters:
+            return None
+        return dead_letter_options(*parse_hosts(self.dead_letters, "dead_letters"))
 
 
 def parse_options(options: Mapping[str, str]) -> PostgresConfig:
@@ -161,8 +188,20 @@ def parse_options(options: Mapping[str, str]) -> PostgresConfig:
     allow = str(options.get("allow_alter", "false")).strip().lower()
     if allow not in ("true", "false"):
         raise PipelineConfigError(f"allow_alter must be true or false, got {allow!r}")
+    dead_letters = str(options.get("dead_letters", "")).strip()
+    channel = str(options.get("channel", "")).strip()
+    if dead_letters:
+        parse_hosts(dead_letters, f"{POSTGRES_FORMAT}: dead_letters")
+        if not channel:
+            raise PipelineConfigError(f"{POSTGRES_FORMAT}: dead_letters needs the channel option")
     return PostgresConfig(
-        url, str(options["table"]), table_to_json(table), int(rows), allow == "true"
+        url,
+        str(options["table"]),
+        table_to_json(table),
+        int(rows),
+        allow == "true",
+        dead_letters,
+        channel,
     )
 
 
@@ -398,10 +437,43 @@ class ChangeApplier:
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 if attempt == _RETRIES_MAX - 1:
                     raise
+        self.discard()
+        return count
+
+    def discard(self) -> None:
+        """Forget what is queued (after a failed flush)."""
         for rows in self.pending.values():
             rows.clear()
         self.changes_pending = 0
-        return count
+
+
+DATA_ERRORS: tuple[type[Exception], ...] = (pg_errors.DataError,)
+"""What PostgreSQL (or psycopg, before sending) raises for a value it cannot take: SQLSTATE
+class 22. These refuse rows; every other error is about the server, the link or us."""
+
+
+def refusal_reason(error: Exception) -> str:
+    """One line: the error class, its SQLSTATE when the server sent one, the message."""
+    state = getattr(error, "sqlstate", None)
+    message = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}{f' ({state})' if state else ''}: {message}"
+
+
+def apply_each(
+    applier: ChangeApplier, connection: psycopg.Connection[Any], changes: Iterable[Change]
+) -> list[tuple[Change, str]]:
+    """Apply ``changes`` one by one, each in its own transaction; the ones PostgreSQL refuses
+    with a data error, with the reason (any other error is raised)."""
+    refused: list[tuple[Change, str]] = []
+    applier.discard()
+    for change in changes:
+        applier.add(change)
+        try:
+            applier.flush(connection)
+        except DATA_ERRORS as error:
+            applier.discard()
+            refused.append((change, refusal_reason(error)))
+    return refused
 
 
 def _first(entry: tuple[bytes, tuple[object, ...]]) -> bytes:
@@ -455,26 +527,69 @@ def apply_changes(
 
 
 class PostgresCommitMessage(WriterCommitMessage):
-    """A task's report: how many changes it applied, in which streaming query."""
+    """A task's report: how many changes it applied (and kept as dead letters), in which
+    streaming query."""
 
-    def __init__(self, rows: int, query_id: str | None) -> None:
+    def __init__(self, rows: int, query_id: str | None, dead_letters: int = 0) -> None:
         self.rows = rows
         self.query_id = query_id
+        self.dead_letters = dead_letters
+
+
+class _TaskWriter:
+    """One task's changes applied a flush at a time; with dead letters configured, a flush
+    PostgreSQL refuses for a data error is applied one by one and the refused changes are
+    recorded (module docstring)."""
+
+    def __init__(self, config: PostgresConfig, connection: psycopg.Connection[Any]) -> None:
+        self.config = config
+        self.connection = connection
+        self.applier = ChangeApplier(Target(config.target, config.table))
+        self.dead_letters = config.dead_letter_options
+        self.changes: list[Change] = []  # of the pending flush, kept only for dead letters
+        self.applied = 0
+        self.refused = 0
+
+    def add(self, change: Change) -> None:
+        self.applier.add(change)
+        if self.dead_letters is not None:
+            self.changes.append(change)
+        if self.applier.changes_pending >= self.config.rows_per_transaction:
+            self.flush()
+
+    def flush(self) -> None:
+        changes, self.changes = self.changes, []
+        try:
+            self.applied += self.applier.flush(self.connection)
+            return
+        except DATA_ERRORS:
+            if self.dead_letters is None:
+                raise
+        refused = apply_each(self.applier, self.connection, changes)
+        record_dead_letters(self.dead_letters, self.config.channel, refused)
+        self.applied += len(changes) - len(refused)
+        self.refused += len(refused)
+        if refused:
+            _log.warning(
+                "%s %s: %d change(s) refused, kept as dead letters of channel %s: %s",
+                POSTGRES_FORMAT,
+                self.config.target,
+                len(refused),
+                self.config.channel,
+                refused[0][1],
+            )
 
 
 def _write_batches(config: PostgresConfig, batches: Iterator[Any]) -> PostgresCommitMessage:
     table = config.table
-    applier = ChangeApplier(Target(config.target, table))
-    applied = 0
     _, _, query, _ = task_context()
     with connect(config.url) as connection:
+        writer = _TaskWriter(config, connection)
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
-                applier.add(change_from_row(table, row))
-                if applier.changes_pending >= config.rows_per_transaction:
-                    applied += applier.flush(connection)
-        applied += applier.flush(connection)
-    return PostgresCommitMessage(applied, query)
+                writer.add(change_from_row(table, row))
+        writer.flush()
+    return PostgresCommitMessage(writer.applied, query, writer.refused)
 
 
 def _record_batch(config: PostgresConfig, query_id: str, batch_id: int, rows: int) -> None:
@@ -483,6 +598,22 @@ def _record_batch(config: PostgresConfig, query_id: str, batch_id: int, rows: in
         connection.execute(
             statement.sql,
             statement.params({"query_id": query_id, "batch_id": batch_id, "rows": rows}),
+        )
+
+
+def _log_dead_letters(
+    config: PostgresConfig, reports: list[PostgresCommitMessage], what: str
+) -> None:
+    refused = sum(getattr(m, "dead_letters", 0) for m in reports)
+    if refused:
+        _log.warning(
+            "%s %s, %s: %d change(s) refused, kept as dead letters of channel %s "
+            "(ringflow replication dead-letters list)",
+            POSTGRES_FORMAT,
+            config.target,
+            what,
+            refused,
+            config.channel,
         )
 
 
@@ -497,6 +628,7 @@ class _PostgresStreamWriter(DataSourceStreamArrowWriter):
         reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
         query = next((m.query_id for m in reports if m.query_id), "unknown")
         _record_batch(self.config, query, batchId, sum(m.rows for m in reports))
+        _log_dead_letters(self.config, reports, f"batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what a task applied is applied again, harmlessly, on replay."""
@@ -513,6 +645,7 @@ class _PostgresBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         reports = [m for m in messages if isinstance(m, PostgresCommitMessage)]
         _record_batch(self.config, self.write_id, 0, sum(m.rows for m in reports))
+        _log_dead_letters(self.config, reports, self.write_id)
 
 
 class PostgresDataSource(DataSource):

@@ -118,7 +118,13 @@ def follow_source(run: ChannelRun, tables: SourceTables) -> str | None:
         return None
     before = run.table
     old = run.destination
-    run.destination = destination(old.url, table, allow_alter=old.allow_alter, channel=old.channel)
+    run.destination = destination(
+        old.url,
+        table,
+        allow_alter=old.allow_alter,
+        channel=old.channel,
+        dead_letters=old.dead_letters,
+    )
     run.table = table
     run.waiting = run.destination.blocked
     if run.waiting is None:
