@@ -83,6 +83,7 @@ from ringflow.pipeline._changes import (
     check_change_schema,
     table_from_json,
     table_to_json,
+    validate_change,
 )
 from ringflow.pipeline._errors import (
     DestinationBehind,
@@ -378,8 +379,12 @@ class HubApplier:
         self._changes: list[Change] = []
         self._bounds: list[Change] = []
 
-    def add(self, change: Change) -> None:
-        """Queue a change; runs a round when ``batch_rows`` are queued."""
+    def add(self, change: Change, *, checked: bool = False) -> None:
+        """Queue a change (validated against the table here, unless ``checked``: the caller
+        did, as :func:`~ringflow.pipeline.change_from_row` does); runs a round when
+        ``batch_rows`` are queued."""
+        if not checked:
+            validate_change(self.cql.table, change)
         self.report.changes += 1
         operation = change.operation
         if operation in RANGE_START_OPERATIONS or operation in RANGE_END_OPERATIONS:
@@ -395,7 +400,7 @@ class HubApplier:
         now_s = int(time.time())
         statements: list[HubStatement] = []
         for change in self._changes:
-            statements += self.cql.statements(change, now_s)
+            statements += self.cql.statements(change, now_s, checked=True)
         pairs, alone = pair_range_bounds(self.cql.table, self._bounds)
         for start, end in pairs:
             statements += self.cql.range_delete(start, end)
@@ -534,7 +539,7 @@ def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessag
         applier = HubApplier(config, _SHARED.session(config))
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
-                applier.add(change_from_row(table, row))
+                applier.add(change_from_row(table, row), checked=True)
         applier.flush()
         return HubCommitMessage(applier.report)
     except Exception:
