@@ -11,7 +11,9 @@ sends a round's statements as ``UNLOGGED BATCH`` requests, by ``grouping``:
 - ``replica`` (the default): partitions whose replicas are the same (by the driver's token
   map) packed into one batch, a partition's statements kept together: the coordinator chosen
   for the batch (token-aware, by its first statement) is a replica of every partition in it,
-  so the batch costs no extra hop. On a one-node hub every partition shares it.
+  so the batch costs no extra hop. On a one-node hub every partition shares it. A ringflow
+  hub applies the partitions of a batch that share replicas as one write (one coordinated
+  write unit, one group-commit entry, one acknowledgement).
 
 A batch holds at most ``max_statements`` statements and, unless it has only one, at most
 ``max_bytes`` bytes of bound values (Cassandra refuses batches beyond
