@@ -23,6 +23,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,7 @@ from ringflow.ring import Host
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation
 from ringflow.sim import NetworkConfig, Simulation
+from ringflow.storage import Store
 from tests.sim._harness import (
     DESCRIPTION,
     GENERATION_MS,
@@ -119,6 +121,22 @@ class TopologyCluster:
     """Set when the faults stop (before the final checks): scheduled crashes are skipped."""
     skews: random.Random = field(default_factory=lambda: random.Random(0))
 
+    hinted: set[bytes] = field(default_factory=set)
+    """Partition keys of ``ks.kv`` writes some coordinator stored a hint for (a replica missed
+    them at write time)."""
+
+    def note_hints(self, store: Store) -> None:
+        """Observe the hints ``store`` keeps (the real store's own method, wrapped)."""
+        keep = store.store_hint
+
+        def store_hint(target: uuid.UUID, mutations: Any, created_ms: int, **rest: Any) -> int:
+            for mutation in mutations:
+                if (mutation.keyspace, mutation.table) == ("ks", "kv"):
+                    self.hinted.add(mutation.partition_key[0])
+            return keep(target, mutations, created_ms, **rest)
+
+        store.store_hint = store_hint  # type: ignore[method-assign]
+
     def skew(self, name: str) -> None:
         """Set ``name``'s clock off by up to ``skew_ms_max`` (either way)."""
         if self.skew_ms_max:
@@ -134,6 +152,7 @@ class TopologyCluster:
                 save_bootstrap_state(root, "joining")
                 fresh[0] = False
             store = open_store(runtime)
+            self.note_hints(store)
             ensure_system_tables(store)
             cdc = self.cdc[name] = CdcMetadata()
             initial = load_local_generation(store, runtime.clock.now_us())  # a restart
@@ -349,8 +368,11 @@ def check_log_replicas(
     before its write timeout may miss a replica for good (the coordinator hints a replica
     that did not answer at the timeout, as Cassandra does; repair's job), and a node that
     later streams the range from that replica misses it too (a joiner streams each range from
-    one source, as Cassandra's bootstrap does): such a change is still on a quorum of the final
-    replicas, since the acknowledging quorum's copies are what moved."""
+    one source, as Cassandra's bootstrap does). So may a write a replica missed and got by a
+    hint later, when a joiner streamed the range from it before the hint came (seed 162 of the
+    wide scenario: a limit of single-source streaming; Scylla's repair-based node operations
+    stream from every replica; ringflow's remedy is repair, issue 17). Such a change is still on
+    a quorum of the final replicas: the acknowledging quorum's copies are what moved."""
     table = ("ks", "kv" + CDC_LOG_SUFFIX)
     timeout_ms = cluster.nodes[remaining[0]].settings.write_timeout_ms
     for key, value in writes.acked.items():
@@ -360,6 +382,7 @@ def check_log_replicas(
             coordinator == victim and 0 <= crash_ms - issued_ms < timeout_ms
             for victim, crash_ms in crashes
         )
+        missed = unhinted or kv_key(key)[0] in cluster.hinted
         replicas = cluster.nodes[remaining[0]].replicas_of(
             "ks", log_token(StreamId.from_bytes(stream))
         )
@@ -370,7 +393,7 @@ def check_log_replicas(
             if value in logged(stored, key):
                 holding.append(name)
             else:
-                assert unhinted, f"log row of write {key} missing on {name}"
+                assert missed, f"log row of write {key} missing on {name}"
         quorum = len(replicas.natural) // 2 + 1
         assert len(holding) >= quorum, f"write {key}'s log row on {holding} only"
 

@@ -5,6 +5,7 @@ process, the workload's writes, bounded waits, the checkpoint's offsets and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,13 +44,41 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, from ``/proc`` (children before grandchildren)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])  # "pid (comm) state ppid ..."
+        children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], number: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, number)
+
+
 class Job:
     """``ringflow replicate --continuous`` in a child process with its own process group (its
-    JVM and Python workers too), so SIGKILL of the group is a crash of the whole job."""
+    JVM too; PySpark's Python daemon makes a group of its own, so the job's processes are
+    signalled as the group and every descendant): SIGKILL of them all is a crash of the job."""
 
     def __init__(self, arguments: list[str], log: Path) -> None:
         script = Path(sys.executable).parent / "ringflow"
         self.log = log
+        self.frozen: list[int] = []
         with log.open("wb") as out:
             self.process = subprocess.Popen(
                 [str(script), *arguments, "--continuous"],
@@ -65,9 +94,29 @@ class Job:
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
+    def freeze(self) -> None:
+        """SIGSTOP to the group and to every descendant, until no new one appears: each
+        process of the job stops where it is (a stopped process starts none)."""
+        if not group_gone(self.process.pid):
+            os.killpg(self.process.pid, signal.SIGSTOP)
+        while True:
+            new = [p for p in descendants(self.process.pid) if p not in self.frozen]
+            if not new:
+                return
+            _signal_all(new, signal.SIGSTOP)
+            self.frozen += new
+
+    def thaw(self) -> None:
+        if not group_gone(self.process.pid):
+            os.killpg(self.process.pid, signal.SIGCONT)
+        _signal_all(self.frozen, signal.SIGCONT)
+        self.frozen = []
+
     def kill(self) -> None:
+        everyone = descendants(self.process.pid) if self.running() else []
         if not group_gone(self.process.pid):
             os.killpg(self.process.pid, signal.SIGKILL)
+        _signal_all([*everyone, *self.frozen], signal.SIGKILL)
         self.process.wait(30)
         wait_for(lambda: group_gone(self.process.pid), "the killed job's processes gone", 30)
 
@@ -116,20 +165,26 @@ def committed_watermark(checkpoint: Path) -> int | None:
 
 
 def check_destinations(
-    edge: Any, contact_points: str, keyspace: str, base: Path, postgres_url: str, hub: Any = None
+    edge: Any,
+    contact_points: str,
+    keyspace: str,
+    base: Path,
+    postgres_url: str | None,
+    hub: Any = None,
 ) -> tuple[Table, int]:
-    """The lake (``base / "lake"``), PostgreSQL and the hub (when given) each equal the edge
-    table read at ALL; (the table, its row count)."""
+    """The lake (``base / "lake"``), PostgreSQL and the hub (each when given) each equal the
+    edge table read at ALL; (the table, its row count)."""
     table = source_table(cdc_options(contact_points, f"{keyspace}.{TABLE}"))
     now_s = int(time.time())
     expected = read_cql_table(edge, table, "ALL")
     name = f"{keyspace}.{TABLE}"
     destinations = {
         "lake": live_rows(materialize(table, read_lake_changes(base / "lake", name), now_s)),
-        "postgres": live_rows(
-            read_postgres_live(postgres_url, f"{keyspace}_{TABLE}", table, now_s)
-        ),
     }
+    if postgres_url is not None:
+        destinations["postgres"] = live_rows(
+            read_postgres_live(postgres_url, f"{keyspace}_{TABLE}", table, now_s)
+        )
     if hub is not None:
         destinations["hub"] = read_cql_table(hub, table)
     for destination, rows in destinations.items():

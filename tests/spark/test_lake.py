@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,8 +26,17 @@ from ringflow.pipeline import (
     materialize,
     read_lake,
     read_lake_changes,
+    uncommitted_files,
+    vacuum_lake,
 )
-from ringflow.pipeline._lake import _stage_batches, _write_config, commit_staged
+from ringflow.pipeline._lake import (
+    _LakeConfig,
+    _write_config,
+    abort_batch,
+    commit_batch,
+    table_dir,
+    write_task_files,
+)
 
 from ._streams import change_stream, chunks, forget_commit, run_to_end, write_change_files
 from ._workload import (
@@ -48,8 +59,9 @@ def _lake_snapshot(root: Path) -> tuple[list[str], list[Change]]:
     return files, _ordered(read_lake_changes(root))
 
 
-def _staged_files(root: Path) -> list[Path]:
-    return list(root.rglob("_staging/**/*.parquet"))
+def _left_over(root: Path) -> list[Path]:
+    """Files of the lake no reader reads (written by attempts that did not commit)."""
+    return uncommitted_files(root, TABLE)
 
 
 _FLAG = Path(os.environ.get("TMPDIR", "/tmp")) / "ringflow-lake-fail-once"
@@ -81,7 +93,7 @@ def test_stream_replays_leave_the_lake_as_an_uninterrupted_run(
     forget_commit(checkpoint, 2)
     run_to_end(change_stream(spark, source, TABLE), "ringflow-lake", options, checkpoint)
     assert _lake_snapshot(lake) == clean
-    assert _staged_files(lake) == []
+    assert _left_over(lake) == []
 
     # A task fails in the middle of batch 1 of a fresh query; the restart replays it.
     other, other_checkpoint = tmp_path / "lake2", tmp_path / "ckpt2"
@@ -94,7 +106,7 @@ def test_stream_replays_leave_the_lake_as_an_uninterrupted_run(
     assert not _FLAG.exists()
     run_to_end(failing, "ringflow-lake", lake_options(other, TABLE), other_checkpoint)
     assert _lake_snapshot(other)[1] == clean[1]
-    assert _staged_files(other) == []
+    assert _left_over(other) == []
 
 
 def test_materialized_lake_equals_the_expected_table(spark: SparkSession, tmp_path: Path) -> None:
@@ -118,21 +130,98 @@ def test_materialized_lake_equals_the_expected_table(spark: SparkSession, tmp_pa
         ).save()
 
 
+def _arrow_batches(changes: list[Change], size: int = 1_000) -> list[pa.RecordBatch]:
+    rows = [change_to_arrow_row(TABLE, c) for c in changes]
+    table = pa.Table.from_pylist(rows, schema=change_arrow_schema(TABLE))
+    return table.to_batches(max_chunksize=size)
+
+
+def _config(root: Path) -> _LakeConfig:
+    return _write_config(lake_options(root, TABLE, rows_per_file=5), None)
+
+
 def test_committing_a_batch_id_twice_changes_nothing(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    config = _write_config(lake_options(lake, TABLE, rows_per_file=5), None)
-    batch = pa.Table.from_pylist(
-        [change_to_arrow_row(TABLE, c) for c in workload()], schema=change_arrow_schema(TABLE)
-    ).to_batches()
+    config = _config(lake)
+    batch = _arrow_batches(workload())
 
-    first = _stage_batches(config, "q/7", "stream-q", iter(batch))
-    assert commit_staged(config, [first], "stream-q", "7") is True
+    first = write_task_files(config, "q/7", "stream-q", iter(batch))
+    assert commit_batch(config, [first], "stream-q", "7") is True
     snapshot = _lake_snapshot(lake)
-    replay = _stage_batches(config, "q/7", "stream-q", iter(batch))
-    assert commit_staged(config, [replay], "stream-q", "7") is False
+    replay = write_task_files(config, "q/7", "stream-q", iter(batch))
+    assert commit_batch(config, [replay], "stream-q", "7") is False
     assert _lake_snapshot(lake) == snapshot
-    assert _staged_files(lake) == []
+    assert _left_over(lake) == []
     assert all(f.rows <= 5 for f in first.files)
+
+
+def test_the_driver_commits_files_it_cannot_see(tmp_path: Path) -> None:
+    """Tasks write under their view of the lake (``executors/``), the driver commits under its
+    own (``driver/``), where no data file ever is: the marker lists the tasks' files relative to
+    the table, so the two views together are one lake that reads back as the batch. A replay
+    the driver skips leaves files it could not delete; they are invisible, and vacuumed."""
+    executors, driver = tmp_path / "executors", tmp_path / "driver"
+    changes = workload()
+    batches = _arrow_batches(changes, size=len(changes) // 2 + 1)
+    tasks = [write_task_files(_config(executors), "q/0", "stream-q", iter([b])) for b in batches]
+    assert len(tasks) == 2 and all(task.files for task in tasks)
+    assert commit_batch(_config(driver), tasks, "stream-q", "0") is True
+    assert list(driver.rglob("*.parquet")) == []
+    shutil.copytree(driver, executors, dirs_exist_ok=True)  # markers and schema next to the data
+    assert _ordered(read_lake_changes(executors)) == _ordered(changes)
+    assert _left_over(executors) == []
+
+    replay = write_task_files(_config(executors), "q/0", "stream-q", iter(batches))
+    assert commit_batch(_config(driver), [replay], "stream-q", "0") is False
+    shutil.copytree(driver, executors, dirs_exist_ok=True)
+    assert _ordered(read_lake_changes(executors)) == _ordered(changes)
+    left = sorted(table_dir(executors, TABLE) / f.path for f in replay.files)
+    assert _left_over(executors) == left
+    assert vacuum_lake(executors, TABLE, min_age_s=0) == left
+    assert _left_over(executors) == []
+    assert _ordered(read_lake_changes(executors)) == _ordered(changes)
+
+
+def test_a_crash_before_the_marker_leaves_nothing_visible(tmp_path: Path) -> None:
+    """The job killed between the steps of a commit: after the tasks wrote their files, and
+    after the driver wrote its temporary marker but before linking it. Nothing is visible; the
+    replay commits once; an abort reported after the marker deletes none of its files; vacuum
+    removes what the crash left once it is old enough, and nothing else."""
+    lake = tmp_path / "lake"
+    config = _config(lake)
+    changes = workload()
+    lost = write_task_files(config, "q/3", "stream-q", iter(_arrow_batches(changes)))
+    commits = table_dir(lake, TABLE) / "_commits" / "stream-q"
+    commits.mkdir(parents=True)
+    temporary = commits / f".{3:020d}.json.0123abcd.tmp"
+    temporary.write_text("{")  # cut short by the kill
+    assert committed_files(lake, TABLE) == []
+    crashed = sorted([temporary, *(table_dir(lake, TABLE) / f.path for f in lost.files)])
+    assert _left_over(lake) == crashed
+
+    replay = write_task_files(config, "q/3", "stream-q", iter(_arrow_batches(changes)))
+    assert commit_batch(config, [replay], "stream-q", f"{3:020d}") is True
+    abort_batch(config, [replay], "stream-q", f"{3:020d}")
+    snapshot = _lake_snapshot(lake)
+    assert snapshot[1] == _ordered(changes)
+    assert vacuum_lake(lake, TABLE, min_age_s=3600) == []
+    assert vacuum_lake(lake, TABLE, min_age_s=0) == crashed
+    assert _left_over(lake) == []
+    assert _lake_snapshot(lake) == snapshot
+
+
+def _failing(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+    raise RuntimeError("the task fails after its files were written")
+
+
+def test_a_failing_task_deletes_its_own_files(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    batches = _arrow_batches(workload(), size=4)  # rows_per_file 5: files complete on the way
+    with pytest.raises(RuntimeError, match="task fails"):
+        write_task_files(_config(lake), "q/0", "stream-q", _failing(batches))
+    assert _left_over(lake) == []
+    assert list(lake.rglob("*.parquet")) == []
 
 
 def test_lake_options_fail_fast(tmp_path: Path) -> None:

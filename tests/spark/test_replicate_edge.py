@@ -4,7 +4,7 @@ One scenario, so that one Spark job start and one catch-up serve both failure ca
 (``--continuous`` in a child process, source read at QUORUM) while a workload writes at QUORUM
 (token-aware); an edge node is SIGKILLed, writes go on with 2 of 3 replicas, the node restarts on
 its data and writes go on; then the job itself is SIGKILLed in the middle of a micro-batch (the
-lake has staged files of a batch and no commit marker for it) and started again on the same
+lake has files of a batch and no commit marker for it) and started again on the same
 checkpoints (``--once``). Afterwards:
 
 * the hub, the Parquet lake and PostgreSQL each equal the edge table read at ALL (nothing
@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from ringflow.cli import main
 from ringflow.cli._demo import DDL, TABLE, Workload, driver_cluster
 from ringflow.cli._demo_cluster import LocalCluster, NodeProcess
+from ringflow.pipeline import committed_files, uncommitted_files
 from ringflow.pipeline._replicate import cdc_options
 from tests.spark._replication import (
     Job,
@@ -84,8 +85,26 @@ def _arguments(stage: dict[str, Any], edge: LocalCluster, keyspace: str, base: P
     ]
 
 
-def _staged_file(lake: Path) -> Path | None:
-    return next(iter(lake.glob("table=*/_staging/*/*/*.parquet")), None)
+def _uncommitted(lake: Path, keyspace: str) -> list[Path]:
+    """Data files of the lake no commit marker lists: a batch written, or being written, and
+    not committed."""
+    return [p for p in uncommitted_files(lake, f"{keyspace}.{TABLE}") if p.suffix == ".parquet"]
+
+
+def _freeze_mid_batch(job: Job, lake: Path, keyspace: str) -> list[Path]:
+    """Freeze the job (SIGSTOP) while a batch has files and no marker; those files. A batch seen
+    uncommitted may commit before the freeze lands: then it thaws and waits for the next."""
+    while True:
+        wait_for(
+            lambda: not job.running() or _uncommitted(lake, keyspace) != [],
+            "a lake file not committed yet",
+        )
+        assert job.running(), job.output()
+        job.freeze()
+        left = _uncommitted(lake, keyspace)
+        if left:
+            return left
+        job.thaw()
 
 
 def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
@@ -122,20 +141,13 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
         write(workload, PHASE_WRITES)
         assert job.running(), job.output()
         # 4. the job itself crashes in the middle of a micro-batch
-        wait_for(
-            lambda: not job.running() or _staged_file(tmp_path / "lake") is not None,
-            "a staged lake file",
-        )
+        left = _freeze_mid_batch(job, tmp_path / "lake", keyspace)
         job.kill()
-        phase("job SIGKILLed with a batch staged")
+        phase("job SIGKILLed with a batch written, not committed")
     finally:
         job.kill()
         edge_cluster.wait_ready()  # the victim is UP again even if the test failed half-way
-    staged = _staged_file(tmp_path / "lake")
-    assert staged is not None, job.output()
-    batch_dir = staged.parent  # <lake>/table=<ks>.<t>/_staging/<query id>/<batch id>
-    markers = batch_dir.parents[2] / "_commits" / f"stream-{batch_dir.parent.name}"
-    assert not (markers / f"{int(batch_dir.name):020d}.json").exists()  # staged, not committed
+    assert left == _uncommitted(tmp_path / "lake", keyspace)  # killed as it was frozen
 
     # 5. started again on the same checkpoints, it catches up exactly once
     time.sleep(CONFIDENCE_MS / 1000 + 1.6)  # past the window, and the 1 s TTLs have run out
@@ -153,3 +165,4 @@ def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
     options = cdc_options(edge_cluster.contact_points, f"{keyspace}.{TABLE}")
     options.update(confidence_window_ms=str(CONFIDENCE_MS))
     assert_lake_is_log(spark, table, tmp_path / "lake", options)
+    assert set(left) & set(committed_files(tmp_path / "lake", table)) == set()  # not reused

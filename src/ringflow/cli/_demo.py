@@ -449,10 +449,11 @@ def _plan(stage: Stage) -> ReplicationPlan:
 def _replicate(
     console: Console, plan: ReplicationPlan, master: str, wait_until_ms: int
 ) -> ReplicationSummary:
+    from ringflow.pipeline import spark_settings
     from ringflow.pipeline._replicate import replication_spark, run_replication
 
     console.print("[bold]starting Spark[/] (local mode) ...")
-    spark = replication_spark("ringflow-demo", master)
+    spark = replication_spark("ringflow-demo", spark_settings(master))
     try:
         wait_s = (wait_until_ms - time.time_ns() // 1_000_000) / 1000
         if wait_s > 0:

@@ -3,7 +3,8 @@ PostgreSQL (the job of :mod:`ringflow.pipeline._replicate`).
 
     ringflow replicate --source 127.0.0.1[:port] --table ks.t \\
         --to ringflow://127.0.0.11[:port] --to parquet:DIR --to postgresql://u@127.0.0.1:5432/db \\
-        --checkpoint DIR [--once | --continuous] [--master local[*]]
+        --checkpoint DIR [--once | --continuous] [--master local[*] | spark://host:7077] \\
+        [--conf spark.key=value ...] [--driver-host ADDRESS]
 
 The source and every destination are checked before Spark starts: an unreachable source or
 sink, a table without CDC or a malformed ``--to`` exit with code 2 and one line naming it. A
@@ -17,6 +18,11 @@ the lake records a new schema version, a dropped column stays at every destinati
 hub and PostgreSQL get a new column when ``--alter-destinations`` allows it (all channels, or
 the ones named: ``--alter-destinations hub,postgres``); otherwise that channel stops, prints the
 statements to run and resumes by itself once they have run, the others going on.
+
+Spark: ``--conf`` settings win over spark-submit's and ``spark-defaults.conf``, which win over
+ringflow's defaults (``local[2]``, the driver on loopback in local mode only); ``--driver-host``
+is the address executors reach the driver at. A bad setting exits 2. ``spark-submit`` runs the
+same job with the same options through :mod:`ringflow.cli.replicate_job`.
 """
 
 from __future__ import annotations
@@ -55,7 +61,24 @@ def register(subcommands: Subcommands) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="replicate what is there, then stop")
     mode.add_argument("--continuous", action="store_true", help="run until Ctrl-C")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--master",
+        help="Spark master: local[N] (default local[2], or spark-submit's), spark://host:port, ...",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (repeatable); wins over spark-submit's, spark-defaults.conf and "
+        "ringflow's defaults",
+    )
+    parser.add_argument(
+        "--driver-host",
+        metavar="ADDRESS",
+        help="the address executors reach the driver at (spark.driver.host; the driver "
+        "listens there unless spark.driver.bindAddress says otherwise)",
+    )
     parser.add_argument(
         "--consistency",
         default="QUORUM",
@@ -82,6 +105,7 @@ def register(subcommands: Subcommands) -> None:
 
 
 def run(arguments: argparse.Namespace) -> int:
+    from ringflow.pipeline import check_driver_address, spark_settings
     from ringflow.pipeline._replicate import (
         cdc_options,
         plan_replication,
@@ -90,6 +114,8 @@ def run(arguments: argparse.Namespace) -> int:
     )
 
     console = Console()
+    settings = spark_settings(arguments.master, arguments.conf, arguments.driver_host)
+    check_driver_address(settings.conf)  # before any destination is touched
     options = cdc_options(
         arguments.source,
         arguments.table,
@@ -113,7 +139,7 @@ def run(arguments: argparse.Namespace) -> int:
     from ringflow.pipeline._replicate import replication_spark
 
     owned = SparkSession.getActiveSession() is None  # embedded callers keep their session
-    spark = replication_spark("ringflow-replicate", arguments.master)
+    spark = replication_spark("ringflow-replicate", settings)
     try:
         summary = run_replication(
             spark,

@@ -10,7 +10,8 @@
   timestamps, with a ``<table>_live`` view.
 - :mod:`._evolution`: schema changes of the source (what changed, the union a destination
   holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
-- :mod:`._spark_session`: a local SparkSession with sane defaults and the sources registered.
+- :mod:`._spark_conf` / :mod:`._spark_session`: the job's SparkSession, local or on a cluster: the
+  user's settings over Spark's own over ringflow's defaults, the sources registered.
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
 ``reliability-and-style.md`` §A4 (replay equivalence).
@@ -98,6 +99,8 @@ if TYPE_CHECKING:
         lake_tables,
         read_lake,
         read_lake_changes,
+        uncommitted_files,
+        vacuum_lake,
     )
     from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
     from ringflow.pipeline._pg_sql import pg_type
@@ -110,10 +113,18 @@ if TYPE_CHECKING:
         read_postgres_live,
     )
     from ringflow.pipeline._replicate import parse_hosts, parse_table_name
-    from ringflow.pipeline._spark_session import (
+    from ringflow.pipeline._spark_conf import (
         DEFAULT_CONF,
+        LOOPBACK_CONF,
+        SparkSettings,
+        resolve_spark_conf,
+        spark_settings,
+    )
+    from ringflow.pipeline._spark_session import (
+        check_driver_address,
         local_spark_session,
         register_data_sources,
+        spark_session,
     )
     from ringflow.pipeline._spark_types import (
         arrow_type,
@@ -142,7 +153,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
-    "DEFAULT_CONF": ("ringflow.pipeline._spark_session", "DEFAULT_CONF"),
+    "DEFAULT_CONF": ("ringflow.pipeline._spark_conf", "DEFAULT_CONF"),
+    "LOOPBACK_CONF": ("ringflow.pipeline._spark_conf", "LOOPBACK_CONF"),
+    "SparkSettings": ("ringflow.pipeline._spark_conf", "SparkSettings"),
+    "resolve_spark_conf": ("ringflow.pipeline._spark_conf", "resolve_spark_conf"),
+    "spark_settings": ("ringflow.pipeline._spark_conf", "spark_settings"),
+    "spark_session": ("ringflow.pipeline._spark_session", "spark_session"),
+    "check_driver_address": ("ringflow.pipeline._spark_session", "check_driver_address"),
     "DEFAULT_HUB_BATCH_ROWS": ("ringflow.pipeline._hub", "DEFAULT_BATCH_ROWS"),
     "DEFAULT_ROWS_PER_FILE": ("ringflow.pipeline._lake", "DEFAULT_ROWS_PER_FILE"),
     "DEFAULT_ROWS_PER_TRANSACTION": ("ringflow.pipeline._postgres", "DEFAULT_ROWS_PER_TRANSACTION"),
@@ -211,6 +228,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "table_options": ("ringflow.pipeline._table_source", "table_options"),
     "table_to_json": ("ringflow.pipeline._changes", "table_to_json"),
     "to_spark_value": ("ringflow.pipeline._spark_types", "to_spark_value"),
+    "uncommitted_files": ("ringflow.pipeline._lake", "uncommitted_files"),
+    "vacuum_lake": ("ringflow.pipeline._lake", "vacuum_lake"),
     "validate_change": ("ringflow.pipeline._changes", "validate_change"),
 }
 
@@ -238,6 +257,7 @@ __all__ = [
     "DEFAULT_ROWS_PER_TRANSACTION",
     "HUB_FORMAT",
     "LAKE_FORMAT",
+    "LOOPBACK_CONF",
     "OPERATION_FIELD",
     "OPERATION_NAME_FIELD",
     "POSTGRES_FORMAT",
@@ -261,6 +281,7 @@ __all__ = [
     "RingflowTableDataSource",
     "SchemaConflict",
     "SourceSchemaChanged",
+    "SparkSettings",
     "TableState",
     "apply_changes",
     "apply_to_hub",
@@ -275,6 +296,7 @@ __all__ = [
     "changes_sorted",
     "channel_table_rows",
     "check_change_schema",
+    "check_driver_address",
     "cluster_options",
     "committed_files",
     "connect_cluster",
@@ -303,12 +325,17 @@ __all__ = [
     "read_postgres_live",
     "read_table",
     "register_data_sources",
+    "resolve_spark_conf",
+    "spark_session",
+    "spark_settings",
     "spark_type",
     "table_from_json",
     "table_options",
     "table_to_json",
     "to_spark_value",
+    "uncommitted_files",
     "union_table",
     "update_channel",
+    "vacuum_lake",
     "validate_change",
 ]

@@ -10,8 +10,8 @@ Layout under ``<path>/table=<keyspace>.<name>/``::
 
     _schema.json                          the base table, schema version 1
     _schema.<n>.json                      schema version n (2, 3, ...): the table after an ALTER
-    _staging/<stage>/<date>-p<partition>-a<attempt>-<n>-<random>.parquet   task output
-    date=<YYYY-MM-DD>/<stage id>-<file>.parquet                             committed files
+    _staging/<stage>/<task>/<name>.parquet          a file a task is writing
+    date=<YYYY-MM-DD>/<name>.parquet                a complete file (committed once listed)
     _commits/<namespace>/<batch>.json     the commit marker: the files of one batch and their
                                           schema version
 
@@ -30,19 +30,32 @@ primary key) is refused with :class:`~ringflow.pipeline.SchemaConflict` before a
 the checkpoint, so a restarted query keeps its namespace while a new checkpoint never collides
 with an old one); a batch write's stage and marker name are a fresh ``write-<uuid>``.
 
-Exactly once, argued: Spark logs the source offsets of batch ``N`` before running it and
-records ``N`` in ``<checkpoint>/commits`` only after the sink's ``commit`` returned, so after
-any crash batch ``N`` is re-run over the same offsets, i.e. the same changes (a replayable,
-deterministic source is the source's side of the contract). Executor tasks only write
-``_staging``, which no reader looks at. The driver's ``commit(messages, N)`` renames the staged
-files into their ``date=`` directories and then writes the marker (temp file, fsync, rename,
-fsync of the directory); readers only read files a marker lists, so a batch becomes visible in
-one atomic rename. If the marker of ``N`` already exists the batch was committed before the
-crash: the replay's staged files are deleted and nothing changes. A crash between the renames
-and the marker leaves unlisted (invisible) files that the replay does not reuse (garbage: there
-is no vacuum yet). ``abort`` deletes the staged files of the batch; a failing task deletes its
-own partial files; a commit, or a skipped replay, deletes its whole stage directory, so files of
-killed task attempts do not pile up.
+Exactly once, argued (issue 14: executors may write to storage the driver does not see at the
+same path, or at all): Spark logs the source offsets of batch ``N`` before running it and records
+``N`` in ``<checkpoint>/commits`` only after the sink's ``commit`` returned, so after any crash
+batch ``N`` is re-run over the same offsets, i.e. the same changes (a replayable, deterministic
+source is the source's side of the contract). The protocol:
+
+1. each task (executor side) writes its files under ``_staging``, closes and fsyncs each, renames
+   it itself to its final name ``date=<day>/<stage>-<task attempt>-<n>-<random>.parquet``
+   (unique to the attempt, so attempts never collide) and fsyncs those directories; its commit
+   message lists them, relative to the table directory;
+2. the driver's ``commit(messages, N)`` writes the marker ``_commits/<namespace>/<N>.json``
+   listing exactly those files: a temp file, fsync, then a hard link to the marker's name, which
+   creates it atomically and only if absent. That link is the commit, the only step that makes
+   anything visible; the driver renames, reads and needs no data file.
+
+Readers read only files a marker lists, so a file on disk is not a change in the lake. A crash
+anywhere before the link leaves files no marker lists (invisible) and a replay writes new ones
+under new names; a crash after it leaves the marker, and the replay finds it, lists nothing and
+deletes its own files. Hence each batch id is in the lake once, with the files of one complete
+attempt. A marker implies its files are durable: every task fsynced them before reporting.
+Cleaning up is best effort and never needed for correctness: a failing task deletes its own
+files, ``abort`` and a skipped replay delete the files their messages list (never one a marker
+lists), a commit removes the batch's stage directory (files of killed attempts); the driver
+tolerates not seeing any of them. What stays (a crash before the marker, a driver that cannot see
+the executors' files) is found by :func:`uncommitted_files` and removed by :func:`vacuum_lake`
+once older than the longest batch.
 
 The brief's layout was ``_staging/<batch>/`` and ``_commits/<batch>.json``; batch ids restart at
 0 with every new checkpoint and two queries may feed one lake, hence the query id in both.
@@ -54,11 +67,13 @@ as they come.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +111,7 @@ from ringflow.schema import Table
 LAKE_FORMAT = "ringflow-lake"
 DEFAULT_ROWS_PER_FILE = 100_000
 _MAX_OPEN_FILES = 16
+VACUUM_MIN_AGE_S = 7 * 24 * 3600.0  # Delta Lake's default retention for VACUUM
 _SCHEMA_FILE = "_schema.json"
 _VERSION_FILE = re.compile(r"^_schema\.([1-9][0-9]*)\.json$")
 _STAGING = "_staging"
@@ -202,22 +218,23 @@ class _LakeConfig:
         return table_dir(self.root, self.table)
 
 
-# --- executor side: staging -------------------------------------------------------------------
+# --- executor side: a task's files -------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class StagedFile:
-    """One Parquet file a task wrote: where it is staged and where the commit puts it."""
+class LakeFile:
+    """One complete Parquet file a task wrote: its path relative to the table's directory
+    (``date=<day>/<name>``, the same wherever the lake is mounted) and its row count."""
 
-    staged: str
-    final: str
+    path: str
     rows: int
 
 
 class LakeCommitMessage(WriterCommitMessage):
-    """A task's report to the driver: its stage, namespace and staged files."""
+    """A task's report to the driver: its stage, namespace and the files it wrote, each complete
+    and durable under its final name."""
 
-    def __init__(self, stage: str, namespace: str, files: Sequence[StagedFile]) -> None:
+    def __init__(self, stage: str, namespace: str, files: Sequence[LakeFile]) -> None:
         self.stage = stage
         self.namespace = namespace
         self.files = list(files)
@@ -239,17 +256,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class _StagingWriter:
-    """One task's Parquet files, one open writer per date, bounded in files and rows."""
+@dataclass(frozen=True, slots=True)
+class _OpenFile:
+    staged: Path
+    final: str
+    rows: int
+
+
+class _TaskFiles:
+    """One task's Parquet files, one open writer per date, bounded in files and rows. Each is
+    written in the task's own staging directory and, once closed and fsynced, renamed by the
+    task to its final name in ``date=<day>/`` (unique to this attempt: it holds the task
+    attempt and a random part), so no other process ever renames it."""
 
     def __init__(self, config: _LakeConfig, stage: str, task_tag: str) -> None:
         self.config = config
-        self.stage = stage
-        self.task_tag = task_tag
         self.schema = change_arrow_schema(config.table)
-        self.stage_dir = config.directory / _STAGING / stage
-        self.open: dict[str, tuple[Any, StagedFile]] = {}
-        self.done: list[StagedFile] = []
+        self.directory = config.directory
+        self.stage_dir = self.directory / _STAGING / stage / f"{task_tag}-{uuid.uuid4().hex[:8]}"
+        self.prefix = f"{stage.replace('/', '-')}-{task_tag}"
+        self.open: dict[str, tuple[Any, _OpenFile]] = {}
+        self.done: list[LakeFile] = []
+        self.touched: set[Path] = set()
         self.counter = 0
 
     def write(self, batch: Any) -> None:
@@ -262,47 +290,59 @@ class _StagingWriter:
     def _write_day(self, day: str, rows: Any) -> None:
         offset = 0
         while offset < rows.num_rows:
-            writer, staged = self.open.get(day) or self._new_file(day)
-            room = self.config.rows_per_file - staged.rows
+            writer, current = self.open.get(day) or self._new_file(day)
+            room = self.config.rows_per_file - current.rows
             chunk = rows.slice(offset, room)
             writer.write_table(chunk)
             offset += chunk.num_rows
-            staged = StagedFile(staged.staged, staged.final, staged.rows + chunk.num_rows)
-            self.open[day] = (writer, staged)
-            if staged.rows >= self.config.rows_per_file:
+            current = _OpenFile(current.staged, current.final, current.rows + chunk.num_rows)
+            self.open[day] = (writer, current)
+            if current.rows >= self.config.rows_per_file:
                 self._close(day)
 
-    def _new_file(self, day: str) -> tuple[Any, StagedFile]:
+    def _new_file(self, day: str) -> tuple[Any, _OpenFile]:
         if len(self.open) >= _MAX_OPEN_FILES:
             self._close(next(iter(self.open)))
         self.counter += 1
-        name = f"{day}-{self.task_tag}-{self.counter}-{uuid.uuid4().hex[:12]}.parquet"
+        name = f"{self.prefix}-{self.counter}-{uuid.uuid4().hex[:12]}.parquet"
         self.stage_dir.mkdir(parents=True, exist_ok=True)
         staged = self.stage_dir / name
-        final = Path(f"date={day}") / f"{self.stage.replace('/', '-')}-{name}"
         writer = pq.ParquetWriter(str(staged), self.schema)
-        entry = (writer, StagedFile(str(staged), str(final), 0))
+        entry = (writer, _OpenFile(staged, f"date={day}/{name}", 0))
         self.open[day] = entry
         return entry
 
     def _close(self, day: str) -> None:
-        writer, staged = self.open.pop(day)
+        writer, current = self.open.pop(day)
         writer.close()
-        _fsync_file(Path(staged.staged))
-        self.done.append(staged)
+        _fsync_file(current.staged)
+        final = self.directory / current.final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(current.staged, final)
+        self.touched.add(final.parent)
+        self.done.append(LakeFile(current.final, current.rows))
 
-    def finish(self) -> list[StagedFile]:
+    def finish(self) -> list[LakeFile]:
+        """Close every file; once this returns, each is durable under its final name."""
         for day in list(self.open):
             self._close(day)
+        for parent in self.touched:
+            _fsync_dir(parent)
+        with contextlib.suppress(OSError):
+            self.stage_dir.rmdir()
         return self.done
 
     def discard(self) -> None:
-        for writer, staged in self.open.values():
-            writer.close()
-            self.done.append(staged)
+        """Delete every file of this task (it failed), best effort."""
+        for writer, current in self.open.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+            current.staged.unlink(missing_ok=True)
         self.open.clear()
-        for staged in self.done:
-            Path(staged.staged).unlink(missing_ok=True)
+        for written in self.done:
+            with contextlib.suppress(OSError):
+                (self.directory / written.path).unlink(missing_ok=True)
+        shutil.rmtree(self.stage_dir, ignore_errors=True)
 
 
 def task_context() -> tuple[str, str, str | None, str | None]:
@@ -318,78 +358,75 @@ def task_context() -> tuple[str, str, str | None, str | None]:
     return str(context.partitionId()), tag, query, batch
 
 
-def _stage_batches(
+def write_task_files(
     config: _LakeConfig, stage: str, namespace: str, batches: Iterator[Any]
 ) -> LakeCommitMessage:
+    """A task's part of a batch: its Arrow batches written as complete files (executor side)."""
     _, tag, _, _ = task_context()
-    staging = _StagingWriter(config, stage, tag)
+    files = _TaskFiles(config, stage, tag)
     try:
         for batch in batches:
-            staging.write(batch)
-        files = staging.finish()
+            files.write(batch)
+        written = files.finish()
     except BaseException:
-        staging.discard()
+        files.discard()
         raise
-    return LakeCommitMessage(stage, namespace, files)
+    return LakeCommitMessage(stage, namespace, written)
 
 
-# --- driver side: commit ----------------------------------------------------------------------
+# --- driver side: commit --------------------------------------------------------------------------
 
 
 def _marker_path(directory: Path, namespace: str, name: str) -> Path:
     return directory / _COMMITS / namespace / f"{name}.json"
 
 
-def _write_marker(path: Path, content: Mapping[str, object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(content, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    _fsync_dir(path.parent)
+def _message_files(messages: Sequence[WriterCommitMessage | None]) -> list[LakeFile]:
+    return [f for m in messages if isinstance(m, LakeCommitMessage) for f in m.files]
 
 
-def commit_staged(
+def _marker_files(marker: Path) -> frozenset[str]:
+    """The files a marker lists (none if it cannot be read here)."""
+    try:
+        return frozenset(e["path"] for e in json.loads(marker.read_text("utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+
+
+def commit_batch(
     config: _LakeConfig,
     messages: Sequence[WriterCommitMessage | None],
     namespace: str,
     marker_name: str,
 ) -> bool:
-    """Make the staged files of ``messages`` visible under one marker; False (and the staged
-    files deleted) if that marker exists already, i.e. the batch was committed before."""
+    """Make the files ``messages`` list visible: write their marker, created atomically and
+    only if absent (the one step that commits). False if the marker exists already (the batch
+    was committed before): the replay's files are then deleted, best effort. The driver
+    renames no data file and needs to see none (module docstring)."""
     directory = config.directory
-    files = [f for m in messages if isinstance(m, LakeCommitMessage) for f in m.files]
+    files = _message_files(messages)
     marker = _marker_path(directory, namespace, marker_name)
-    if marker.exists():
-        _discard(files)
-        _clear_stages(directory, messages)
-        return False
-    directory.mkdir(parents=True, exist_ok=True)
-    version = _ensure_schema(directory, config.table)
-    touched: set[Path] = set()
-    for staged in files:
-        final = directory / staged.final
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged.staged, final)
-        touched.add(final.parent)
-    for parent in touched:
-        _fsync_dir(parent)
-    committed = {
-        "namespace": namespace,
-        "batch": marker_name,
-        "committed_at": datetime.datetime.now(datetime.UTC).isoformat(),
-        "files": [{"path": f.final, "rows": f.rows, "schema": version} for f in files],
-    }
-    _write_marker(marker, committed)
+    committed = False
+    if not marker.exists():
+        version = _ensure_schema(directory, config.table)
+        content = {
+            "namespace": namespace,
+            "batch": marker_name,
+            "committed_at": datetime.datetime.now(datetime.UTC).isoformat(),
+            "files": [{"path": f.path, "rows": f.rows, "schema": version} for f in files],
+        }
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        committed = _write_new(marker, content)
+    if not committed:  # another attempt's marker stands: these files are no one's
+        _discard(directory, files, keep=_marker_files(marker))
     _clear_stages(directory, messages)
-    return True
+    return committed
 
 
 def _ensure_schema(directory: Path, table: Table) -> int:
     """The number of the schema version with ``table``'s columns, recorded first if there is
     none (a new file; a version another writer records at the same time takes the next)."""
+    directory.mkdir(parents=True, exist_ok=True)
     while True:
         versions = schema_versions(directory)
         for number, stored in sorted(versions.items()):
@@ -402,7 +439,8 @@ def _ensure_schema(directory: Path, table: Table) -> int:
 
 
 def _write_new(path: Path, content: Mapping[str, object]) -> bool:
-    """Write ``path`` durably unless it exists (False then): temp file, fsync, hard link."""
+    """Write ``path`` durably unless it exists (False then): temp file, fsync, hard link (an
+    atomic create-if-absent), fsync of the directory."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(content, handle, sort_keys=True)
@@ -414,33 +452,47 @@ def _write_new(path: Path, content: Mapping[str, object]) -> bool:
         return False
     finally:
         temporary.unlink()
-    _fsync_dir(path.parent)
+    with contextlib.suppress(OSError):  # committed already; at worst a crash replays the batch
+        _fsync_dir(path.parent)
     return True
 
 
-def _discard(files: Sequence[StagedFile]) -> None:
-    for staged in files:
-        Path(staged.staged).unlink(missing_ok=True)
+def _discard(directory: Path, files: Sequence[LakeFile], keep: frozenset[str]) -> None:
+    """Delete ``files`` but those in ``keep``, best effort: the driver may not see them (the
+    lake mounted elsewhere), and what stays is found by :func:`vacuum_lake`."""
+    for written in files:
+        if written.path not in keep:
+            with contextlib.suppress(OSError):
+                (directory / written.path).unlink(missing_ok=True)
 
 
 def _clear_stages(directory: Path, messages: Sequence[WriterCommitMessage | None]) -> None:
-    """Delete the stage directories of a committed (or skipped, or aborted) batch: whatever
-    is left there belongs to task attempts that failed or were killed."""
+    """Delete the stage directories of a finished batch, best effort: what is left there
+    belongs to task attempts that were killed while writing."""
     stages = {m.stage for m in messages if isinstance(m, LakeCommitMessage)}
     staging = directory / _STAGING
     for stage in stages:
         path = staging / stage
         shutil.rmtree(path, ignore_errors=True)
         parent = path.parent
-        while parent != staging and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
+        with contextlib.suppress(OSError):
+            while parent != staging and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
 
 
-def abort_staged(config: _LakeConfig, messages: Sequence[WriterCommitMessage | None]) -> None:
-    """Delete the staged files of the batch (failed tasks deleted their own already)."""
-    _discard([f for m in messages if isinstance(m, LakeCommitMessage) for f in m.files])
-    _clear_stages(config.directory, messages)
+def abort_batch(
+    config: _LakeConfig,
+    messages: Sequence[WriterCommitMessage | None],
+    namespace: str,
+    marker_name: str,
+) -> None:
+    """Delete the files of a failed batch, best effort (failed tasks deleted their own), never
+    one its marker lists (the marker may have been written before the failure)."""
+    directory = config.directory
+    keep = _marker_files(_marker_path(directory, namespace, marker_name))
+    _discard(directory, _message_files(messages), keep)
+    _clear_stages(directory, messages)
 
 
 class _LakeBatchWriter(DataSourceArrowWriter):
@@ -449,13 +501,13 @@ class _LakeBatchWriter(DataSourceArrowWriter):
         self.write_id = f"write-{uuid.uuid4().hex}"
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return _stage_batches(self.config, self.write_id, "write", iterator)
+        return write_task_files(self.config, self.write_id, "write", iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_staged(self.config, messages, "write", self.write_id)
+        commit_batch(self.config, messages, "write", self.write_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_staged(self.config, messages)
+        abort_batch(self.config, messages, "write", self.write_id)
 
 
 class _LakeStreamWriter(DataSourceStreamArrowWriter):
@@ -466,18 +518,61 @@ class _LakeStreamWriter(DataSourceStreamArrowWriter):
         _, _, query, batch = task_context()
         if query is None or batch is None:
             raise PipelineConfigError("ringflow-lake stream writer ran outside a streaming query")
-        return _stage_batches(self.config, f"{query}/{batch}", f"stream-{query}", iterator)
+        return write_task_files(self.config, f"{query}/{batch}", f"stream-{query}", iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         namespaces = {m.namespace for m in messages if isinstance(m, LakeCommitMessage)}
         for namespace in namespaces:  # one in practice: every task of a batch has the same query
-            commit_staged(self.config, messages, namespace, f"{batchId:020d}")
+            commit_batch(self.config, messages, namespace, f"{batchId:020d}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_staged(self.config, messages)
+        namespaces = {m.namespace for m in messages if isinstance(m, LakeCommitMessage)}
+        for namespace in namespaces:
+            abort_batch(self.config, messages, namespace, f"{batchId:020d}")
+
+
+# --- cleaning up ----------------------------------------------------------------------------------
+
+
+def uncommitted_files(root: str | os.PathLike[str], table: Table | str) -> list[Path]:
+    """Files under a table's directory that no marker lists and no reader reads: data files of
+    attempts that never committed (a crash before the marker, files the driver could not
+    delete), staging left by killed tasks, temporary files of interrupted writes; sorted."""
+    directory = table_dir(root, table)
+    if not directory.is_dir():
+        return []
+    listed = {directory / p for m in _markers(directory) for p in _marker_files(m)}
+    found = [p for p in directory.glob("date=*/*") if p.is_file() and p not in listed]
+    found += [p for p in (directory / _STAGING).rglob("*") if p.is_file()]
+    found += [p for p in directory.rglob(".*.tmp") if p.is_file()]
+    return sorted(set(found))
+
+
+def vacuum_lake(
+    root: str | os.PathLike[str],
+    table: Table | str,
+    min_age_s: float = VACUUM_MIN_AGE_S,
+    now_s: float | None = None,
+) -> list[Path]:
+    """Delete the :func:`uncommitted_files` last modified at least ``min_age_s`` ago, best
+    effort; the deleted files. The age is what keeps the files of a batch still being written
+    (listed only when its marker is written): it must exceed the longest batch."""
+    now_s = time.time() if now_s is None else now_s
+    deleted = []
+    for path in uncommitted_files(root, table):
+        with contextlib.suppress(OSError):
+            if now_s - path.stat().st_mtime >= min_age_s:
+                path.unlink()
+                deleted.append(path)
+    return deleted
 
 
 # --- reading ------------------------------------------------------------------------------------
+
+
+def _markers(directory: Path) -> list[Path]:
+    """Every commit marker of a table's directory, sorted (temporary files end in ``.tmp``)."""
+    return sorted((directory / _COMMITS).glob("*/*.json"))
 
 
 def committed_files(root: str | os.PathLike[str], table: Table | str) -> list[Path]:
@@ -485,7 +580,7 @@ def committed_files(root: str | os.PathLike[str], table: Table | str) -> list[Pa
     directory = table_dir(root, table)
     files: list[Path] = []
     seen: set[str] = set()
-    for marker in sorted((directory / _COMMITS).glob("*/*.json")):
+    for marker in _markers(directory):
         for entry in json.loads(marker.read_text("utf-8"))["files"]:
             if entry["path"] not in seen:
                 seen.add(entry["path"])
@@ -521,6 +616,9 @@ def read_lake_changes(root: str | os.PathLike[str], table: str | None = None) ->
 
 
 class _FilesPartition(InputPartition):
+    """Committed files, relative to the table's directory: each executor finds them under the
+    lake root as it sees it, like the files' writers (the driver need not see the same path)."""
+
     def __init__(self, files: list[str]) -> None:
         super().__init__(files)
         self.files = files
@@ -533,15 +631,18 @@ class _LakeReader(DataSourceReader):
         self.files_per_partition = files_per_partition
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = [str(p) for p in committed_files(self.root, table_from_json(self.table_json))]
+        table = table_from_json(self.table_json)
+        directory = table_dir(self.root, table)
+        files = [str(p.relative_to(directory)) for p in committed_files(self.root, table)]
         size = self.files_per_partition
         return [_FilesPartition(files[i : i + size]) for i in range(0, len(files), size)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = change_arrow_schema(table_from_json(self.table_json))
+        table = table_from_json(self.table_json)
+        schema, directory = change_arrow_schema(table), table_dir(self.root, table)
         files: list[str] = partition.value if isinstance(partition, _FilesPartition) else []
         for path in files:
-            yield from _read_file(Path(path), schema).to_batches()
+            yield from _read_file(directory / path, schema).to_batches()
 
 
 class LakeDataSource(DataSource):

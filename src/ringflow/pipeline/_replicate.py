@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,7 @@ from ringflow.pipeline._replicate_channels import (
     SourceTables,
     follow_source,
 )
+from ringflow.pipeline._spark_conf import SparkSettings
 from ringflow.pipeline._spark_session import register_data_sources
 
 DEFAULT_TRIGGER = "1 second"
@@ -202,13 +202,13 @@ def _start_query(spark: Any, plan: ReplicationPlan, run: ChannelRun, once: bool)
     return writer.trigger(**trigger).start()
 
 
-def replication_spark(app_name: str, master: str) -> Any:
-    """The (possibly existing) local SparkSession of the job, bound to loopback, with the
-    ringflow sources and sinks registered."""
-    from ringflow.pipeline._spark_session import local_spark_session
+def replication_spark(app_name: str, settings: SparkSettings | None = None) -> Any:
+    """The (possibly existing) SparkSession of the job: local or on a cluster, as ``settings``
+    (``--master``, ``--conf``, ``--driver-host``) and Spark's own settings say, ringflow's
+    defaults filling the rest; the ringflow sources and sinks registered."""
+    from ringflow.pipeline._spark_session import spark_session
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # and no warning about the hostname
-    return local_spark_session(app_name, master=master)
+    return spark_session(app_name, settings)
 
 
 def _describe(stats: ChannelStats) -> dict[str, Any]:

@@ -174,17 +174,34 @@ def watermark_from_row(row: Mapping[str, object]) -> SealWatermark:
     )
 
 
-def sent_to_row(record: SentRecord) -> dict[str, object]:
-    """The column values of ``record``'s row in ``system_replication.sent``."""
-    key = record.key
+def _key_to_row(key: SliceKey) -> dict[str, object]:
+    """The key columns every table keyed by slice has (``slices``, ``sent``)."""
     return {
         "keyspace_name": key.keyspace,
         "table_name": key.table,
-        "channel": record.channel,
+        "slice_start_ms": key.slice_start_ms,
         "range_start": key.range_start,
         "range_end": key.range_end,
-        "slice_start_ms": key.slice_start_ms,
         "out_of_sequence": key.out_of_sequence,
+    }
+
+
+def _key_from_row(row: Mapping[str, object], table: str) -> SliceKey:
+    return SliceKey(
+        _column(row, table, "keyspace_name", str),
+        _column(row, table, "table_name", str),
+        _column(row, table, "range_start", int),
+        _column(row, table, "range_end", int),
+        _column(row, table, "slice_start_ms", int),
+        _column(row, table, "out_of_sequence", bool),
+    )
+
+
+def sent_to_row(record: SentRecord) -> dict[str, object]:
+    """The column values of ``record``'s row in ``system_replication.sent``."""
+    return {
+        **_key_to_row(record.key),
+        "channel": record.channel,
         "node": record.node,
         "digest": record.digest,
         "sent_at_ms": record.sent_at_ms,
@@ -194,14 +211,7 @@ def sent_to_row(record: SentRecord) -> dict[str, object]:
 def sent_from_row(row: Mapping[str, object]) -> SentRecord:
     """A sent record from its row (unknown columns ignored; every value checked)."""
     table = SENT_TABLE
-    key = SliceKey(
-        _column(row, table, "keyspace_name", str),
-        _column(row, table, "table_name", str),
-        _column(row, table, "range_start", int),
-        _column(row, table, "range_end", int),
-        _column(row, table, "slice_start_ms", int),
-        _column(row, table, "out_of_sequence", bool),
-    )
+    key = _key_from_row(row, table)
     return SentRecord(
         channel=_column(row, table, "channel", str),
         key=key,
@@ -213,14 +223,8 @@ def sent_from_row(row: Mapping[str, object]) -> SentRecord:
 
 def sealed_slice_to_row(sealed: SealedSlice) -> dict[str, object]:
     """The column values of ``sealed``'s row in ``system_replication.slices``."""
-    key = sealed.key
     return {
-        "keyspace_name": key.keyspace,
-        "table_name": key.table,
-        "slice_start_ms": key.slice_start_ms,
-        "range_start": key.range_start,
-        "range_end": key.range_end,
-        "out_of_sequence": key.out_of_sequence,
+        **_key_to_row(sealed.key),
         "node": sealed.node,
         "digest": sealed.digest,
         "row_count": sealed.row_count,
@@ -231,14 +235,7 @@ def sealed_slice_to_row(sealed: SealedSlice) -> dict[str, object]:
 def sealed_slice_from_row(row: Mapping[str, object]) -> SealedSlice:
     """A sealed slice from its row (unknown columns ignored; every value checked)."""
     table = SLICES_TABLE
-    key = SliceKey(
-        _column(row, table, "keyspace_name", str),
-        _column(row, table, "table_name", str),
-        _column(row, table, "range_start", int),
-        _column(row, table, "range_end", int),
-        _column(row, table, "slice_start_ms", int),
-        _column(row, table, "out_of_sequence", bool),
-    )
+    key = _key_from_row(row, table)
     return SealedSlice(
         key=key,
         node=_column(row, table, "node", uuid.UUID),

@@ -1,4 +1,5 @@
-"""``ringflow replication channel ...`` against a 3-node cluster of real processes (issue 14 §3):
+"""``ringflow replication channel ...`` and the nodes' Prometheus metrics against a 3-node cluster
+of real processes (issue 14 §3):
 channels are rows of the replicated ``system_replication.channels``, so a channel created
 through one node is read through every other at QUORUM; each bad input is refused with exit
 code 2 and one line naming it, before anything is written."""
@@ -7,13 +8,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from tests.integration.cluster.conftest import LocalCluster
+from tests.integration.cluster.conftest import LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -115,3 +117,43 @@ def test_bad_input_is_refused_before_anything_is_written(
     assert message in out, out
     assert "Traceback" not in out
     assert channel_rows(local_cluster, local_cluster.addresses[2]) == before
+
+
+def scrape(address: str, port: int = 9180) -> dict[str, float]:
+    """The node's Prometheus exposition, as name{labels} -> value."""
+    with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def test_every_node_serves_its_capture_as_prometheus_metrics(local_cluster: LocalCluster) -> None:
+    """Issue 14 §3: the figures of status.json (capture backlog and age, peers) are Prometheus
+    metrics on each node's own address (default port 9180), and they follow the writes."""
+    session = local_cluster.session()
+    session.execute(
+        "CREATE TABLE IF NOT EXISTS shop.metered (id int PRIMARY KEY, v text) "
+        "WITH cdc = {'enabled': true}"
+    )
+    assert session.wait_for_schema_agreement(wait_time=20)
+    before = {a: scrape(a)["ringflow_capture_rows"] for a in local_cluster.addresses}
+    insert = session.prepare("INSERT INTO shop.metered (id, v) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.ALL
+    for key in range(50):
+        session.execute(insert, (key, "x"))
+    for address in local_cluster.addresses:
+        metrics: dict[str, float] = {}
+
+        def grown(address: str = address, metrics: dict[str, float] = metrics) -> bool:
+            metrics.update(scrape(address))
+            return metrics["ringflow_capture_rows"] >= before[address] + 50
+
+        wait_until(grown, 15, f"{address}'s capture rows metric")
+        assert "ringflow_capture_oldest_age_seconds" in metrics
+        assert metrics["ringflow_capture_over_cap"] == 0
+        peers = {k: v for k, v in metrics.items() if k.startswith("ringflow_node_peer_up")}
+        assert len(peers) == 3 and set(peers.values()) == {1.0}, peers

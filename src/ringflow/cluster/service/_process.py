@@ -23,7 +23,8 @@
   with it the node side of transmission (``CaptureServices``: channel watch, publication of
   sealed slices and seal watermarks to ``system_replication``, synch-delete);
 * ``status.json`` in the data directory, rewritten every second: what ``ringflow cluster
-  status`` prints (so no extra RPC port is needed), with the capture's status.
+  status`` prints (so no extra RPC port is needed), with the capture's status; the same
+  figures as Prometheus metrics on ``address:metrics_port`` (``_metrics``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from ringflow.cluster.service._cdc_generations import (
     encode_features,
 )
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
+from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings, NodeTimings
@@ -359,6 +361,7 @@ async def _serve(
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
     status_path = config.data_dir / STATUS_FILE_NAME
+    metrics = MetricsServer(config.address, capture_settings.metrics_port, NodeMetrics())
     try:
         if on_ready is not None:
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
@@ -373,9 +376,11 @@ async def _serve(
                         **({} if transmission is None else transmission.status()),
                     }
                 _write_status(status_path, document)
+                metrics.metrics.update(document)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
+        metrics.close()
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)

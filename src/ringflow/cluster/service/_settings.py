@@ -213,6 +213,13 @@ CAPTURE_OPTIONS: tuple[TimingOption, ...] = (
         10 * 365 * 24 * 3600,
         "replica capture cap: age of the oldest slice kept",
     ),
+    TimingOption(
+        "metrics_port",
+        int,
+        0,
+        65535,
+        "Prometheus metrics of the node and its capture on its address (0: off)",
+    ),
 )
 """The numeric replica-capture settings of a node (seed 002; ``CaptureSettings``)."""
 CAPTURE_POLICIES: tuple[str, ...] = tuple(policy.value for policy in CapturePolicy)
@@ -230,6 +237,8 @@ class CaptureSettings:
     capture_max_bytes: int = 4 * 1024**3
     capture_max_age_s: int = 7 * 24 * 3600
     capture_policy: str = CapturePolicy.REFUSE.value
+    metrics_port: int = 9180
+    """The node's Prometheus metrics (``_metrics``) on its own address; 0: none."""
     drop_sent_slices: bool = True
     """Synch-delete: drop a sealed, published slice once every collecting channel of its
     table has it (a table without one holds nothing back); off keeps every slice until the
