@@ -29,9 +29,11 @@ same DataFrame written twice in another order changes nothing. Hence the stream 
 ``commit`` and ``abort`` only log, and a failed statement fails its task (Spark retries it).
 
 Each writer task uses its Python worker's driver session for the hub (made on first use, kept
-for the next tasks, dropped after an error; Spark reuses its Python workers) and runs its
-requests (statements grouped as ``grouping`` says) with ``execute_concurrent`` at the
-configured concurrency, ``batch_rows`` changes at a time. A range
+for the next tasks, dropped after an error; Spark reuses its Python workers) and sends its
+requests (statements grouped as ``grouping`` says), ``batch_rows`` changes at a time, through
+one window of at most ``concurrency`` requests in flight that spans the rounds: the next
+round's statements are built while the previous round's requests are on the hub, and the task
+ends once every request is answered (the first failure fails it). A range
 delete arrives as two rows (start and end bound) that must reach the same task: the CDC source
 keeps a stream in one partition; other DataFrames should be repartitioned by ``cdc$stream_id``
 (bounds are paired in log order: stream, time, batch_seq_no). An unpaired bound fails the task.
@@ -60,7 +62,6 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
-from cassandra.concurrent import execute_concurrent
 from cassandra.policies import (
     ExponentialReconnectionPolicy,
     RoundRobinPolicy,
@@ -368,11 +369,13 @@ class HubReport:
 
 class HubApplier:
     """Turns changes into statements ``batch_rows`` at a time, groups them into requests
-    (:func:`~ringflow.pipeline._hub_batches.pack_requests`) and runs those concurrently."""
+    (:func:`~ringflow.pipeline._hub_batches.pack_requests`) and sends those through one window
+    of at most ``concurrency`` requests in flight across rounds."""
 
     def __init__(self, config: HubConfig, session: Session) -> None:
         self.config = config
         self.session = session
+        self.window = _Window(session, config.concurrency)
         self.cql = HubCql(config.table, config.keyspace, config.target)
         self.report = HubReport()
         self._prepared: dict[str, Any] = {}
@@ -396,7 +399,8 @@ class HubApplier:
 
     def flush(self, final: bool = True) -> None:
         """Run the queued changes (and the range bounds paired so far; all of them if
-        ``final``, where a bound without its partner is an InvalidChange)."""
+        ``final``, where a bound without its partner is an InvalidChange); when ``final``,
+        waits until every request sent is answered and raises the first failure."""
         now_s = int(time.time())
         statements: list[HubStatement] = []
         for change in self._changes:
@@ -411,22 +415,17 @@ class HubApplier:
                 f"repartition the changes by cdc$stream_id"
             )
         self._changes, self._bounds = [], alone
-        self._execute(statements)
+        self._send(statements)
         self.report.skipped_list_removals = self.cql.skipped_list_removals
+        if final:
+            self.window.drain()
 
-    def _execute(self, statements: list[HubStatement]) -> None:
+    def _send(self, statements: list[HubStatement]) -> None:
         if not statements:
             return
         work = self._requests(statements)
-        for outcome in execute_concurrent(
-            self.session,
-            work,
-            concurrency=self.config.concurrency,
-            raise_on_first_error=True,
-            results_generator=True,
-        ):
-            if not outcome.success:  # pragma: no cover - raise_on_first_error raises first
-                raise outcome.result_or_exc
+        for request, values in work:
+            self.window.send(request, values)
         self.report.statements += len(statements)
         self.report.requests += len(work)
 
@@ -461,6 +460,55 @@ class HubApplier:
         if found is None:
             found = self._prepared[text] = self.session.prepare(text)
         return found
+
+
+class _Window:
+    """At most ``limit`` requests in flight on ``session``, across rounds: :meth:`send` waits
+    for a free slot; :meth:`drain` waits for every answer; both raise the first failure (the
+    requests in flight then are still answered before :meth:`drain` returns or raises)."""
+
+    def __init__(self, session: Session, limit: int) -> None:
+        self.session = session
+        self.slots = threading.Semaphore(limit)
+        self.lock = threading.Condition()
+        self.pending = 0
+        self.error: BaseException | None = None
+
+    def send(self, request: Any, values: Any) -> None:
+        self._raise()
+        self.slots.acquire()
+        with self.lock:
+            self.pending += 1
+        try:
+            future = self.session.execute_async(request, values)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_callbacks(self._done, self._failed)
+
+    def drain(self) -> None:
+        with self.lock:
+            self.lock.wait_for(lambda: self.pending == 0)
+        self._raise()
+
+    def _failed(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        self._done(None)
+
+    def _done(self, _result: object) -> None:
+        with self.lock:
+            self.pending -= 1
+            if self.pending == 0:
+                self.lock.notify_all()
+        self.slots.release()
+
+    def _raise(self) -> None:
+        with self.lock:
+            error = self.error
+        if error is not None:
+            raise error
 
 
 def _batch(members: list[BoundStatement]) -> Any:
