@@ -232,6 +232,11 @@ def test_bad_options_fail_before_any_job(
         hub_options(node.address, KEYSPACE, "opts", TABLE, concurrency=0)
     with pytest.raises(PipelineConfigError, match="consistency"):
         hub_options(node.address, KEYSPACE, "opts", TABLE, consistency="MOST")
+    with pytest.raises(PipelineConfigError, match="grouping"):
+        hub_options(node.address, KEYSPACE, "opts", TABLE, grouping="token")
+    for limit in ("batch_statements", "batch_bytes"):
+        with pytest.raises(PipelineConfigError, match=limit):
+            hub_options(node.address, KEYSPACE, "opts", TABLE, **{limit: 0})
     session.execute(f"CREATE TABLE {KEYSPACE}.other (tenant text PRIMARY KEY, amount bigint)")
     with pytest.raises(PipelineConfigError, match="differs"):
         hub_options(node.address, KEYSPACE, "other", TABLE, consistency="ONE")

@@ -141,33 +141,43 @@ class Change:
 
 def validate_change(table: Table, change: Change) -> None:
     """Raise InvalidChange naming the table, the change and the rule it breaks."""
-    where = f"change {change.operation.name} at {change.time} of {table.keyspace}.{table.name}"
     if (change.keyspace, change.table) != (table.keyspace, table.name):
-        raise InvalidChange(f"{where}: it belongs to {change.table_name}")
-    _validate_key(table, change, where)
+        raise InvalidChange(f"{_where(table, change)}: it belongs to {change.table_name}")
+    _validate_key(table, change)
     touched = set(change.values) | change.deleted | set(change.deleted_elements)
     for name in touched:
-        column = _column(table, name, where)
+        column = _column(table, change, name)
         if column.is_primary_key:
-            raise InvalidChange(f"{where}: key column {name!r} given as a value")
+            raise InvalidChange(f"{_where(table, change)}: key column {name!r} given as a value")
         if name in change.deleted_elements and not column.type.is_multicell:
-            raise InvalidChange(f"{where}: {name!r} is not a non-frozen collection or UDT")
+            raise InvalidChange(
+                f"{_where(table, change)}: {name!r} is not a non-frozen collection or UDT"
+            )
     if change.operation in IMAGE_OPERATIONS:
         return
     if change.operation not in (CdcOperation.INSERT, CdcOperation.UPDATE) and touched:
-        raise InvalidChange(f"{where}: a {change.operation.name} carries no column values")
+        raise InvalidChange(
+            f"{_where(table, change)}: a {change.operation.name} carries no column values"
+        )
     static = _is_static_change(table, change)
     for name in touched:
         if (table.column(name).kind is ColumnKind.STATIC) != static:
             kind = "static" if static else "clustered row"
-            raise InvalidChange(f"{where}: column {name!r} cannot change in a {kind} change")
+            raise InvalidChange(
+                f"{_where(table, change)}: column {name!r} cannot change in a {kind} change"
+            )
 
 
-def _column(table: Table, name: str, where: str) -> Column:
+def _where(table: Table, change: Change) -> str:
+    """The change, for an error message (made only when one is raised)."""
+    return f"change {change.operation.name} at {change.time} of {table.keyspace}.{table.name}"
+
+
+def _column(table: Table, change: Change, name: str) -> Column:
     try:
         return table.column(name)
     except SchemaError:
-        raise InvalidChange(f"{where}: no column {name!r}") from None
+        raise InvalidChange(f"{_where(table, change)}: no column {name!r}") from None
 
 
 def _is_static_change(table: Table, change: Change) -> bool:
@@ -176,25 +186,33 @@ def _is_static_change(table: Table, change: Change) -> bool:
     )
 
 
-def _validate_key(table: Table, change: Change, where: str) -> None:
+def _validate_key(table: Table, change: Change) -> None:
     for name in change.key:
-        if not _column(table, name, where).is_primary_key:
-            raise InvalidChange(f"{where}: {name!r} is not a key column")
+        if not _column(table, change, name).is_primary_key:
+            raise InvalidChange(f"{_where(table, change)}: {name!r} is not a key column")
     for column in table.partition_key_columns:
         if change.key.get(column.name) is None:
-            raise InvalidChange(f"{where}: partition key column {column.name!r} is missing")
+            raise InvalidChange(
+                f"{_where(table, change)}: partition key column {column.name!r} is missing"
+            )
     present = [change.key.get(c.name) is not None for c in table.clustering_columns]
     prefix = present.index(False) if False in present else len(present)
     if any(present[prefix:]):
-        raise InvalidChange(f"{where}: clustering key values must be a prefix, got {present}")
+        raise InvalidChange(
+            f"{_where(table, change)}: clustering key values must be a prefix, got {present}"
+        )
     operation = change.operation
     full = prefix == len(present)
     if operation in (CdcOperation.INSERT, CdcOperation.ROW_DELETE) and not full:
-        raise InvalidChange(f"{where}: needs the whole clustering key")
+        raise InvalidChange(f"{_where(table, change)}: needs the whole clustering key")
     if operation is CdcOperation.UPDATE and not (full or prefix == 0):
-        raise InvalidChange(f"{where}: an update needs the whole clustering key or none")
+        raise InvalidChange(
+            f"{_where(table, change)}: an update needs the whole clustering key or none"
+        )
     if operation is CdcOperation.PARTITION_DELETE and prefix:
-        raise InvalidChange(f"{where}: a partition delete carries no clustering key")
+        raise InvalidChange(
+            f"{_where(table, change)}: a partition delete carries no clustering key"
+        )
 
 
 def clustering_prefix(table: Table, change: Change) -> tuple[object, ...]:

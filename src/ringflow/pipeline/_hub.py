@@ -4,10 +4,15 @@
 ``contact_points`` (comma list of hosts), ``port`` (default 9042), ``keyspace`` and ``table`` (the
 target on the hub; it may differ from the source's name but must have its columns), ``schema``
 (:func:`~ringflow.pipeline.table_to_json` of the source table), ``consistency`` (default
-``QUORUM``; ``ONE`` for a one-node hub), ``concurrency`` (in-flight statements per task, 1..512,
+``QUORUM``; ``ONE`` for a one-node hub), ``concurrency`` (in-flight requests per task, 1..512,
 default 32), ``batch_rows`` (changes turned into statements and executed per round, 1..100,000,
-default 1,000) and ``allow_alter`` (``true``/``false``, default false). :func:`hub_options`
-builds and checks them on the driver.
+default 1,000), ``grouping`` (``none``, ``partition`` or ``replica``, default ``replica``: how
+a round's statements are grouped into ``UNLOGGED BATCH`` requests, :mod:`._hub_batches`),
+``batch_statements`` (statements per batch, 1..1,000, default 64), ``batch_bytes`` (bound
+values per batch of more than one statement, 1..16 MiB, default 48 KiB) and ``allow_alter``
+(``true``/``false``, default false). :func:`hub_options` builds and checks them on the driver.
+At most ``batch_rows`` changes (and their statements) are held per task, and at most
+``concurrency`` requests of at most ``batch_statements`` statements are in flight.
 
 Schema changes (issue 15): the target needs the source's columns (same key; value columns of
 the same types) and may have more: a column dropped at the source stays on the hub with its
@@ -24,9 +29,11 @@ same DataFrame written twice in another order changes nothing. Hence the stream 
 ``commit`` and ``abort`` only log, and a failed statement fails its task (Spark retries it).
 
 Each writer task uses its Python worker's driver session for the hub (made on first use, kept
-for the next tasks, dropped after an error; Spark reuses its Python workers) and runs its
-statements with
-``execute_concurrent`` at the configured concurrency, ``batch_rows`` changes at a time. A range
+for the next tasks, dropped after an error; Spark reuses its Python workers) and sends its
+requests (statements grouped as ``grouping`` says), ``batch_rows`` changes at a time, through
+one window of at most ``concurrency`` requests in flight that spans the rounds: the next
+round's statements are built while the previous round's requests are on the hub, and the task
+ends once every request is answered (the first failure fails it). A range
 delete arrives as two rows (start and end bound) that must reach the same task: the CDC source
 keeps a stream in one partition; other DataFrames should be repartitioned by ``cdc$stream_id``
 (bounds are paired in log order: stream, time, batch_seq_no). An unpaired bound fails the task.
@@ -55,12 +62,12 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
-from cassandra.concurrent import execute_concurrent
 from cassandra.policies import (
     ExponentialReconnectionPolicy,
     RoundRobinPolicy,
     TokenAwarePolicy,
 )
+from cassandra.query import BatchStatement, BatchType, BoundStatement
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -77,12 +84,23 @@ from ringflow.pipeline._changes import (
     check_change_schema,
     table_from_json,
     table_to_json,
+    validate_change,
 )
 from ringflow.pipeline._errors import (
     DestinationBehind,
     InvalidChange,
     PipelineConfigError,
     SchemaConflict,
+)
+from ringflow.pipeline._hub_batches import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_STATEMENTS,
+    DEFAULT_GROUPING,
+    GROUPINGS,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_STATEMENTS,
+    Grouped,
+    pack_requests,
 )
 from ringflow.pipeline._hub_cql import HubCql, HubStatement, pair_range_bounds
 from ringflow.schema import Column, ColumnKind, Table
@@ -98,7 +116,7 @@ CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 30.0
 _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
-    | {"concurrency", "batch_rows", "allow_alter"}
+    | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
 )
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
@@ -120,6 +138,9 @@ class HubConfig:
     concurrency: int
     batch_rows: int
     allow_alter: bool = False
+    grouping: str = DEFAULT_GROUPING
+    batch_statements: int = DEFAULT_BATCH_STATEMENTS
+    batch_bytes: int = DEFAULT_BATCH_BYTES
 
     @property
     def table(self) -> Table:
@@ -170,7 +191,19 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         _bounded_int(options, "concurrency", DEFAULT_CONCURRENCY, MAX_CONCURRENCY),
         _bounded_int(options, "batch_rows", DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS),
         _flag(options, "allow_alter"),
+        _grouping(options),
+        _bounded_int(options, "batch_statements", DEFAULT_BATCH_STATEMENTS, MAX_BATCH_STATEMENTS),
+        _bounded_int(options, "batch_bytes", DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES),
     )
+
+
+def _grouping(options: Mapping[str, str]) -> str:
+    text = str(options.get("grouping", DEFAULT_GROUPING)).strip().lower()
+    if text not in GROUPINGS:
+        raise PipelineConfigError(
+            f"{HUB_FORMAT}: grouping must be one of {list(GROUPINGS)}, got {text!r}"
+        )
+    return text
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -294,6 +327,9 @@ def hub_options(
     concurrency: int = DEFAULT_CONCURRENCY,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     allow_alter: bool = False,
+    grouping: str = DEFAULT_GROUPING,
+    batch_statements: int = DEFAULT_BATCH_STATEMENTS,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> dict[str, str]:
     """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
     hub and looks the target up, adding the source's new columns when ``allow_alter``) so
@@ -309,6 +345,9 @@ def hub_options(
         "concurrency": str(concurrency),
         "batch_rows": str(batch_rows),
         "allow_alter": "true" if allow_alter else "false",
+        "grouping": grouping,
+        "batch_statements": str(batch_statements),
+        "batch_bytes": str(batch_bytes),
     }
     check_hub(parse_options(options))
     return options
@@ -319,27 +358,36 @@ def hub_options(
 
 @dataclass(slots=True)
 class HubReport:
-    """What one writer applied: changes read, statements run, list removals skipped."""
+    """What one writer applied: changes read, statements run (in ``requests`` requests:
+    statements alone or batches of them), list removals skipped."""
 
     changes: int = 0
     statements: int = 0
     skipped_list_removals: int = 0
+    requests: int = 0
 
 
 class HubApplier:
-    """Turns changes into statements ``batch_rows`` at a time and runs them concurrently."""
+    """Turns changes into statements ``batch_rows`` at a time, groups them into requests
+    (:func:`~ringflow.pipeline._hub_batches.pack_requests`) and sends those through one window
+    of at most ``concurrency`` requests in flight across rounds."""
 
     def __init__(self, config: HubConfig, session: Session) -> None:
         self.config = config
         self.session = session
+        self.window = _Window(session, config.concurrency)
         self.cql = HubCql(config.table, config.keyspace, config.target)
         self.report = HubReport()
         self._prepared: dict[str, Any] = {}
         self._changes: list[Change] = []
         self._bounds: list[Change] = []
 
-    def add(self, change: Change) -> None:
-        """Queue a change; runs a round when ``batch_rows`` are queued."""
+    def add(self, change: Change, *, checked: bool = False) -> None:
+        """Queue a change (validated against the table here, unless ``checked``: the caller
+        did, as :func:`~ringflow.pipeline.change_from_row` does); runs a round when
+        ``batch_rows`` are queued."""
+        if not checked:
+            validate_change(self.cql.table, change)
         self.report.changes += 1
         operation = change.operation
         if operation in RANGE_START_OPERATIONS or operation in RANGE_END_OPERATIONS:
@@ -351,11 +399,12 @@ class HubApplier:
 
     def flush(self, final: bool = True) -> None:
         """Run the queued changes (and the range bounds paired so far; all of them if
-        ``final``, where a bound without its partner is an InvalidChange)."""
+        ``final``, where a bound without its partner is an InvalidChange); when ``final``,
+        waits until every request sent is answered and raises the first failure."""
         now_s = int(time.time())
         statements: list[HubStatement] = []
         for change in self._changes:
-            statements += self.cql.statements(change, now_s)
+            statements += self.cql.statements(change, now_s, checked=True)
         pairs, alone = pair_range_bounds(self.cql.table, self._bounds)
         for start, end in pairs:
             statements += self.cql.range_delete(start, end)
@@ -366,29 +415,111 @@ class HubApplier:
                 f"repartition the changes by cdc$stream_id"
             )
         self._changes, self._bounds = [], alone
-        self._execute(statements)
+        self._send(statements)
         self.report.skipped_list_removals = self.cql.skipped_list_removals
+        if final:
+            self.window.drain()
 
-    def _execute(self, statements: list[HubStatement]) -> None:
+    def _send(self, statements: list[HubStatement]) -> None:
         if not statements:
             return
-        work = [(self._prepare(s.cql), s.values) for s in statements]
-        for outcome in execute_concurrent(
-            self.session,
-            work,
-            concurrency=self.config.concurrency,
-            raise_on_first_error=True,
-            results_generator=True,
-        ):
-            if not outcome.success:  # pragma: no cover - raise_on_first_error raises first
-                raise outcome.result_or_exc
+        work = self._requests(statements)
+        for request, values in work:
+            self.window.send(request, values)
         self.report.statements += len(statements)
+        self.report.requests += len(work)
+
+    def _requests(self, statements: list[HubStatement]) -> list[tuple[Any, Any]]:
+        """(statement or batch, values) per request, as ``grouping`` says."""
+        config = self.config
+        if config.grouping == "none":
+            return [(self._prepare(s.cql), s.values) for s in statements]
+        replicas: dict[bytes | None, Any] = {}
+        items = []
+        for statement in statements:
+            bound = self._prepare(statement.cql).bind(statement.values)
+            key = bound.routing_key
+            if key not in replicas:
+                replicas[key] = self._replicas(key)
+            size = sum(len(v) for v in bound.values if isinstance(v, bytes))
+            items.append(Grouped(bound, replicas[key], key, size))
+        requests = pack_requests(
+            items, config.grouping, config.batch_statements, config.batch_bytes
+        )
+        return [(_batch(members), None) for members in requests]
+
+    def _replicas(self, routing_key: bytes | None) -> tuple[str, ...]:
+        """The hub replicas of a partition by the driver's token map (empty if unknown)."""
+        if routing_key is None:
+            return ()
+        hosts = self.session.cluster.metadata.get_replicas(self.config.keyspace, routing_key)
+        return tuple(sorted(str(host.endpoint) for host in hosts))
 
     def _prepare(self, text: str) -> Any:
         found = self._prepared.get(text)
         if found is None:
             found = self._prepared[text] = self.session.prepare(text)
         return found
+
+
+class _Window:
+    """At most ``limit`` requests in flight on ``session``, across rounds: :meth:`send` waits
+    for a free slot; :meth:`drain` waits for every answer; both raise the first failure (the
+    requests in flight then are still answered before :meth:`drain` returns or raises)."""
+
+    def __init__(self, session: Session, limit: int) -> None:
+        self.session = session
+        self.slots = threading.Semaphore(limit)
+        self.lock = threading.Condition()
+        self.pending = 0
+        self.error: BaseException | None = None
+
+    def send(self, request: Any, values: Any) -> None:
+        self._raise()
+        self.slots.acquire()
+        with self.lock:
+            self.pending += 1
+        try:
+            future = self.session.execute_async(request, values)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_callbacks(self._done, self._failed)
+
+    def drain(self) -> None:
+        with self.lock:
+            self.lock.wait_for(lambda: self.pending == 0)
+        self._raise()
+
+    def _failed(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        self._done(None)
+
+    def _done(self, _result: object) -> None:
+        with self.lock:
+            self.pending -= 1
+            if self.pending == 0:
+                self.lock.notify_all()
+        self.slots.release()
+
+    def _raise(self) -> None:
+        with self.lock:
+            error = self.error
+        if error is not None:
+            raise error
+
+
+def _batch(members: list[BoundStatement]) -> Any:
+    """One request: a statement alone, or an UNLOGGED BATCH without a timestamp of its own
+    (each statement has its change's ``USING TIMESTAMP``)."""
+    if len(members) == 1:
+        return members[0]
+    batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+    for member in members:
+        batch.add(member)
+    return batch
 
 
 def apply_to_hub(options: Mapping[str, str], changes: Iterable[Change]) -> HubReport:
@@ -415,6 +546,7 @@ class HubCommitMessage(WriterCommitMessage):
         self.changes = report.changes
         self.statements = report.statements
         self.skipped_list_removals = report.skipped_list_removals
+        self.requests = report.requests
 
 
 class _SharedHubs:
@@ -455,7 +587,7 @@ def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessag
         applier = HubApplier(config, _SHARED.session(config))
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
-                applier.add(change_from_row(table, row))
+                applier.add(change_from_row(table, row), checked=True)
         applier.flush()
         return HubCommitMessage(applier.report)
     except Exception:
@@ -466,11 +598,12 @@ def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessag
 def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:
     reports = [m for m in messages if isinstance(m, HubCommitMessage)]
     _log.info(
-        "%s %s: %d changes, %d statements, %d list element removals skipped",
+        "%s %s: %d changes, %d statements in %d requests, %d list element removals skipped",
         HUB_FORMAT,
         what,
         sum(m.changes for m in reports),
         sum(m.statements for m in reports),
+        sum(m.requests for m in reports),
         sum(m.skipped_list_removals for m in reports),
     )
 

@@ -177,9 +177,13 @@ class HubCql:
         """How many distinct statement texts were built (each is prepared once)."""
         return len(self._texts)
 
-    def statements(self, change: Change, now_s: int) -> list[HubStatement]:
-        """The statements of one change (not a range bound: see :meth:`range_delete`)."""
-        validate_change(self.table, change)
+    def statements(
+        self, change: Change, now_s: int, *, checked: bool = False
+    ) -> list[HubStatement]:
+        """The statements of one change (not a range bound: see :meth:`range_delete`);
+        ``checked``: the caller validated ``change`` against the table already."""
+        if not checked:
+            validate_change(self.table, change)
         operation = change.operation
         if operation in IMAGE_OPERATIONS:
             return []

@@ -10,9 +10,14 @@ Rules:
 * A coordinator request id travels in the envelope; the replica answers with the same id.
   A MUTATION_RSP for a read request is a read-repair ack (``SendRepair`` is a MUTATION_REQ).
   A failure answer is FAILURE_RSP carrying ``[verb, reason]``.
-* Writes are split into one ``WriteUnit`` per partition (base mutation + its CDC capture, sent
-  together to each replica); every CDC capture is checked with ``check_colocation`` first, and
-  the unit goes to the base token's natural + pending replicas and the log token's pending ones.
+* Writes are split into one ``WriteUnit`` per set of replicas: the partitions of a batch (base
+  mutation + its CDC capture) whose natural, pending and transient replicas are the same go
+  together to each of them, as one unit a replica applies in one transaction (a batch of many
+  partitions on a one-node hub, or grouped by replica by its client, costs one write instead
+  of one per partition), cut where a unit would pass the store's batch limits (mutations,
+  cells: a batch whose partitions each fit is never refused for their sum). Every CDC
+  capture is checked with ``check_colocation`` first; a mutation's replicas are its base
+  token's natural + pending replicas and its log token's pending ones.
 * The coordinator's own replica is served from the local store without a message (as
   Cassandra reads locally); the node's ``read_proximity`` puts it first.
 * A hint the coordinator asks for (``StoreHint``) is stored by ``HintDelivery``.
@@ -74,6 +79,7 @@ from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import ClusteringBound, Mutation, Table, restrict_columns
+from ringflow.storage import StoreLimits, mutation_size
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode
@@ -108,13 +114,10 @@ class PointRequests:
         consistency: ConsistencyLevel,
         done: WriteDone,
     ) -> None:
-        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled."""
+        """Coordinate ``batch`` at ``consistency``; ``done(error)`` once every unit settled.
+        The batch's partitions with the same replicas go in one unit (module rules)."""
         try:
-            plans = []
-            for index, mutation in enumerate(batch):
-                capture = captures.get(index)
-                unit = WriteUnit((mutation,), () if capture is None else ((0, capture),))
-                plans.append((unit, self._unit_replicas(mutation, capture)))
+            plans = self._units(batch, captures)
         except Exception as error:
             done(error)
             return
@@ -129,6 +132,28 @@ class PointRequests:
                 continue
             self._writes[request_id] = group
             self._execute(actions)
+
+    def _units(
+        self, batch: Sequence[Mutation], captures: dict[int, CdcCapture]
+    ) -> list[tuple[WriteUnit, TokenReplicas]]:
+        """One write unit per set of replicas (keyspace, natural, pending and transient
+        replicas) of ``batch``'s mutations, each with its CDC captures, cut where a unit would
+        exceed the store's batch limits (mutations, cells), in the order of their first
+        mutation (module rules)."""
+        limits = self._node.store.limits
+        open_units: dict[object, _UnitBuilder] = {}
+        built: list[_UnitBuilder] = []
+        for index, mutation in enumerate(batch):
+            capture = captures.get(index)
+            replicas = self._unit_replicas(mutation, capture)
+            key = (mutation.keyspace, replicas.natural, replicas.pending, replicas.transient)
+            cells = mutation_size(mutation).cells if len(batch) > 1 else 0
+            builder = open_units.get(key)
+            if builder is None or not builder.fits(cells, limits):
+                builder = open_units[key] = _UnitBuilder(replicas)
+                built.append(builder)
+            builder.add(mutation, capture, cells)
+        return [(builder.unit(), builder.replicas) for builder in built]
 
     def _unit_replicas(self, mutation: Mutation, capture: CdcCapture | None) -> TokenReplicas:
         """The base token's natural + pending replicas; with a CDC capture (checked colocated)
@@ -381,3 +406,28 @@ class PointRequests:
             self.handle(RepairFailed(request_id, host))
         else:
             self.handle(MutationFailed(request_id, host))
+
+
+class _UnitBuilder:
+    """The mutations (and CDC captures) of one write unit being gathered."""
+
+    def __init__(self, replicas: TokenReplicas) -> None:
+        self.replicas = replicas
+        self.mutations: list[Mutation] = []
+        self.captures: list[tuple[int, CdcCapture]] = []
+        self.cells = 0
+
+    def fits(self, cells: int, limits: StoreLimits) -> bool:
+        return (
+            len(self.mutations) < limits.max_batch_mutations
+            and self.cells + cells <= limits.max_batch_cells
+        )
+
+    def add(self, mutation: Mutation, capture: CdcCapture | None, cells: int) -> None:
+        if capture is not None:
+            self.captures.append((len(self.mutations), capture))
+        self.mutations.append(mutation)
+        self.cells += cells
+
+    def unit(self) -> WriteUnit:
+        return WriteUnit(tuple(self.mutations), tuple(self.captures))
