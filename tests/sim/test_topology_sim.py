@@ -36,6 +36,7 @@ from ringflow.cdc import (
 )
 from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster._messages import Verb
 from ringflow.cluster._topology_change import choose_tokens
 from ringflow.cluster.service._bootstrap import (
     Phase,
@@ -85,8 +86,12 @@ REGRESSION_SEEDS = (
     70,  # a restarted coordinator routed a write to the previous generation (issue 22)
     71,  # a coordinator that had not heard a BOOT left the joiner out of a write (issue 22)
 )
+WIDE_REGRESSION_SEEDS = (
+    340,  # a joiner's plan streamed one page at a time from all sources: each dropped message
+    # stalled it 10 s, and n4, crashed mid-stream, joined again after n5 past 600 s (issue 22)
+)
 SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=30, pool=2_000)
-WIDE_SEEDS = ci_seeds((), per_run=15, pool=2_000)
+WIDE_SEEDS = ci_seeds(WIDE_REGRESSION_SEEDS, per_run=15, pool=2_000)
 WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
 INITIAL_UUID = uuid.UUID(int=7, version=4)
@@ -338,13 +343,13 @@ def logged(partition: Mutation | None, key: int) -> set[int]:
 
 
 def generations_of(cluster: TopologyCluster) -> dict[int, TopologyDescription]:
-    """Every generation made, by start (ms): the initial one and each change's, read back from
-    a remaining node's copy of the internal table."""
+    """Every generation made, by start (ms): the initial one and each change's (a join given
+    up and started again made more), read back from a remaining node's copy of the internal
+    table."""
     found = {GENERATION_MS: DESCRIPTION}
     reader = cluster.nodes[cluster.running()[0]]
     for service in cluster.services:
-        generation = service.generation
-        if generation is not None:
+        for generation in service.made:
             now_us = reader.clock.now_us()
             description = read_description(reader.store, generation, now_us)
             assert description is not None, f"generation {generation} not on {reader.host}"
@@ -556,7 +561,7 @@ def check_outcome(
 
     generations = generations_of(cluster)
     # one per change, and one more per restart of a joiner before it was done (it joins anew)
-    expected = 1 + sum(1 for service in cluster.services if service.generation is not None)
+    expected = 1 + sum(len(service.made) for service in cluster.services)
     assert len(generations) == expected >= 4, sorted(generations)
     starts = sorted(generations)
     for key in writes.acked:
@@ -649,3 +654,49 @@ def test_a_joiner_with_tokens_already_owned_refuses_to_join() -> None:
         for name in ("n1", "n2", "n3", "n4"):
             assert endpoint("n5") not in cluster.nodes[name].transitions, name
             assert endpoint("n5") not in cluster.nodes[name].members, name
+
+
+def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
+    """A bootstrap whose stream runs all fail (here every source refuses to serve) does not stay
+    announced with nothing moving, a pending replica holding every other change back: after
+    ``STREAM_ATTEMPTS`` runs it withdraws (STARTING: nobody counts it pending), and once the
+    sources serve again it joins anew (a second generation) and holds the writes made before."""
+    sim, cluster = boot(3)
+    with sim:
+        refusing = [True]
+        for name in FIRST:
+            node = cluster.nodes[name]
+            serve = node.extra_handlers[Verb.STREAM_REQ]
+
+            def refuse(
+                source: str, request_id: int, payload: bytes, node: Any = node, serve: Any = serve
+            ) -> None:
+                if refusing[0]:
+                    node.fail(source, request_id, Verb.STREAM_REQ, "refused by the test")
+                else:
+                    serve(source, request_id, payload)
+
+            node.extra_handlers[Verb.STREAM_REQ] = refuse
+        writes = Writes()
+        schedule_writes(cluster, writes, 20, 5_000)
+        assert sim.run_until_true(lambda: writes.settled == 20, timeout_ms=120_000)
+        assert writes.acked, sim.describe()
+        add_joiner(cluster, "n4")
+        service = cluster.topology["n4"]
+        gave_up = lambda: service.made and service.phase is Phase.WAIT_SCHEMA  # noqa: E731
+        assert sim.run_until_true(gave_up, timeout_ms=600_000), phases(cluster)
+        assert service.stats.pages == 0, service.status()
+        withdrawn = lambda: not any(cluster.nodes[n].transitions for n in FIRST)  # noqa: E731
+        assert sim.run_until_true(withdrawn, timeout_ms=60_000), sim.describe()
+        refusing[0] = False
+        joined = lambda: service.phase is Phase.DONE  # noqa: E731
+        assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
+        assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
+        assert len(service.made) == 2 and service.stream_attempts == 0, service.status()
+        n4 = cluster.nodes["n4"]
+        table = ("ks", "kv" + CDC_LOG_SUFFIX)
+        for key, value in writes.acked.items():
+            stream = writes.streams[key][0]
+            replicas = n4.replicas_of("ks", log_token(StreamId.from_bytes(stream)))
+            if n4.host in replicas.natural:
+                assert value in logged(n4.store.read_mutation(table, (stream,)), key), key

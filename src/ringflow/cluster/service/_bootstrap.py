@@ -22,7 +22,11 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    service adopts it (``on_proposed``: gossip ``CDC_GENERATION_ID``, load, persist in
    ``system.cdc_local``, publish); the other nodes learn it through gossip.
 4. Streaming (``Streamer``): every keyspace but the local ones, every table (CDC logs included),
-   each gained piece from one live current replica (``join_plan``). A failed run is retried.
+   each gained piece from one live current replica (``join_plan``), one session per source at
+   once. A failed run is planned again (the sources live then) and retried; after
+   ``STREAM_ATTEMPTS`` failed runs the join is given up and starts again from step 2, as a
+   joiner restarted before it was done does: STARTING again (no coordinator counts it pending
+   any more), a new announcement after a random back-off, a new generation, a new plan.
 5. When the generation operates and the leeway has passed (clock >= its timestamp + leeway: no
    coordinator accepts a write for the previous generation any more, whose vnodes do not refine
    the new ring; ``CdcMetadata`` rule 3 still takes writes up to a leeway old into the previous
@@ -125,6 +129,9 @@ RING_DELAY_ROUNDS = 5
 DISCOVERY_STABLE_ROUNDS = 4
 DISCOVERY_TIMEOUT_S = 120.0
 STREAM_ATTEMPTS = 5
+"""Failed stream runs before a join starts again (a leave keeps retrying, less often)."""
+STREAM_RETRY_MS = 2_000
+STREAM_RETRY_MAX_MS = 30_000
 ANNOUNCE_WAIT_ROUNDS_MAX = 12
 """Ring delays a change waits for every live member to show its announcement (see
 ``TopologyService._announcement_spread``)."""
@@ -277,6 +284,9 @@ class TopologyService:
         self.phase = Phase.WAIT_SCHEMA if joining else Phase.IDLE
         self.phase_since_ms = cluster.clock.now_ms()
         self.generation: GenerationId | None = None
+        self.made: list[GenerationId] = []
+        """Every generation this service made, oldest first (a join given up and started again
+        makes another)."""
         self.stream_attempts = 0
         self.stats = StreamStats()
         self.stream_started_ms = 0
@@ -361,8 +371,13 @@ class TopologyService:
             self.change,
             ", ".join(sorted(e for e in cluster.transitions if e != cluster.settings.endpoint)),
         )
+        self._take_back()
+
+    def _take_back(self) -> None:
+        """Gossip STARTING (a joiner) or NORMAL (a leaver) again and wait a random 1-3 ring
+        delays in ``WAIT_SCHEMA`` before announcing again."""
         self._set_status(STARTING_STATUS if self.change == "join" else NORMAL_STATUS)
-        self._backoff_ms = self.rng.randint(1, 3) * ring_delay_of(cluster)
+        self._backoff_ms = self.rng.randint(1, 3) * ring_delay_of(self.cluster)
         self._enter(Phase.WAIT_SCHEMA)
 
     def _announcement_spread(self, waited_ms: int) -> bool:
@@ -627,6 +642,7 @@ class TopologyService:
     def _adopt(self, generation: GenerationId) -> None:
         """The generation service takes the new generation (gossip, load, persist, publish)."""
         self.generation = generation
+        self.made.append(generation)
         _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
         service = self.generations
         service._run(service.decider.on_proposed(generation, self.cluster.clock.now_ms()))
@@ -680,7 +696,27 @@ class TopologyService:
         self.stream_attempts += 1
         _log.warning("streaming failed (attempt %d): %s", self.stream_attempts, error)
         if self.stream_attempts < STREAM_ATTEMPTS:
-            self.cluster.clock.call_later(2_000, self._start_streaming)
+            self.cluster.clock.call_later(STREAM_RETRY_MS, self._start_streaming)
+        elif self.change == "join":
+            self._join_again()
+        else:  # a leaver cannot hand its ranges to anyone else: it retries until they answer
+            delay_ms = min(STREAM_RETRY_MAX_MS, STREAM_RETRY_MS << (self.stream_attempts - 1))
+            _log.error("streaming for the leave keeps failing; retrying in %d ms", delay_ms)
+            self.cluster.clock.call_later(delay_ms, self._start_streaming)
+
+    def _join_again(self) -> None:
+        """Give the join up after ``STREAM_ATTEMPTS`` failed stream runs and start it again
+        (module docstring, step 4), rather than stay announced with nothing moving: a joiner
+        stuck in ``STREAMING`` would be a pending replica forever and hold every other
+        topology change back (one at a time). What it streamed stays (applying a partition
+        again converges); its generation stays too (the cluster operates it until the next
+        one, as that of a joiner restarted before it was done)."""
+        _log.error(
+            "bootstrap: streaming failed %d times; withdrawing and joining again",
+            self.stream_attempts,
+        )
+        self.stream_attempts = 0
+        self._take_back()
 
     def poll(self) -> None:
         """Called every second: a ``decommission.request`` file asks this node to leave, a
@@ -704,14 +740,15 @@ class TopologyService:
             save_bootstrap_state(self.data_dir, "leaving")
 
     def status(self) -> dict[str, object]:
-        """For ``status.json``."""
+        """For ``status.json`` (what streamed so far, the sessions in progress included)."""
+        moving = self.streamer.progress()
         return {
             "change": self.change,
             "removing": None if self.removing is None else str(self.removing),
             "phase": self.phase.value,
             "generation": None if self.generation is None else self.generation.to_gossip(),
-            "streamed_partitions": self.stats.partitions,
-            "streamed_bytes": self.stats.bytes,
+            "streamed_partitions": self.stats.partitions + moving.partitions,
+            "streamed_bytes": self.stats.bytes + moving.bytes,
             "stream_ms": self.stream_ms,
             "refused": self.refused,
         }
