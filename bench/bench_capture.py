@@ -47,7 +47,8 @@ from _runs import Run, best, fmt_ms, measure
 NODES = 3
 KEYSPACE = "bench"
 CONCURRENCY = 32
-CAPTURE_OPTIONS = ("--slice-width-s", "2", "--slice-count", "2")
+CAPTURE_OPTIONS = ("--slice-width-s", "2", "--slice-count", "2", "--drop-sent-slices", "off")
+"""Slices sealing (and published) during the run; kept (no channels would drop them all)."""
 CLUSTERS = {"without capture": ("--replica-capture", "off"), "with capture": CAPTURE_OPTIONS}
 
 

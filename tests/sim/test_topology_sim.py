@@ -115,6 +115,8 @@ class TopologyCluster:
     without_v2: frozenset[str] = frozenset()
     """Nodes that do not advertise CDC_GENERATIONS_V2 (an older version)."""
     skew_ms_max: int = 0
+    calm: bool = False
+    """Set when the faults stop (before the final checks): scheduled crashes are skipped."""
     skews: random.Random = field(default_factory=lambda: random.Random(0))
 
     def skew(self, name: str) -> None:
@@ -345,8 +347,10 @@ def check_log_replicas(
     writes reached natural and pending replicas, streaming moved the log ranges with the base
     ones, hints replayed what a crashed replica missed. A write whose coordinator crashed
     before its write timeout may miss a replica for good (the coordinator hints a replica
-    that did not answer at the timeout, as Cassandra does; repair's job): there, base and log
-    row are missing together (one unit)."""
+    that did not answer at the timeout, as Cassandra does; repair's job), and a node that
+    later streams the range from that replica misses it too (a joiner streams each range from
+    one source, as Cassandra's bootstrap does): such a change is still on a quorum of the final
+    replicas, since the acknowledging quorum's copies are what moved."""
     table = ("ks", "kv" + CDC_LOG_SUFFIX)
     timeout_ms = cluster.nodes[remaining[0]].settings.write_timeout_ms
     for key, value in writes.acked.items():
@@ -359,14 +363,16 @@ def check_log_replicas(
         replicas = cluster.nodes[remaining[0]].replicas_of(
             "ks", log_token(StreamId.from_bytes(stream))
         )
+        holding = []
         for host in replicas.natural:
             name = next(n for n in remaining if endpoint(n) == host.endpoint)
             stored = cluster.nodes[name].store.read_mutation(table, (stream,))
             if value in logged(stored, key):
-                continue
-            assert unhinted, f"log row of write {key} missing on {name}"
-            base = cluster.nodes[name].store.read_mutation(("ks", "kv"), kv_key(key))
-            assert kv_value(base) != value, f"write {key} split on {name}"
+                holding.append(name)
+            else:
+                assert unhinted, f"log row of write {key} missing on {name}"
+        quorum = len(replicas.natural) // 2 + 1
+        assert len(holding) >= quorum, f"write {key}'s log row on {holding} only"
 
 
 @dataclass(frozen=True)
@@ -389,14 +395,19 @@ BASE = Nemesis()
 WIDE = Nemesis(skew_ms_max=2_000, second_crash=True, stream_partition=True, early_join=True)
 
 
-def _schedule_crash(sim: Simulation, name: str, at_ms: int, down_ms: int) -> None:
-    """Crash ``name`` at ``at_ms`` and restart it ``down_ms`` later (a joiner not started by
-    then is spared)."""
+def _schedule_crash(
+    cluster: TopologyCluster, name: str, at_ms: int, down_ms: int, crashes: list[tuple[str, int]]
+) -> None:
+    """Crash ``name`` at ``at_ms`` and restart it ``down_ms`` later, noting when in ``crashes``
+    (a joiner not started by then is spared, and nothing crashes once the run is calm)."""
+    sim = cluster.sim
 
     def crash() -> None:
-        if any(p.name == name and p.running for p in sim.processes):
-            sim.crash(name)
-            sim.after(down_ms, lambda: sim.process(name).running or sim.restart(name))
+        if cluster.calm or not any(p.name == name and p.running for p in sim.processes):
+            return
+        crashes.append((name, sim.loop.now_us // 1000))
+        sim.crash(name)
+        sim.after(down_ms, lambda: sim.process(name).running or sim.restart(name))
 
     sim.after(at_ms, crash)
 
@@ -426,12 +437,24 @@ def _join_while_n4_joins(cluster: TopologyCluster, delay_ms: int) -> None:
     until n4 is done before it announces."""
     sim = cluster.sim
 
-    def poll() -> None:
+    def joining_seen() -> bool:
         node = cluster.nodes.get("n1")
-        if node is None or endpoint("n4") not in node.transitions:
+        return node is not None and endpoint("n4") in node.transitions
+
+    def add_when_seen() -> None:
+        # n4 restarting shows STARTING, not its tokens: a node discovering the ring then picks
+        # the same ones and refuses to join (a limit of joining through gossip, as Cassandra's
+        # "bootstrapping to existing token"; test_a_joiner_with_tokens_already_owned_...)
+        if joining_seen():
+            add_joiner(cluster, "n5")
+        else:
+            sim.after(100, add_when_seen)
+
+    def poll() -> None:
+        if not joining_seen():
             sim.after(100, poll)
             return
-        sim.after(delay_ms, lambda: add_joiner(cluster, "n5"))
+        sim.after(delay_ms, add_when_seen)
 
     sim.after(100, poll)
 
@@ -446,8 +469,8 @@ def run_scenario(seed: int, nemesis: Nemesis = BASE) -> None:
         leaver = rng.choice(FIRST[1:])
         victim = next(n for n in FIRST if n not in ("n1", leaver))
         crash_at = rng.randrange(5_000, 100_000)
-        crashes = [(victim, sim.loop.now_us // 1000 + crash_at)]
-        _schedule_crash(sim, victim, crash_at, rng.randrange(2_000, 20_000))
+        crashes: list[tuple[str, int]] = []
+        _schedule_crash(cluster, victim, crash_at, rng.randrange(2_000, 20_000), crashes)
         sim.after(1_000, lambda: add_joiner(cluster, "n4"))
         wide = random.Random(seed * 7_919 + 1)  # the base scenario's draws stay as they were
         if nemesis.second_crash:
@@ -455,8 +478,7 @@ def run_scenario(seed: int, nemesis: Nemesis = BASE) -> None:
             # again, as with Cassandra's decommission)
             second = wide.choice([n for n in (*FIRST, *JOINERS) if n not in ("n1", victim, leaver)])
             second_at = wide.randrange(5_000, 150_000)
-            crashes.append((second, sim.loop.now_us // 1000 + second_at))
-            _schedule_crash(sim, second, second_at, wide.randrange(2_000, 20_000))
+            _schedule_crash(cluster, second, second_at, wide.randrange(2_000, 20_000), crashes)
         if nemesis.stream_partition:
             _partition_while_streaming(cluster, wide)
         if nemesis.early_join:
@@ -465,6 +487,7 @@ def run_scenario(seed: int, nemesis: Nemesis = BASE) -> None:
         assert cluster.topology[leaver].decommission()
         assert sim.run_until_true(lambda: leaver in cluster.left, timeout_ms=600_000)
         sim.crash(leaver)
+        cluster.calm = True  # the checks run on a quiet cluster: no crash from here on
         sim.run_for(10_000)
         sim.heal()
         sim.configure_network(NetworkConfig())

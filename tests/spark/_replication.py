@@ -78,16 +78,21 @@ def write(workload: Workload, count: int, pause_s: float = 0.02) -> None:
     has not loaded the CDC generation yet); a retry writes the same values at a later time."""
     for _ in range(count):
         _, statement, values = workload.next_operation()
-        deadline = time.monotonic() + RETRY_S
-        while True:
-            try:
-                workload.session.execute(statement, values, timeout=30.0)
-                break
-            except Exception:  # the driver's NoHostAvailable / timeouts / connection errors
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        write_statement(workload.session, statement, values)
         time.sleep(pause_s)
+
+
+def write_statement(session: Any, statement: Any, values: tuple[object, ...]) -> None:
+    """``statement`` executed, retried (bounded) until acknowledged (see :func:`write`)."""
+    deadline = time.monotonic() + RETRY_S
+    while True:
+        try:
+            session.execute(statement, values, timeout=30.0)
+            return
+        except Exception:  # the driver's NoHostAvailable / timeouts / connection errors
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def batch_offsets(checkpoint: Path) -> list[tuple[int, dict[str, int]]]:

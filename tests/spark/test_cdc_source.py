@@ -7,7 +7,9 @@ batch_seq_no within a partition, post-images included), and applying them with t
 ``materialize`` rebuilds the base table; a streaming query with small windows, run during a
 workload, delivers every log row exactly once and, restarted from its checkpoint, delivers only
 what was written since; bad options and tables without CDC fail with PipelineConfigError before
-any job starts.
+any job starts; a read pinned to a table's schema (option ``schema``) that finds the log with
+other columns (an ``ALTER TABLE`` since) fails with SourceSchemaChanged naming them, converting
+nothing, and the same read with the new schema has the new column's values (issue 15).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from ringflow.cli._demo_cluster import NodeProcess
-from ringflow.pipeline import change_from_log_row, change_from_row, change_to_row, materialize
+from ringflow.pipeline import (
+    change_from_log_row,
+    change_from_row,
+    change_to_row,
+    materialize,
+    table_to_json,
+)
 from ringflow.pipeline._cdc_source import read_changes
 from ringflow.pipeline._cluster_client import load_table, plain_value
 from ringflow.pipeline._errors import PipelineConfigError
@@ -266,3 +274,34 @@ def test_bad_cdc_options_fail_before_any_job(
     ]:
         with pytest.raises(PipelineConfigError, match=option):
             read_changes(spark, {**base, option: value})
+
+
+def test_a_read_pinned_to_an_old_schema_fails_and_the_new_schema_reads_the_new_column(
+    spark: SparkSession, ringflow_node: NodeProcess, keyspace: Any
+) -> None:
+    cluster, session = keyspace
+    name = f"{KEYSPACE}.altered"
+    session.execute(
+        f"CREATE TABLE {name} (pk int, ck int, v text, PRIMARY KEY (pk, ck)) "
+        "WITH cdc = {'enabled': true}"
+    )
+    session.execute(f"INSERT INTO {name} (pk, ck, v) VALUES (1, 1, 'before')")
+    options = source_options(ringflow_node, KEYSPACE, "altered", confidence_window_ms=0)
+    cluster.refresh_table_metadata(KEYSPACE, "altered")
+    first = table_to_json(load_table(cluster, KEYSPACE, "altered"))
+    assert len(read_changes(spark, {**options, "schema": first}).collect()) == 1
+    session.execute(f"ALTER TABLE {name} ADD w int")
+    session.execute(f"INSERT INTO {name} (pk, ck, v, w) VALUES (2, 1, 'after', 7)")
+    with pytest.raises(Exception, match=r"SourceSchemaChanged.*now also \['cdc\$deleted_w', 'w'\]"):
+        read_changes(spark, {**options, "schema": first}).collect()
+    rows = read_changes(spark, options).collect()  # the table as it is now
+    assert sorted((r["pk"], r["w"]) for r in rows) == [(1, None), (2, 7)]
+    cluster.refresh_table_metadata(KEYSPACE, "altered")
+    second = table_to_json(load_table(cluster, KEYSPACE, "altered"))
+    session.execute(f"ALTER TABLE {name} DROP v")
+    dropped = r"SourceSchemaChanged.*no longer \['cdc\$deleted_v', 'v'\]"
+    with pytest.raises(Exception, match=dropped):
+        read_changes(spark, {**options, "schema": second}).collect()
+    after = read_changes(spark, options).collect()
+    assert sorted((r["pk"], r["w"]) for r in after) == [(1, None), (2, 7)]
+    assert "v" not in after[0].asDict()

@@ -17,8 +17,9 @@ Timing settings (``--gossip-interval-ms``, ``--phi-convict-threshold``, ``--writ
 validated (a bad value is a usage error, exit 2), kept in ``cluster.json`` (a later ``start``
 may change them; restarted nodes get them too) and passed to every ``run-node``; so are the
 replica capture's (``--slice-width-s``, ``--slice-count``, ``--capture-max-bytes``,
-``--capture-max-age-s``, ``--capture-policy refuse|drop-oldest``, ``--replica-capture on|off``:
-``CaptureSettings``, seed 002).
+``--capture-max-age-s``, ``--capture-policy refuse|drop-oldest``, ``--replica-capture on|off``,
+``--drop-sent-slices on|off``: ``CaptureSettings``, seed 002). ``status`` adds one line per
+running node on its capture (slices open, sealed, unpublished, rows, bytes, dropped once sent).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -198,6 +199,15 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="capture every CDC log row on every replica into time slices (default on)",
     )
+    group.add_argument(
+        "--drop-sent-slices",
+        dest="drop_sent_slices",
+        choices=("on", "off"),
+        default=None,
+        help="drop a captured slice once every collecting channel of its table has it sent, "
+        "at once for a table without one (synch-delete; default on; off: keep every slice "
+        "until the capture's cap)",
+    )
 
 
 def given_capture(arguments: argparse.Namespace) -> dict[str, object]:
@@ -211,6 +221,8 @@ def given_capture(arguments: argparse.Namespace) -> dict[str, object]:
         given["capture_policy"] = arguments.capture_policy
     if getattr(arguments, "replica_capture", None) is not None:
         given["enabled"] = arguments.replica_capture == "on"
+    if getattr(arguments, "drop_sent_slices", None) is not None:
+        given["drop_sent_slices"] = arguments.drop_sent_slices == "on"
     CaptureSettings.of(given)
     return given
 
@@ -222,6 +234,8 @@ def capture_arguments(values: dict[str, object]) -> list[str]:
     for name in sorted(values):
         if name == "enabled":
             parts += ["--replica-capture", "on" if settings.enabled else "off"]
+        elif name == "drop_sent_slices":
+            parts += ["--drop-sent-slices", "on" if settings.drop_sent_slices else "off"]
         else:
             parts += ["--" + name.replace("_", "-"), str(values[name])]
     return parts
@@ -541,7 +555,40 @@ def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
             f"{None if seen is None else seen['schema_version']} "
             f"{None if seen is None else seen['cdc_generation']}"
         )
+    lines.extend(
+        capture_summary(status) for status in statuses if isinstance(status.get("capture"), dict)
+    )
     return "\n".join(lines)
+
+
+def capture_summary(status: Mapping[str, object]) -> str:
+    """One line on a node's replica capture, from its ``status.json``: slices open, sealed and
+    not yet published, rows and bytes held, slices dropped once sent (synch-delete), and how
+    far its oldest seal watermark is behind the time the status was written."""
+    capture = status.get("capture")
+    if not isinstance(capture, Mapping):
+        return f"capture {status.get('address')}: off"
+    publication = capture.get("publication")
+    publication = publication if isinstance(publication, Mapping) else {}
+    synch = capture.get("synch_delete")
+    dropped = (
+        f"{synch.get('dropped_slices')} dropped once sent"
+        if isinstance(synch, Mapping)
+        else "synch-delete off"
+    )
+    marks = publication.get("watermarks_ms")
+    written = status.get("written_ms")
+    lag = ""
+    if isinstance(marks, Mapping) and marks and isinstance(written, int):
+        behind_s = (written - min(int(str(mark)) for mark in marks.values())) / 1000
+        lag = f", watermarks up to {behind_s:.1f} s behind"
+    failing = ", publication FAILING" if publication.get("failing") else ""
+    return (
+        f"capture {status.get('address')}: {capture.get('slices_open')} open, "
+        f"{capture.get('slices_sealed')} sealed ({publication.get('unpublished_slices')} "
+        f"unpublished), {capture.get('rows')} rows, {capture.get('size_bytes')} bytes; "
+        f"{dropped}{lag}{failing}"
+    )
 
 
 def run_cluster_status(arguments: argparse.Namespace) -> int:

@@ -11,6 +11,12 @@ channel failing while running exits with code 1. ``--once`` (the default) replic
 source can give now (up to now - confidence window) and ends; ``--continuous`` runs until
 Ctrl-C (exit 0; an interrupted ``--once`` run exits 130). Each channel keeps its own
 checkpoint in ``DIR/<channel>``, so running the command again continues where it stopped.
+
+Schema changes of the source table (``ALTER TABLE ... ADD/DROP``) are followed while it runs:
+the lake records a new schema version, a dropped column stays at every destination, and the
+hub and PostgreSQL get a new column when ``--alter-destinations`` allows it (all channels, or
+the ones named: ``--alter-destinations hub,postgres``); otherwise that channel stops, prints the
+statements to run and resumes by itself once they have run, the others going on.
 """
 
 from __future__ import annotations
@@ -63,6 +69,15 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument("--query-window-ms", type=int, help="source query window (default 30 s)")
     parser.add_argument("--max-window-ms", type=int, help="at most this much time a batch")
     parser.add_argument("--timeout", type=float, help="stop after this many seconds")
+    parser.add_argument(
+        "--alter-destinations",
+        nargs="?",
+        const="all",
+        metavar="CHANNELS",
+        help="let ringflow add the source's new columns to the hub and PostgreSQL tables: all "
+        "channels, or a comma list (hub,postgres,hub-2); without it such a channel stops and "
+        "prints the statements to run",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -83,10 +98,16 @@ def run(arguments: argparse.Namespace) -> int:
         query_window_ms=arguments.query_window_ms,
         max_window_ms=arguments.max_window_ms,
     )
-    plan = plan_replication(options, arguments.to, arguments.checkpoint)
+    alter: bool | list[str] = False
+    if arguments.alter_destinations == "all":
+        alter = True
+    elif arguments.alter_destinations:
+        alter = [name.strip() for name in arguments.alter_destinations.split(",") if name.strip()]
+    plan = plan_replication(options, arguments.to, arguments.checkpoint, alter_destinations=alter)
     console.print(f"source {arguments.table} at {arguments.source}; channels:")
     for destination in plan.destinations:
-        console.print(f"  {destination.channel:<10} -> {destination.display}")
+        altering = " (may alter its table)" if destination.allow_alter else ""
+        console.print(f"  {destination.channel:<10} -> {destination.display}{altering}")
     from pyspark.sql import SparkSession
 
     from ringflow.pipeline._replicate import replication_spark

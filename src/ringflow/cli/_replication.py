@@ -92,11 +92,10 @@ def _channel_options(parser: argparse.ArgumentParser, action: str) -> None:
 
 
 def _session(source: str) -> tuple[Any, Any]:
-    from ringflow.pipeline._cluster_client import ClusterOptions, connect
-    from ringflow.pipeline._replicate import parse_hosts
+    from ringflow.pipeline import ClusterOptions, connect_cluster, parse_hosts
 
     hosts, port = parse_hosts(source, "--source")
-    return connect(ClusterOptions(tuple(hosts), "system_replication", "channels", port))
+    return connect_cluster(ClusterOptions(tuple(hosts), "system_replication", "channels", port))
 
 
 def _slicing(arguments: argparse.Namespace, current: Any = None) -> Any:
@@ -124,8 +123,7 @@ def _absolute_destination(url: str) -> str:
 
 
 def run_create(arguments: argparse.Namespace) -> int:
-    from ringflow.pipeline._channel_store import create_channel
-    from ringflow.pipeline._replicate import parse_table_name
+    from ringflow.pipeline import create_channel, parse_table_name
     from ringflow.replication import Channel, ChannelOrder
 
     keyspace, table = parse_table_name(arguments.table)
@@ -157,8 +155,7 @@ def run_create(arguments: argparse.Namespace) -> int:
 
 
 def run_update(arguments: argparse.Namespace) -> int:
-    from ringflow.pipeline._channel_store import find_channel, update_channel
-    from ringflow.pipeline._replicate import parse_table_name
+    from ringflow.pipeline import find_channel, parse_table_name, update_channel
     from ringflow.replication import ChannelOrder
 
     cluster, session = _session(arguments.source)
@@ -190,7 +187,7 @@ def run_update(arguments: argparse.Namespace) -> int:
 
 
 def run_switch(arguments: argparse.Namespace) -> int:
-    from ringflow.pipeline._channel_store import update_channel
+    from ringflow.pipeline import update_channel
 
     enabled = arguments.channel_command == "resume"
     changes: dict[str, object] = {}
@@ -209,7 +206,7 @@ def run_switch(arguments: argparse.Namespace) -> int:
 
 
 def run_drop(arguments: argparse.Namespace) -> int:
-    from ringflow.pipeline._channel_store import drop_channel, find_channel
+    from ringflow.pipeline import drop_channel, find_channel
 
     cluster, session = _session(arguments.source)
     try:
@@ -222,7 +219,7 @@ def run_drop(arguments: argparse.Namespace) -> int:
 
 
 def run_list(arguments: argparse.Namespace) -> int:
-    from ringflow.pipeline._channel_store import channel_table_rows, load_channels
+    from ringflow.pipeline import channel_table_rows, load_channels
 
     cluster, session = _session(arguments.source)
     try:

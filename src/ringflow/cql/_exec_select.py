@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgpack
 
@@ -55,13 +56,46 @@ from ringflow.schema import (
     Table,
     encode_clustering,
 )
-from ringflow.storage import ResultRow, Store
+from ringflow.storage import ResultRow, ScanPage, StoreLimits
 
 PAGING_STATE_VERSION = 1
 ORDER_BY_PAGING_MESSAGE = (
     "Cannot page queries with both ORDER BY and a IN restriction on the partition key; you must "
     "either remove the ORDER BY or the IN and sort client side, or disable paging for this query"
 )
+
+
+class RowReader(Protocol):
+    """Where a SELECT's rows come from: a ``Store`` (the local one, or a cluster node's view
+    filled through the coordinator), or the node-local virtual tables (``_exec_virtual``)."""
+
+    @property
+    def limits(self) -> StoreLimits: ...
+
+    def read_partition(
+        self,
+        table: Table,
+        partition_key: Sequence[bytes],
+        *,
+        start: ClusteringBound,
+        end: ClusteringBound,
+        columns: Sequence[str] | None,
+        reverse: bool,
+        limit: int | None,
+        now_s: int,
+    ) -> list[ResultRow]: ...
+
+    def scan(
+        self,
+        table: Table,
+        start_token_exclusive: int,
+        end_token_inclusive: int,
+        *,
+        page_size: int,
+        paging_state: bytes | None,
+        columns: Sequence[str] | None,
+        now_s: int,
+    ) -> ScanPage: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +170,7 @@ class _PartitionSource:
 
     def __init__(
         self,
-        store: Store,
+        store: RowReader,
         table: Table,
         keys: Sequence[Key],
         slices: Sequence[Slice],
@@ -208,7 +242,7 @@ class _ScanSource:
 
     def __init__(
         self,
-        store: Store,
+        store: RowReader,
         table: Table,
         tokens: TokenBounds,
         columns: Sequence[str] | None,
@@ -353,7 +387,7 @@ def _read_columns(plan: _Plan) -> list[str] | None:
     return sorted(names)
 
 
-def _source(plan: _Plan, store: Store, now_s: int, position: _Position) -> _Source:
+def _source(plan: _Plan, store: RowReader, now_s: int, position: _Position) -> _Source:
     columns = _read_columns(plan)
     if plan.keys is not None:
         slices = plan.restrictions.slices(plan.table)
@@ -445,7 +479,7 @@ def execute_select(
     statement: SelectStatement,
     table: Table,
     context: StatementContext,
-    store: Store,
+    store: RowReader,
     limits: ExecutorLimits,
     request: PageRequest,
 ) -> RowsResult:

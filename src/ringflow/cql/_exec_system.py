@@ -11,6 +11,9 @@ Rules:
   code, with Cassandra's name-based ids.
 * :func:`ensure_system_tables` registers every one of them in the store (idempotent); the node
   shell calls it at start, the processor calls it too.
+* The node-local virtual tables of ``system_replication`` (``VIRTUAL_TABLES``: the replica
+  capture's ``captured_rows`` and ``local_slices``) resolve like the others and are described
+  in ``system_schema`` too, but no store holds them: the processor answers them itself.
 * The schema's durable form is the ``system_schema`` rows themselves, as in Cassandra: every DDL
   rewrites the partitions of the keyspaces it touched (``system_schema_mutations``), and
   :func:`load_schema` rebuilds the ``SchemaState`` at start from ``system_schema.keyspaces``,
@@ -65,6 +68,7 @@ from ringflow.replication import (
     DEAD_LETTERS_TABLE_CQL,
     SENT_TABLE_CQL,
     SLICES_TABLE_CQL,
+    VIRTUAL_TABLES_CQL,
     WATERMARKS_TABLE_CQL,
 )
 from ringflow.ring import MIN_TOKEN
@@ -154,6 +158,17 @@ DISTRIBUTED_TABLES: Mapping[tuple[str, str], Table] = MappingProxyType(
 """The CDC description tables (v2 and v1) and the replica-side replication tables
 (``ringflow.replication``: channels, sealed slices, seal watermarks, sent copies, dead letters),
 by (keyspace, table)."""
+VIRTUAL_TABLES: Mapping[tuple[str, str], Table] = MappingProxyType(
+    {(t.keyspace, t.name): t for t in map(_description_table, VIRTUAL_TABLES_CQL)}
+)
+"""The node-local virtual tables of ``system_replication`` (``captured_rows``,
+``local_slices``): described in ``system_schema`` like the others (so drivers and cqlsh see
+them), never registered in a store; the processor answers their SELECTs from its own store's
+capture (``_exec_virtual``) and refuses every write."""
+
+
+def is_virtual_table(table: Table) -> bool:
+    return VIRTUAL_TABLES.get((table.keyspace, table.name)) is table
 
 
 def ensure_system_tables(store: Store) -> None:
@@ -171,7 +186,7 @@ def lookup_table(state: SchemaState, keyspace: str, name: str) -> Table:
     if keyspace in LOCAL_KEYSPACES:
         return system_table(keyspace, name)
     if keyspace in DISTRIBUTED_KEYSPACES:
-        found = DISTRIBUTED_TABLES.get((keyspace, name))
+        found = DISTRIBUTED_TABLES.get((keyspace, name)) or VIRTUAL_TABLES.get((keyspace, name))
     else:
         if keyspace not in state.keyspaces:
             raise InvalidRequest(f"Keyspace {keyspace} does not exist")
@@ -198,7 +213,7 @@ def _compaction(state: SchemaState) -> CompactionFor:
 def _described_state(state: SchemaState, keyspaces: Iterable[str] | None) -> SchemaState:
     wanted = None if keyspaces is None else set(keyspaces)
     all_keyspaces = {**state.keyspaces, **DISTRIBUTED_KEYSPACE_DEFINITIONS}
-    all_tables = {**state.tables, **DISTRIBUTED_TABLES}
+    all_tables = {**state.tables, **DISTRIBUTED_TABLES, **VIRTUAL_TABLES}
     return SchemaState(
         keyspaces={k: v for k, v in all_keyspaces.items() if wanted is None or k in wanted},
         tables={k: v for k, v in all_tables.items() if wanted is None or k[0] in wanted},

@@ -29,6 +29,10 @@ Rules:
   write or the SELECT's reads run after the lock is released, so while a cluster node's
   statement waits for its replicas the node's other statements run (the node has several
   statement threads; the cluster plane serializes SELECTs among themselves, not with writes).
+* The node-local virtual tables of ``system_replication`` (``captured_rows``,
+  ``local_slices``) are read from this processor's own store's capture (``_exec_virtual``),
+  never through the data plane, whatever the consistency level; writes to them are Invalid
+  ("Modification is not supported by table ...", Cassandra's words for a virtual table).
 * The data plane (``DataPlane``) is the seam between the statement and where its data lives:
   ``LocalDataPlane`` (the default) applies a write's mutations and CDC captures to the local
   store in one ``Store.apply`` and reads the local store; a cluster node installs a plane that
@@ -95,11 +99,12 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
-from ringflow.cql._exec_select import PageRequest, execute_select
+from ringflow.cql._exec_select import PageRequest, RowReader, execute_select
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
     dropped_keyspace_rows,
     ensure_system_tables,
+    is_virtual_table,
     keyspace_exists,
     load_schema,
     lookup_table,
@@ -107,6 +112,7 @@ from ringflow.cql._exec_system import (
     schema_rows,
 )
 from ringflow.cql._exec_terms import partition_token, term_value
+from ringflow.cql._exec_virtual import CaptureTables
 from ringflow.cql._parser import parse_statement
 from ringflow.cql._requests import Batch, Execute, Prepare, Query, QueryParameters
 from ringflow.cql._responses import Response
@@ -459,10 +465,14 @@ class QueryProcessor:
             )
             plane, limits, consistency = self._data_plane, self.limits, params.consistency
 
-            def select(reader: Store) -> Response:
+            def select(reader: RowReader) -> Response:
                 return execute_select(statement, table, context, reader, limits, request)
 
-            self._defer(lambda: plane.read(consistency, select))
+            if is_virtual_table(table):  # node-local: this node's own capture, never the plane
+                virtual = CaptureTables(self._store)
+                self._defer(lambda: select(virtual))
+            else:
+                self._defer(lambda: plane.read(consistency, select))
             return VoidResult()  # replaced by the deferred read's answer
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
@@ -491,6 +501,10 @@ class QueryProcessor:
     def _writable_table(self, name: QualifiedName, keyspace: str | None) -> Table:
         table = self._table(name, keyspace)
         refuse_local_writes(table.keyspace)
+        if is_virtual_table(table):
+            raise InvalidRequest(
+                f"Modification is not supported by table {table.keyspace}.{table.name}"
+            )
         if table.name.endswith(CDC_LOG_SUFFIX) and (
             (table.keyspace, table.name[: -len(CDC_LOG_SUFFIX)]) in self._state.tables
         ):

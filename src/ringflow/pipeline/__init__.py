@@ -8,6 +8,8 @@
 - :mod:`._lake`: ``ringflow-lake``, the append-only Parquet change lake, exactly once per batch.
 - :mod:`._postgres` / :mod:`._pg_sql`: ``ringflow-postgres``, upserts guarded by write
   timestamps, with a ``<table>_live`` view.
+- :mod:`._evolution`: schema changes of the source (what changed, the union a destination
+  holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
 - :mod:`._spark_session`: a local SparkSession with sane defaults and the sources registered.
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
@@ -55,11 +57,27 @@ if TYPE_CHECKING:
         table_to_json,
         validate_change,
     )
+    from ringflow.pipeline._channel_store import (
+        channel_table_rows,
+        create_channel,
+        drop_channel,
+        find_channel,
+        load_channels,
+        update_channel,
+    )
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
         cluster_options,
     )
-    from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+    from ringflow.pipeline._cluster_client import connect as connect_cluster
+    from ringflow.pipeline._errors import (
+        DestinationBehind,
+        InvalidChange,
+        PipelineConfigError,
+        SchemaConflict,
+        SourceSchemaChanged,
+    )
+    from ringflow.pipeline._evolution import describe_change, union_table
     from ringflow.pipeline._hub import (
         DEFAULT_BATCH_ROWS as DEFAULT_HUB_BATCH_ROWS,
     )
@@ -91,6 +109,7 @@ if TYPE_CHECKING:
         postgres_options,
         read_postgres_live,
     )
+    from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._spark_session import (
         DEFAULT_CONF,
         local_spark_session,
@@ -112,6 +131,15 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "channel_table_rows": ("ringflow.pipeline._channel_store", "channel_table_rows"),
+    "create_channel": ("ringflow.pipeline._channel_store", "create_channel"),
+    "drop_channel": ("ringflow.pipeline._channel_store", "drop_channel"),
+    "find_channel": ("ringflow.pipeline._channel_store", "find_channel"),
+    "load_channels": ("ringflow.pipeline._channel_store", "load_channels"),
+    "update_channel": ("ringflow.pipeline._channel_store", "update_channel"),
+    "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
+    "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
+    "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
     "DEFAULT_CONF": ("ringflow.pipeline._spark_session", "DEFAULT_CONF"),
@@ -133,7 +161,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ClusterOptions": ("ringflow.pipeline._cluster_client", "ClusterOptions"),
     "HubDataSource": ("ringflow.pipeline._hub", "HubDataSource"),
     "HubReport": ("ringflow.pipeline._hub", "HubReport"),
+    "DestinationBehind": ("ringflow.pipeline._errors", "DestinationBehind"),
     "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
+    "SchemaConflict": ("ringflow.pipeline._errors", "SchemaConflict"),
+    "SourceSchemaChanged": ("ringflow.pipeline._errors", "SourceSchemaChanged"),
+    "describe_change": ("ringflow.pipeline._evolution", "describe_change"),
+    "union_table": ("ringflow.pipeline._evolution", "union_table"),
     "LakeDataSource": ("ringflow.pipeline._lake", "LakeDataSource"),
     "LiveRow": ("ringflow.pipeline._materialize", "LiveRow"),
     "PipelineConfigError": ("ringflow.pipeline._errors", "PipelineConfigError"),
@@ -216,6 +249,7 @@ __all__ = [
     "CdcOffset",
     "Change",
     "ClusterOptions",
+    "DestinationBehind",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -225,6 +259,8 @@ __all__ = [
     "PostgresDataSource",
     "RingflowCdcDataSource",
     "RingflowTableDataSource",
+    "SchemaConflict",
+    "SourceSchemaChanged",
     "TableState",
     "apply_changes",
     "apply_to_hub",
@@ -237,19 +273,28 @@ __all__ = [
     "change_to_arrow_row",
     "change_to_row",
     "changes_sorted",
+    "channel_table_rows",
     "check_change_schema",
     "cluster_options",
     "committed_files",
+    "connect_cluster",
+    "create_channel",
+    "describe_change",
+    "drop_channel",
+    "find_channel",
     "format_duration",
     "from_spark_value",
     "hub_options",
     "lake_options",
     "lake_table",
     "lake_tables",
+    "load_channels",
     "local_spark_session",
     "log_row_converter",
     "materialize",
     "parse_duration",
+    "parse_hosts",
+    "parse_table_name",
     "pg_type",
     "postgres_options",
     "read_changes",
@@ -263,5 +308,7 @@ __all__ = [
     "table_options",
     "table_to_json",
     "to_spark_value",
+    "union_table",
+    "update_channel",
     "validate_change",
 ]

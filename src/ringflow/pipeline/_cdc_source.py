@@ -25,6 +25,15 @@ Reads ``<table>_scylla_cdc_log`` the way the Scylla consumer libraries do (scyll
   ``log_row_converter`` (the same rows as ``change_from_log_row`` then ``change_to_row``, without
   the intermediate ``Change``), so sources and sinks share one change model.
   Pre/post-image rows are included when the table has them enabled.
+- The table is read once, when the DataFrame is made, or given (option ``schema``, the table
+  JSON of :func:`~ringflow.pipeline.table_to_json`; the replication job pins it so that its
+  sinks and the source agree). A Spark query keeps one schema, so when the log's columns change
+  (``ALTER TABLE`` of the base) the query stops with
+  :class:`~ringflow.pipeline.SourceSchemaChanged`: before planning a micro-batch when the
+  stream reader finds them changed in ``system_schema``, or in a task whose window query
+  answers with other columns (a change after planning), which converts nothing. Restarted from
+  its checkpoint with the new schema, the query reads the same offsets again, new columns
+  included: a value the source cannot convert is never skipped.
 
 Batch reads cover ``(startingTime - 1, endingTime]`` (default: up to now - confidence).
 """
@@ -58,7 +67,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ringflow.cdc import InvalidStreamId, StreamId
+from ringflow.cdc import InvalidStreamId, StreamId, cdc_log_table
 from ringflow.pipeline._cdc_offsets import (
     DEFAULT_CONFIDENCE_MS,
     DEFAULT_WINDOW_MS,
@@ -90,7 +99,7 @@ from ringflow.pipeline._cluster_client import (
     prepared,
     shared_session,
 )
-from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.schema import Table
 
 CDC_FORMAT = "ringflow-cdc"
@@ -128,6 +137,20 @@ class CdcSettings:
         self.max_rows = _optional_int(options, "max_rows_per_batch")
         self.starting_ms = _optional_int(options, "startingTime", minimum=0)
         self.ending_ms = _optional_int(options, "endingTime", minimum=0)
+        self.table_json = _pinned_table(options, self.cluster)
+
+
+def _pinned_table(options: Mapping[str, str], cluster: ClusterOptions) -> str | None:
+    """The ``schema`` option (table JSON), checked to be the source table; None if absent."""
+    text = options.get("schema")
+    if not text:
+        return None
+    table = table_from_json(str(text))
+    if (table.keyspace, table.name) != (cluster.keyspace, cluster.table):
+        raise PipelineConfigError(
+            f"option 'schema' describes {table.keyspace}.{table.name}, not {cluster.table_name}"
+        )
+    return table_to_json(table)
 
 
 def _optional_int(options: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
@@ -229,6 +252,8 @@ class RingflowCdcDataSource(DataSource):
 
     def schema(self) -> st.StructType:
         settings = CdcSettings(self.options)
+        if settings.table_json is not None:
+            return change_schema(table_from_json(settings.table_json))
         with open_session(settings.cluster) as (cluster, _):
             table = load_cdc_table(cluster, settings.cluster)
         return change_schema(table)
@@ -250,6 +275,9 @@ class _LogReading:
         """Settings and the table, read through ``cluster`` if given (else a session of its
         own, shut down after)."""
         self.settings = settings
+        if settings.table_json is not None:
+            self.table_json = settings.table_json
+            return
         if cluster is not None:
             self.table_json = table_to_json(load_cdc_table(cluster, settings.cluster))
             return
@@ -326,7 +354,8 @@ def in_order(
 def read_log_rows(
     session: Session, table: Table, partition: CdcPartition, settings: CdcSettings
 ) -> Iterator[dict[str, Any]]:
-    """The partition's log rows, per stream in (time, batch_seq_no) order, window by window."""
+    """The partition's log rows, per stream in (time, batch_seq_no) order, window by window;
+    SourceSchemaChanged when a window's rows have other columns than ``table``'s log."""
     statement = prepared(session, _log_query_text(table, "*"))
     windows = (
         (stream, _ms_datetime(low), _ms_datetime(high))
@@ -335,8 +364,30 @@ def read_log_rows(
         for low, high in query_windows(after, until, settings.window_ms)
     )
     page = settings.cluster.page_size
+    expected = log_column_names(table)
     for result in in_order(session, statement, windows, settings.read_concurrency, page):
+        names = result.column_names
+        if names is not None and (len(names) != len(expected) or not expected.issuperset(names)):
+            raise log_columns_changed(table, expected, names)
         yield from result
+
+
+def log_column_names(table: Table) -> frozenset[str]:
+    """The columns of ``table``'s CDC log."""
+    return frozenset(column.name for column in cdc_log_table(table).columns)
+
+
+def log_columns_changed(
+    table: Table, expected: frozenset[str], found: Sequence[str]
+) -> SourceSchemaChanged:
+    """The error of a read that found the log with other columns than ``table``'s."""
+    added, dropped = sorted(set(found) - expected), sorted(expected - set(found))
+    return SourceSchemaChanged(
+        f"{CDC_FORMAT}: the CDC log of {table.keyspace}.{table.name} has other columns than when "
+        f"this query read its schema (now also {added}, no longer {dropped}): nothing was "
+        "converted with the old schema; restart the query to read the same changes with the "
+        "new one"
+    )
 
 
 class RingflowCdcBatchReader(_LogReading, DataSourceReader):
@@ -382,6 +433,7 @@ class RingflowCdcStreamReader(_LogReading, DataSourceStreamReader, SupportsTrigg
             raise
         self._frozen_now_ms: int | None = None
         self._groups: dict[int, list[list[bytes]]] = {}  # a published generation never changes
+        self._log_columns: frozenset[str] | None = None
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._frozen_now_ms = now_ms()
@@ -417,6 +469,7 @@ class RingflowCdcStreamReader(_LogReading, DataSourceStreamReader, SupportsTrigg
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        self._check_log_columns()
         begin = CdcOffset.from_dict(start)
         known = generations(self._session())
         settings = self.settings
@@ -427,6 +480,24 @@ class RingflowCdcStreamReader(_LogReading, DataSourceStreamReader, SupportsTrigg
                 begin, end, settings.window_ms, limit.max_rows, self._row_counter(end)
             )
         return end.to_dict()
+
+    def _check_log_columns(self) -> None:
+        """SourceSchemaChanged before a batch is planned when the log (as the node asked sees
+        it) has other columns than the query's table: the query stops at a batch boundary,
+        before any task reads the log (the tasks check too, for a change after planning)."""
+        table = table_from_json(self.table_json)
+        if self._log_columns is None:
+            self._log_columns = log_column_names(table)
+        rows = self._session().execute(
+            SimpleStatement(
+                "SELECT column_name FROM system_schema.columns "
+                "WHERE keyspace_name = %s AND table_name = %s"
+            ),
+            (table.keyspace, table.cdc_log_name),
+        )
+        found = sorted(row["column_name"] for row in rows)
+        if found and set(found) != self._log_columns:
+            raise log_columns_changed(table, self._log_columns, found)
 
     def _row_counter(self, end: CdcOffset) -> Callable[[int, int], int]:
         session = self._session()

@@ -5,8 +5,17 @@
 target on the hub; it may differ from the source's name but must have its columns), ``schema``
 (:func:`~ringflow.pipeline.table_to_json` of the source table), ``consistency`` (default
 ``QUORUM``; ``ONE`` for a one-node hub), ``concurrency`` (in-flight statements per task, 1..512,
-default 32) and ``batch_rows`` (changes turned into statements and executed per round, 1..100,000,
-default 1,000). :func:`hub_options` builds and checks them on the driver.
+default 32), ``batch_rows`` (changes turned into statements and executed per round, 1..100,000,
+default 1,000) and ``allow_alter`` (``true``/``false``, default false). :func:`hub_options`
+builds and checks them on the driver.
+
+Schema changes (issue 15): the target needs the source's columns (same key; value columns of
+the same types) and may have more: a column dropped at the source stays on the hub with its
+values, untouched (statements only name the source's columns). A value column the target lacks
+is added (``ALTER TABLE ... ADD``) when ``allow_alter`` is true; otherwise
+:class:`~ringflow.pipeline.DestinationBehind` gives the exact statements to run. A column the hub
+has with another type is a :class:`~ringflow.pipeline.SchemaConflict`. The target is checked
+(and altered) on the driver, by :func:`hub_options`, not by each micro-batch.
 
 Each change becomes CQL with its original write timestamp (statement building, TTLs and the
 approximation for non-frozen lists: :mod:`ringflow.pipeline._hub_cql`), so last-write-wins makes
@@ -23,8 +32,8 @@ keeps a stream in one partition; other DataFrames should be repartitioned by ``c
 (bounds are paired in log order: stream, time, batch_seq_no). An unpaired bound fails the task.
 
 Configuration errors (unknown or missing option, bad number, unreachable contact points, unknown
-keyspace or table, a target without the source's columns) raise :class:`PipelineConfigError`
-before any job starts.
+keyspace or table, a target without the source's key or columns) raise
+:class:`PipelineConfigError` before any job starts.
 """
 
 from __future__ import annotations
@@ -69,9 +78,14 @@ from ringflow.pipeline._changes import (
     table_from_json,
     table_to_json,
 )
-from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
+from ringflow.pipeline._errors import (
+    DestinationBehind,
+    InvalidChange,
+    PipelineConfigError,
+    SchemaConflict,
+)
 from ringflow.pipeline._hub_cql import HubCql, HubStatement, pair_range_bounds
-from ringflow.schema import Table
+from ringflow.schema import Column, ColumnKind, Table
 
 HUB_FORMAT = "ringflow-hub"
 DEFAULT_PORT = 9042
@@ -84,7 +98,7 @@ CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 30.0
 _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
-    | {"concurrency", "batch_rows"}
+    | {"concurrency", "batch_rows", "allow_alter"}
 )
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
@@ -105,6 +119,7 @@ class HubConfig:
     consistency: str
     concurrency: int
     batch_rows: int
+    allow_alter: bool = False
 
     @property
     def table(self) -> Table:
@@ -154,11 +169,21 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         consistency,
         _bounded_int(options, "concurrency", DEFAULT_CONCURRENCY, MAX_CONCURRENCY),
         _bounded_int(options, "batch_rows", DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS),
+        _flag(options, "allow_alter"),
     )
 
 
-def connect(config: HubConfig) -> tuple[Cluster, Session]:
-    """A driver cluster and session for the hub; PipelineConfigError naming it if unreachable."""
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    text = str(options.get(name, "false")).strip().lower()
+    if text not in ("true", "false"):
+        raise PipelineConfigError(f"{HUB_FORMAT}: {name} must be true or false, got {text!r}")
+    return text == "true"
+
+
+def connect(config: HubConfig, *, metadata: bool = True) -> tuple[Cluster, Session]:
+    """A driver cluster and session for the hub; PipelineConfigError naming it if unreachable.
+    ``metadata=False`` reads neither the schema nor the token map (a check of the target needs
+    neither, and connects faster)."""
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
         request_timeout=REQUEST_TIMEOUT_S,
@@ -172,6 +197,8 @@ def connect(config: HubConfig) -> tuple[Cluster, Session]:
         connect_timeout=CONNECT_TIMEOUT_S,
         control_connection_timeout=CONNECT_TIMEOUT_S,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, _RECONNECT_MAX_S),
+        schema_metadata_enabled=metadata,
+        token_metadata_enabled=metadata,
     )
     try:
         return cluster, cluster.connect()
@@ -182,13 +209,14 @@ def connect(config: HubConfig) -> tuple[Cluster, Session]:
 
 def check_target(session: Session, config: HubConfig) -> None:
     """PipelineConfigError unless the hub has the keyspace and a table with the source's key
-    (same columns, same order) and value columns."""
+    (same columns, same order) and value columns of the same types; value columns it lacks
+    are added when ``allow_alter`` (else DestinationBehind with the statements to run)."""
     rows = session.execute(
-        "SELECT column_name, kind, position FROM system_schema.columns "
+        "SELECT column_name, kind, position, type FROM system_schema.columns "
         "WHERE keyspace_name = %s AND table_name = %s",
         (config.keyspace, config.target),
     )
-    found = {row.column_name: (row.kind, row.position) for row in rows}
+    found = {row.column_name: (row.kind, int(row.position), _type_text(row.type)) for row in rows}
     if not found:
         keyspaces = session.execute(
             "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
@@ -197,21 +225,58 @@ def check_target(session: Session, config: HubConfig) -> None:
         what = "table" if list(keyspaces) else "keyspace"
         raise PipelineConfigError(f"{HUB_FORMAT}: unknown {what}: {config.where}")
     table = config.table
-    problems = []
-    for column in table.columns:
-        actual = found.get(column.name)
-        expected = (column.kind.value, column.position)
-        if actual is None:
-            problems.append(f"{column.name} missing")
-        elif column.is_primary_key and (actual[0], int(actual[1])) != expected:
-            problems.append(f"{column.name} is {actual[0]} {actual[1]}, not {expected}")
-    if problems:
-        raise PipelineConfigError(f"{HUB_FORMAT}: target {config.where} differs: {problems[:8]}")
+    keys = [
+        f"{c.name} is {found[c.name][:2]}, not {(c.kind.value, c.position)}"
+        if c.name in found
+        else f"{c.name} missing"
+        for c in table.primary_key_columns
+        if found.get(c.name, ("", -1))[:2] != (c.kind.value, c.position)
+    ]
+    if keys:
+        raise SchemaConflict(f"{HUB_FORMAT}: target {config.where} differs: {keys[:8]}")
+    value = [c for c in table.columns if not c.is_primary_key]
+    clashes = [
+        f"{c.name} is {found[c.name][0]} {found[c.name][2]}, the source's {c.kind.value} "
+        f"{c.type.cql_name()}"
+        for c in value
+        if c.name in found and found[c.name][::2] != (c.kind.value, _type_text(c.type.cql_name()))
+    ]
+    if clashes:
+        raise SchemaConflict(
+            f"{HUB_FORMAT}: target {config.where} differs: {clashes[:8]}; drop or rename those "
+            "columns on the hub, or replicate to another table"
+        )
+    _add_columns(session, config, [c for c in value if c.name not in found])
+
+
+def _type_text(text: str) -> str:
+    return "".join(str(text).split()).lower()
+
+
+def _add_columns(session: Session, config: HubConfig, missing: list[Column]) -> None:
+    """``ALTER TABLE ... ADD`` each of ``missing`` when allowed, else DestinationBehind."""
+    if not missing:
+        return
+    target = f'"{config.keyspace}"."{config.target}"'
+    statements = tuple(
+        f'ALTER TABLE {target} ADD "{c.name}" {c.type.cql_name()}'
+        + (" static" if c.kind is ColumnKind.STATIC else "")
+        for c in missing
+    )
+    if not config.allow_alter:
+        raise DestinationBehind(
+            f"{HUB_FORMAT}: target {config.where} lacks the source's column(s) "
+            f"{[c.name for c in missing]} and altering it is not allowed "
+            "(allow_alter / --alter-destinations)",
+            statements,
+        )
+    for statement in statements:
+        session.execute(statement)
 
 
 def check_hub(config: HubConfig) -> None:
     """Connect once (driver side) and check the target."""
-    cluster, session = connect(config)
+    cluster, session = connect(config, metadata=False)
     try:
         check_target(session, config)
     finally:
@@ -228,9 +293,11 @@ def hub_options(
     consistency: str = DEFAULT_CONSISTENCY,
     concurrency: int = DEFAULT_CONCURRENCY,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    allow_alter: bool = False,
 ) -> dict[str, str]:
     """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
-    hub and looks the target up) so that mistakes fail before any job starts."""
+    hub and looks the target up, adding the source's new columns when ``allow_alter``) so
+    that mistakes fail before any job starts."""
     points = contact_points if isinstance(contact_points, str) else ",".join(contact_points)
     options = {
         "contact_points": points,
@@ -241,6 +308,7 @@ def hub_options(
         "consistency": consistency,
         "concurrency": str(concurrency),
         "batch_rows": str(batch_rows),
+        "allow_alter": "true" if allow_alter else "false",
     }
     check_hub(parse_options(options))
     return options
@@ -447,15 +515,18 @@ class HubDataSource(DataSource):
     def _prepared(self, schema: StructType) -> HubConfig:
         config = parse_options(self.options)
         check_change_schema(config.table, schema)
-        check_hub(config)
         return config
 
     def writer(self, schema: StructType, overwrite: bool) -> _HubBatchWriter:
         if overwrite:
             raise PipelineConfigError(f"{HUB_FORMAT} applies changes: use mode('append')")
-        return _HubBatchWriter(self._prepared(schema))
+        config = self._prepared(schema)
+        check_hub(config)
+        return _HubBatchWriter(config)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> _HubStreamWriter:
+        """Spark asks for a stream writer at every micro-batch: the target was checked on the
+        driver (:func:`hub_options`); a hub changed since fails the batch's statements."""
         if overwrite:
             raise PipelineConfigError(f"{HUB_FORMAT} applies changes: use outputMode('append')")
         return _HubStreamWriter(self._prepared(schema))

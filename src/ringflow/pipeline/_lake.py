@@ -8,10 +8,22 @@ table; the DataFrame must have its :func:`~ringflow.pipeline.change_schema`) and
 
 Layout under ``<path>/table=<keyspace>.<name>/``::
 
-    _schema.json                          the base table (checked on every write)
+    _schema.json                          the base table, schema version 1
+    _schema.<n>.json                      schema version n (2, 3, ...): the table after an ALTER
     _staging/<stage>/<date>-p<partition>-a<attempt>-<n>-<random>.parquet   task output
     date=<YYYY-MM-DD>/<stage id>-<file>.parquet                             committed files
-    _commits/<namespace>/<batch>.json     the commit marker: the files of one batch
+    _commits/<namespace>/<batch>.json     the commit marker: the files of one batch and their
+                                          schema version
+
+Schema versions (issue 15): a writer takes the table it is given (its DataFrame has that
+table's change schema); the commit of its first batch records the table as a new version when
+no version has its columns (a file written once, never changed). Every Parquet file holds the
+change schema of its version. Readers read the **union** of the versions
+(:func:`~ringflow.pipeline._evolution.union_table`: the newest columns, then those older
+versions had, e.g. a column since dropped at the source, kept with its values): each file is
+read with its own schema and widened to the union's (columns it lacks are null). A version
+whose column clashes with one the lake holds (same name, another type or kind, or another
+primary key) is refused with :class:`~ringflow.pipeline.SchemaConflict` before any batch.
 
 ``date`` is the UTC date of each change's write timestamp. A streaming batch's stage is
 ``<query id>/<batch id>`` and its namespace ``stream-<query id>`` (Spark's query id is kept in
@@ -78,12 +90,14 @@ from ringflow.pipeline._changes import (
     table_to_json,
 )
 from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._evolution import same_columns, union_table
 from ringflow.schema import Table
 
 LAKE_FORMAT = "ringflow-lake"
 DEFAULT_ROWS_PER_FILE = 100_000
 _MAX_OPEN_FILES = 16
 _SCHEMA_FILE = "_schema.json"
+_VERSION_FILE = re.compile(r"^_schema\.([1-9][0-9]*)\.json$")
 _STAGING = "_staging"
 _COMMITS = "_commits"
 _WRITE_OPTIONS = frozenset({"path", "schema", "rows_per_file"})
@@ -125,7 +139,8 @@ def lake_tables(root: str | os.PathLike[str]) -> list[str]:
 
 
 def lake_table(root: str | os.PathLike[str], name: str | None) -> Table:
-    """The stored base table ``name`` (or the only one); PipelineConfigError otherwise."""
+    """The stored base table ``name`` (or the only one): the union of its schema versions
+    (module docstring); PipelineConfigError otherwise."""
     tables = lake_tables(root)
     if name is None:
         if len(tables) != 1:
@@ -135,7 +150,25 @@ def lake_table(root: str | os.PathLike[str], name: str | None) -> Table:
         name = tables[0]
     if name not in tables:
         raise PipelineConfigError(f"{LAKE_FORMAT} at {root}: no table {name!r} (has {tables})")
-    return table_from_json((table_dir(root, name) / _SCHEMA_FILE).read_text("utf-8"))
+    versions = schema_versions(table_dir(root, name))
+    union = versions[min(versions)]
+    for number in sorted(versions)[1:]:
+        union = union_table(union, versions[number], f"{LAKE_FORMAT} at {root}")
+    return union
+
+
+def schema_versions(directory: Path) -> dict[int, Table]:
+    """The schema versions recorded in a table's directory, by number (none: empty)."""
+    found: dict[int, Table] = {}
+    first = directory / _SCHEMA_FILE
+    if first.is_file():
+        found[1] = table_from_json(first.read_text("utf-8"))
+    if directory.is_dir():
+        for entry in directory.iterdir():
+            match = _VERSION_FILE.match(entry.name)
+            if match and int(match.group(1)) > 1:
+                found[int(match.group(1))] = table_from_json(entry.read_text("utf-8"))
+    return found
 
 
 def _write_config(options: Mapping[str, str], schema: StructType | None) -> _LakeConfig:
@@ -149,19 +182,9 @@ def _write_config(options: Mapping[str, str], schema: StructType | None) -> _Lak
     if schema is not None:
         check_change_schema(table, schema)
     root = str(options["path"])
-    stored = table_dir(root, table) / _SCHEMA_FILE
-    if stored.is_file() and _columns_of(stored.read_text("utf-8")) != _columns_of(
-        table_to_json(table)
-    ):
-        raise PipelineConfigError(
-            f"{LAKE_FORMAT} at {root}: table {table.keyspace}.{table.name} is stored with "
-            "different columns; schema changes are not supported by the lake"
-        )
+    if (table_dir(root, table) / _SCHEMA_FILE).is_file():  # SchemaConflict if it cannot follow
+        union_table(lake_table(root, f"{table.keyspace}.{table.name}"), table, f"the lake {root}")
     return _LakeConfig(root, table_to_json(table), int(rows_text))
-
-
-def _columns_of(table_json: str) -> object:
-    return json.loads(table_json)["columns"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +367,7 @@ def commit_staged(
         _clear_stages(directory, messages)
         return False
     directory.mkdir(parents=True, exist_ok=True)
-    _ensure_schema(directory, config.table_json)
+    version = _ensure_schema(directory, config.table)
     touched: set[Path] = set()
     for staged in files:
         final = directory / staged.final
@@ -357,17 +380,42 @@ def commit_staged(
         "namespace": namespace,
         "batch": marker_name,
         "committed_at": datetime.datetime.now(datetime.UTC).isoformat(),
-        "files": [{"path": f.final, "rows": f.rows} for f in files],
+        "files": [{"path": f.final, "rows": f.rows, "schema": version} for f in files],
     }
     _write_marker(marker, committed)
     _clear_stages(directory, messages)
     return True
 
 
-def _ensure_schema(directory: Path, table_json: str) -> None:
-    path = directory / _SCHEMA_FILE
-    if not path.exists():
-        _write_marker(path, json.loads(table_json))
+def _ensure_schema(directory: Path, table: Table) -> int:
+    """The number of the schema version with ``table``'s columns, recorded first if there is
+    none (a new file; a version another writer records at the same time takes the next)."""
+    while True:
+        versions = schema_versions(directory)
+        for number, stored in sorted(versions.items()):
+            if same_columns(stored, table):
+                return number
+        number = max(versions, default=0) + 1
+        name = _SCHEMA_FILE if number == 1 else f"_schema.{number}.json"
+        if _write_new(directory / name, json.loads(table_to_json(table))):
+            return number
+
+
+def _write_new(path: Path, content: Mapping[str, object]) -> bool:
+    """Write ``path`` durably unless it exists (False then): temp file, fsync, hard link."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(content, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return False
+    finally:
+        temporary.unlink()
+    _fsync_dir(path.parent)
+    return True
 
 
 def _discard(files: Sequence[StagedFile]) -> None:
@@ -446,7 +494,19 @@ def committed_files(root: str | os.PathLike[str], table: Table | str) -> list[Pa
 
 
 def _read_file(path: Path, schema: Any) -> Any:
-    return pq.read_table(str(path), schema=schema)
+    """A committed file (written with the change schema of its version) as ``schema``, the
+    union's: each field taken from the file (cast if its type differs), or null when the
+    file's version has no such column."""
+    data = pq.read_table(str(path))
+    columns = []
+    for field in schema:
+        index = data.schema.get_field_index(field.name)
+        if index < 0:
+            columns.append(pa.nulls(data.num_rows, field.type))
+            continue
+        column = data.column(index)
+        columns.append(column if column.type == field.type else column.cast(field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def read_lake_changes(root: str | os.PathLike[str], table: str | None = None) -> list[Change]:

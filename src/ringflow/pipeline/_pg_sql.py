@@ -41,6 +41,11 @@ Objects of a target ``T`` (``T`` is the ``table`` option, possibly ``schema.name
   start bound paired with the end bound at ``seq + 1``; it covers ``edge_start <= _ck <
   edge_end``. Bounds are stored as they come, so the halves may arrive in any order or batch.
 - ``T__batches``: the micro-batches committed (query id, batch id, rows), for operators.
+- ``T__schema``: the base table the target holds, one row per version (the JSON of
+  :func:`~ringflow.pipeline.table_to_json`): the union of the source versions it took, so a
+  column dropped at the source stays, with its values (issue 15). The union's new columns are
+  added with ``ALTER TABLE ... ADD COLUMN`` (new tables for a first static or a new collection
+  column) by :func:`evolution_statements`.
 - View ``T_live``: ``SELECT *`` semantics, live rows only: a value shows when it is not a
   tombstone, newer than the row, range and partition deletions covering it and not expired; a
   row shows when its marker or any value is live; a partition with only a live static row shows
@@ -421,20 +426,48 @@ class Target:
             ("committed_at", "timestamptz NOT NULL DEFAULT now()"),
         ]
         tables.append(("__batches", batches, ["query_id", "batch_id"]))
+        versions = [("version", "integer NOT NULL"), ("table_json", "text NOT NULL")]
+        versions.append(("recorded_at", "timestamptz NOT NULL DEFAULT now()"))
+        tables.append((SCHEMA_SUFFIX, versions, ["version"]))
         return tables
+
+    def create_sql(self, suffix: str) -> str:
+        """``CREATE TABLE IF NOT EXISTS`` of the target's table ``suffix`` (one line)."""
+        _, columns, key = next(t for t in self.tables() if t[0] == suffix)
+        parts = [f"{quote(n)} {d}" for n, d in columns]
+        parts.append(f"PRIMARY KEY ({', '.join(map(quote, key))})")
+        return f"CREATE TABLE IF NOT EXISTS {self.name(suffix)} ({', '.join(parts)})"
 
     def ddl(self) -> list[str]:
         """``CREATE TABLE IF NOT EXISTS`` of every table of the target (not the view)."""
-        statements = []
-        for suffix, columns, key in self.tables():
-            body = ",\n  ".join(
-                [
-                    *(f"{quote(n)} {d}" for n, d in columns),
-                    f"PRIMARY KEY ({', '.join(map(quote, key))})",
-                ]
-            )
-            statements.append(f"CREATE TABLE IF NOT EXISTS {self.name(suffix)} (\n  {body}\n)")
-        return statements
+        return [self.create_sql(suffix) for suffix, _, _ in self.tables()]
+
+
+SCHEMA_SUFFIX = "__schema"
+OWNED_SUFFIXES = frozenset({"__partition_deletes", "__range_bounds", "__batches", SCHEMA_SUFFIX})
+"""Tables whose columns never depend on the base table's value columns: made when absent."""
+
+
+def evolution_statements(
+    target: Target, present: dict[str, set[str]]
+) -> tuple[list[str], list[str]]:
+    """(statements that change the data tables: ``ALTER TABLE ... ADD COLUMN`` of the columns
+    ``present`` (suffix -> column names of each existing table) lacks, ``CREATE TABLE`` of the
+    data tables that do not exist; the ``CREATE TABLE IF NOT EXISTS`` of the absent tables
+    ringflow owns, ``OWNED_SUFFIXES``)."""
+    altering: list[str] = []
+    owned: list[str] = []
+    for suffix, columns, _ in target.tables():
+        found = present.get(suffix)
+        if found is None:
+            (owned if suffix in OWNED_SUFFIXES else altering).append(target.create_sql(suffix))
+            continue
+        for name, definition in columns:
+            if name not in found:
+                altering.append(
+                    f"ALTER TABLE {target.name(suffix)} ADD COLUMN {quote(name)} {definition}"
+                )
+    return altering, owned
 
 
 _CELL_META = (("_wt_", "bigint"), ("_wx_", "bytea"), ("_exp_", "bigint"))

@@ -3,8 +3,17 @@
 ``df.writeStream.format("ringflow-postgres")`` (or ``df.write``) with options ``url``
 (``postgresql://user@host:port/db``), ``table`` (the target, ``name`` or ``schema.name``),
 ``schema`` (:func:`~ringflow.pipeline.table_to_json` of the base table) and optionally
-``rows_per_transaction`` (default 5,000). The target's tables and its ``<table>_live`` view
-are created when absent (layout and type mapping: :mod:`ringflow.pipeline._pg_sql`).
+``rows_per_transaction`` (default 5,000) and ``allow_alter`` (``true``/``false``, default false).
+The target's tables and its ``<table>_live`` view are created when absent (layout and type
+mapping: :mod:`ringflow.pipeline._pg_sql`).
+
+Schema changes (issue 15): the target holds the union of the source versions it took
+(``T__schema``): a column dropped at the source is kept with its values; a new one is added to
+the data tables (``ALTER TABLE ... ADD COLUMN``, a new table for a first static or a new
+collection column) when ``allow_alter`` is true, else :class:`~ringflow.pipeline.DestinationBehind`
+lists those exact statements for the operator to run; once the tables have the columns,
+ringflow records the version and re-creates the ``_live`` view (both its own). A column whose
+type changed is a :class:`~ringflow.pipeline.SchemaConflict`.
 
 Every change becomes statements whose effect only depends on the set of changes applied, never
 on their order or repetition (the rules of :mod:`ringflow.pipeline._materialize`): a column
@@ -57,7 +66,8 @@ from ringflow.pipeline._changes import (
     table_to_json,
     validate_change,
 )
-from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError
+from ringflow.pipeline._evolution import same_columns, union_table
 from ringflow.pipeline._lake import task_context
 from ringflow.pipeline._materialize import (
     Key,
@@ -69,11 +79,13 @@ from ringflow.pipeline._materialize import (
 )
 from ringflow.pipeline._materialize import elements as collection_elements
 from ringflow.pipeline._pg_sql import (
+    SCHEMA_SUFFIX,
     Statement,
     Target,
     batch_statement,
     cells_statement,
     element_to_pg,
+    evolution_statements,
     from_pg_value,
     partition_delete_statement,
     range_bound_statement,
@@ -97,7 +109,7 @@ POSTGRES_FORMAT = "ringflow-postgres"
 DEFAULT_ROWS_PER_TRANSACTION = 5000
 CONNECT_TIMEOUT_S = 5
 _RETRIES_MAX = 5
-_OPTIONS = frozenset({"url", "table", "schema", "rows_per_transaction"})
+_OPTIONS = frozenset({"url", "table", "schema", "rows_per_transaction", "allow_alter"})
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -115,6 +127,7 @@ class PostgresConfig:
     target: str
     table_json: str
     rows_per_transaction: int
+    allow_alter: bool = False
 
     @property
     def table(self) -> Table:
@@ -145,7 +158,12 @@ def parse_options(options: Mapping[str, str]) -> PostgresConfig:
         raise PipelineConfigError(f"rows_per_transaction must be a positive integer, got {rows!r}")
     table = table_from_json(str(options["schema"]))
     Target(str(options["table"]), table)  # checks the names
-    return PostgresConfig(url, str(options["table"]), table_to_json(table), int(rows))
+    allow = str(options.get("allow_alter", "false")).strip().lower()
+    if allow not in ("true", "false"):
+        raise PipelineConfigError(f"allow_alter must be true or false, got {allow!r}")
+    return PostgresConfig(
+        url, str(options["table"]), table_to_json(table), int(rows), allow == "true"
+    )
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -160,53 +178,79 @@ def connect(url: str) -> psycopg.Connection[Any]:
 
 
 def prepare_target(config: PostgresConfig) -> None:
-    """Create the target's tables and view when absent; check their columns when present."""
-    target = Target(config.target, config.table)
-    with connect(config.url) as connection:
-        missing = _missing_columns(connection, target)
-        if missing is None:
-            return
-        if missing:
-            raise PipelineConfigError(
-                f"target {config.target} at {redact(config.url)} exists with other columns: "
-                f"missing {missing[:8]}"
+    """Create the target when absent; make it hold ``config.table`` (module docstring: added
+    columns, or DestinationBehind with the statements; the version and the view)."""
+    table = config.table
+    where = f"target {config.target} at {redact(config.url)}"
+    with connect(config.url) as connection, connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (config.target,))
+        present = _present_columns(connection, Target(config.target, table))
+        stored = _stored_table(connection, Target(config.target, table), present)
+        union = table if stored is None else union_table(stored, table, where)
+        target = Target(config.target, union)
+        altering, owned = evolution_statements(target, _present_columns(connection, target))
+        fresh = not any(suffix in present for suffix in ("", "__static"))
+        if altering and not fresh and not config.allow_alter:
+            raise DestinationBehind(
+                f"{where} lacks what the source table {table.keyspace}.{table.name} now has "
+                "and altering it is not allowed (allow_alter / --alter-destinations)",
+                tuple(altering),
             )
-        with connection.transaction():
-            connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (config.target,))
-            for statement in target.ddl():
-                connection.execute(statement)
-            connection.execute(view_sql(target))
+        for statement in owned + altering:
+            connection.execute(statement)
+        view = connection.execute("SELECT to_regclass(%s)", (target.name("_live"),)).fetchone()
+        if stored is not None and same_columns(stored, union) and view and view[0] and not altering:
+            return
+        connection.execute(f"DROP VIEW IF EXISTS {target.name('_live')}")
+        connection.execute(view_sql(target))
+        if stored is None or not same_columns(stored, union):
+            connection.execute(
+                f"INSERT INTO {target.name(SCHEMA_SUFFIX)} (version, table_json) SELECT "
+                f"coalesce(max(version), 0) + 1, %s FROM {target.name(SCHEMA_SUFFIX)}",
+                (table_to_json(union),),
+            )
 
 
-def _missing_columns(connection: psycopg.Connection[Any], target: Target) -> list[str] | None:
-    """None if every table and the view exist with their columns; else the missing columns
-    of the tables that exist (empty: some object is absent and may be created)."""
-    missing: list[str] = []
-    absent = False
-    for suffix, columns, _ in target.tables():
-        name = target.name(suffix)
+def _present_columns(connection: psycopg.Connection[Any], target: Target) -> dict[str, set[str]]:
+    """The column names of each of the target's tables that exists, by suffix."""
+    present: dict[str, set[str]] = {}
+    for suffix, _, _ in target.tables():
         found = connection.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
             "AND NOT attisdropped",
-            (name,),
+            (target.name(suffix),),
         ).fetchall()
-        if not found:
-            absent = True
-            continue
-        present = {row[0] for row in found}
-        missing += [f"{target.base_name}{suffix}.{n}" for n, _ in columns if n not in present]
-    view = connection.execute("SELECT to_regclass(%s)", (target.name("_live"),)).fetchone()
-    if missing:
-        return missing
-    return [] if absent or view is None or view[0] is None else None
+        if found:
+            present[suffix] = {row[0] for row in found}
+    return present
+
+
+def _stored_table(
+    connection: psycopg.Connection[Any], target: Target, present: dict[str, set[str]]
+) -> Table | None:
+    """The table the target holds (its newest ``T__schema`` row); None for a new target or
+    one made before versions were recorded (it is taken to hold the given table)."""
+    if SCHEMA_SUFFIX not in present:
+        return None
+    row = connection.execute(
+        f"SELECT table_json FROM {target.name(SCHEMA_SUFFIX)} ORDER BY version DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else table_from_json(str(row[0]))
 
 
 def postgres_options(
-    url: str, target: str, table: Table, rows_per_transaction: int | None = None
+    url: str,
+    target: str,
+    table: Table,
+    rows_per_transaction: int | None = None,
+    *,
+    allow_alter: bool = False,
 ) -> dict[str, str]:
     """Validated sink options for ``df.writeStream.options(**...)``, checked on the driver
-    (connects, creates the target when absent) so that mistakes fail before any job."""
+    (connects, creates the target when absent, makes it hold ``table``: module docstring) so
+    that mistakes fail before any job."""
     options = {"url": url, "table": target, "schema": table_to_json(table)}
+    options["allow_alter"] = "true" if allow_alter else "false"
     if rows_per_transaction is not None:
         options["rows_per_transaction"] = str(rows_per_transaction)
     prepare_target(parse_options(options))

@@ -6,18 +6,23 @@ checkpoint ``<checkpoint>/<channel>``, so channels progress, fail and restart in
 each is exactly-once in effect on its own (the sinks are idempotent per batch, the source is
 replayable from the checkpointed offsets).
 
-Destinations (``--to``):
+Destinations (``--to`` URLs) and the plan: :mod:`._destinations`. Everything is checked on the
+driver before Spark starts: the source is reached and the table must have CDC enabled, every
+destination is validated (``hub_options`` connects and looks the target up, ``postgres_options``
+connects and creates the target, the lake directory must be creatable and writable); the first
+problem raises :class:`PipelineConfigError` naming it.
 
-- ``ringflow://host[,host...][:port][/keyspace.table][?consistency=ONE]``: a hub cluster through
-  ``ringflow-hub`` (default target: the source's keyspace and table name).
-- ``parquet:DIR`` (or ``parquet://DIR``): the Parquet change lake ``ringflow-lake`` at ``DIR``.
-- ``postgresql://user@host:port/db`` (or ``postgres://``): ``ringflow-postgres``, target table
-  ``<keyspace>_<table>`` (with its ``_live`` view).
-
-Everything is checked on the driver before Spark starts: the source is reached and the table
-must have CDC enabled, every destination is validated (``hub_options`` connects and looks the
-target up, ``postgres_options`` connects and creates the target, the lake directory must be
-creatable and writable); the first problem raises :class:`PipelineConfigError` naming it.
+Schema changes (issue 15) are followed channel by channel (:mod:`._replicate_channels`): each query
+reads the table it was started with (the source's ``schema`` option); when a task finds the log
+with other columns it fails with :class:`~ringflow.pipeline.SourceSchemaChanged`, and the
+channel reloads the source table, brings its destination to it (the hub and PostgreSQL add the
+new columns when altering is allowed, ``alter_destinations``; the lake records a new schema
+version; dropped columns stay at the destinations) and restarts its query from its checkpoint,
+which reads the same offsets again with the new schema: nothing is lost and it costs no retry.
+A destination that cannot follow (altering not allowed, a clashing type) stops that channel
+alone, with a message saying what to run; it is checked again with a bounded back-off and
+resumes from its checkpoint once the operator has altered it. Such a destination at start-up
+waits the same way instead of failing the job.
 
 Modes: ``once`` replicates everything the source can give at the start (up to the target time
 now - confidence window) with ``trigger(availableNow=True)``. Spark fixes the end offset of such
@@ -42,24 +47,38 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from ringflow.errors import RingflowError
 from ringflow.pipeline._cdc_source import CDC_FORMAT
-from ringflow.pipeline._errors import PipelineConfigError
-from ringflow.pipeline._hub import HUB_FORMAT, hub_options
-from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
-from ringflow.pipeline._postgres import POSTGRES_FORMAT, postgres_options, redact
+from ringflow.pipeline._changes import table_to_json
+from ringflow.pipeline._destinations import (
+    DEFAULT_PORT,
+    Destination,
+    ReplicationPlan,
+    cdc_options,
+    channel_name,
+    destination,
+    parse_hosts,
+    parse_table_name,
+    plan_replication,
+    source_table,
+)
+from ringflow.pipeline._errors import SourceSchemaChanged
+from ringflow.pipeline._evolution import same_columns
+from ringflow.pipeline._replicate_channels import (
+    RECHECK_MAX_S,
+    ChannelRun,
+    SourceTables,
+    follow_source,
+)
 from ringflow.pipeline._spark_session import register_data_sources
-from ringflow.schema import Table
 
-DEFAULT_PORT = 9042
 DEFAULT_TRIGGER = "1 second"
 MAX_RUNS = 100
 MAX_RETRIES = 3  # failed runs of one channel restarted from its checkpoint before giving up
@@ -70,161 +89,6 @@ STOP_TIMEOUT_S = 60.0
 
 class ReplicationFailed(RingflowError):
     """A channel's streaming query failed while running (its error is in the message)."""
-
-
-# --- what to replicate ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Destination:
-    """One validated destination: its channel name, sink format and sink options."""
-
-    channel: str
-    kind: str  # "hub", "lake" or "postgres"
-    display: str
-    sink_format: str
-    options: Mapping[str, str]
-    target: str  # hub keyspace.table, lake directory or PostgreSQL table
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicationPlan:
-    """The source options, its table and the validated destinations."""
-
-    source_options: Mapping[str, str]
-    table: Table
-    destinations: tuple[Destination, ...]
-    checkpoint: Path
-
-
-def parse_hosts(text: str, what: str) -> tuple[tuple[str, ...], int]:
-    """``host[,host...][:port]`` as (hosts, port); PipelineConfigError when malformed."""
-    text = text.strip()
-    port = DEFAULT_PORT
-    head, sep, tail = text.rpartition(":")
-    if sep and tail.isdigit() and "]" not in tail:
-        text, port = head, int(tail)
-    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
-    if not hosts or not 0 < port < 65536 or any(":" in h or "/" in h for h in hosts):
-        raise PipelineConfigError(f"{what} {text!r} is not host[,host...][:port]")
-    return hosts, port
-
-
-def parse_table_name(text: str) -> tuple[str, str]:
-    keyspace, sep, name = text.strip().partition(".")
-    if not sep or not keyspace or not name or "." in name:
-        raise PipelineConfigError(f"table {text!r} is not keyspace.table")
-    return keyspace, name
-
-
-def cdc_options(
-    source: str, table: str, *, consistency: str = "QUORUM", **extra: int | None
-) -> dict[str, str]:
-    """The ``ringflow-cdc`` options for ``table`` at ``source`` (extra: window options)."""
-    hosts, port = parse_hosts(source, "source")
-    keyspace, name = parse_table_name(table)
-    options = {
-        "contact_points": ",".join(hosts),
-        "port": str(port),
-        "keyspace": keyspace,
-        "table": name,
-        "consistency": consistency,
-    }
-    options.update({k: str(v) for k, v in extra.items() if v is not None})
-    return options
-
-
-def source_table(options: Mapping[str, str]) -> Table:
-    """Reach the source and load the table; PipelineConfigError unless it has CDC enabled."""
-    from ringflow.pipeline._cluster_client import cluster_options, load_table, open_session
-
-    settings = cluster_options(options)
-    with open_session(settings) as (cluster, _):
-        table = load_table(cluster, settings.keyspace, settings.table)
-    if not table.options.cdc.enabled:
-        raise PipelineConfigError(f"table {settings.table_name} does not have CDC enabled")
-    return table
-
-
-def _hub_destination(url: str, table: Table) -> tuple[str, Mapping[str, str], str]:
-    parts = urlsplit(url)
-    hosts, port = parse_hosts(parts.netloc, "hub address")
-    target = parts.path.strip("/") or f"{table.keyspace}.{table.name}"
-    keyspace, name = parse_table_name(target)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = sorted(set(query) - {"consistency"})
-    if unknown:
-        raise PipelineConfigError(f"{url!r}: unknown parameter(s) {unknown}")
-    consistency = query.get("consistency", "QUORUM").upper()
-    options = hub_options(hosts, keyspace, name, table, port=port, consistency=consistency)
-    return HUB_FORMAT, options, f"{keyspace}.{name}"
-
-
-def _lake_destination(url: str, table: Table) -> tuple[str, Mapping[str, str], str]:
-    raw = url.split(":", 1)[1]
-    raw = raw[2:] if raw.startswith("//") else raw
-    if not raw:
-        raise PipelineConfigError(f"{url!r}: the lake directory is missing (parquet:DIR)")
-    path = Path(raw).expanduser().absolute()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PipelineConfigError(f"lake directory {path} cannot be created: {error}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise PipelineConfigError(f"lake directory {path} is not writable")
-    return LAKE_FORMAT, lake_options(path, table), str(path)
-
-
-def _postgres_destination(url: str, table: Table) -> tuple[str, Mapping[str, str], str]:
-    target = f"{table.keyspace}_{table.name}"
-    return POSTGRES_FORMAT, postgres_options(url, target, table), target
-
-
-_KINDS: Mapping[str, tuple[str, Callable[[str, Table], tuple[str, Mapping[str, str], str]]]] = {
-    "ringflow": ("hub", _hub_destination),
-    "parquet": ("lake", _lake_destination),
-    "postgresql": ("postgres", _postgres_destination),
-    "postgres": ("postgres", _postgres_destination),
-}
-
-
-def destination(url: str, table: Table, taken: Sequence[str] = ()) -> Destination:
-    """One ``--to`` URL checked against its sink (module docstring); the channel name is the
-    kind, with ``-2``, ``-3``... when ``taken`` already has it."""
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme not in _KINDS:
-        raise PipelineConfigError(
-            f"destination {redact(url)!r}: expected ringflow://host[:port], parquet:DIR "
-            "or postgresql://user@host:port/db"
-        )
-    kind, build = _KINDS[scheme]
-    try:
-        sink_format, options, target = build(url, table)
-    except PipelineConfigError as error:  # drivers' messages may span lines: one line here
-        raise PipelineConfigError(" ".join(str(error).split())) from None
-    channel, n = kind, 1
-    while channel in taken:
-        n += 1
-        channel = f"{kind}-{n}"
-    return Destination(channel, kind, redact(url), sink_format, options, target)
-
-
-def plan_replication(
-    source_options: Mapping[str, str], urls: Sequence[str], checkpoint: str | Path
-) -> ReplicationPlan:
-    """Check the source and every destination (no Spark needed); PipelineConfigError first."""
-    if not urls:
-        raise PipelineConfigError("at least one destination (--to) is required")
-    table = source_table(source_options)
-    destinations: list[Destination] = []
-    for url in urls:
-        destinations.append(destination(url, table, [d.channel for d in destinations]))
-    root = Path(checkpoint).expanduser().absolute()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PipelineConfigError(f"checkpoint directory {root}: {error}") from None
-    return ReplicationPlan(dict(source_options), table, tuple(destinations), root)
 
 
 # --- running it ----------------------------------------------------------------------------------
@@ -249,6 +113,10 @@ class ChannelStats:
     runs: int = 1
     retries: int = 0
     errors: list[str] = field(default_factory=list)
+    schema_changes: list[str] = field(default_factory=list)
+    """Each source schema change the channel followed (``describe_change``)."""
+    waited: list[str] = field(default_factory=list)
+    """Each time it stopped for its destination: the message (statements to run)."""
 
     @property
     def seconds(self) -> float:
@@ -319,8 +187,11 @@ def update_stats(stats: ChannelStats, entries: Sequence[Mapping[str, Any]]) -> N
         stats.lag_samples.append((at_s, stats.lag_ms / 1000.0))
 
 
-def _start_query(spark: Any, plan: ReplicationPlan, dest: Destination, once: bool) -> Any:
-    frame = spark.readStream.format(CDC_FORMAT).options(**plan.source_options).load()
+def _start_query(spark: Any, plan: ReplicationPlan, run: ChannelRun, once: bool) -> Any:
+    """The channel's query: the source read with the table its destination was built for."""
+    dest = run.destination
+    options = {**plan.source_options, "schema": table_to_json(run.table)}
+    frame = spark.readStream.format(CDC_FORMAT).options(**options).load()
     writer = (
         frame.writeStream.format(dest.sink_format)
         .options(**dest.options)
@@ -363,73 +234,173 @@ def _stop_all(queries: Mapping[str, Any]) -> None:
             continue
 
 
-def _query_error(query: Any) -> str | None:
+def _query_error(query: Any) -> tuple[str, str] | None:
+    """(one line to show, the whole text) of the query's error, or None."""
     error = query.exception()
     if error is None:
         return None
     text = str(getattr(error, "desc", None) or error)
     lines = [line for line in text.splitlines() if line.strip()]
     useful = [line for line in lines if "Error" in line or "error" in line]
-    return (useful[-1] if useful else (lines[0] if lines else text)).strip()[:400]
-
-
-Restart = Callable[[str], Any]
+    return (useful[-1] if useful else (lines[0] if lines else text)).strip()[:400], text
 
 
 def wait_for_change(queries: Mapping[str, Any], seconds: float) -> None:
     """Sleep up to ``seconds``, returning as soon as the first running query ends, so that its
     end is seen then, not at the next poll (a short ``--once`` run is not rounded up to the
-    poll period). A query that ends with an error returns too; :func:`_poll` reports it."""
+    poll period). A query that ends with an error returns too; the next poll reports it."""
     running = [query for query in queries.values() if query.isActive]
     if not running:
         time.sleep(seconds)
         return
-    with contextlib.suppress(Exception):  # a failed query raises here: _poll reads its error
+    with contextlib.suppress(Exception):  # a failed query raises here: the poll reads its error
         running[0].awaitTermination(max(seconds, 0.001))
 
 
-def _poll(
-    queries: dict[str, Any],
-    stats: Mapping[str, ChannelStats],
-    target_ms: int | None,
-    restart: Restart | None,
-) -> tuple[bool, str | None]:
-    """One round: fold progress; a ``once`` query that ended short of ``target_ms`` (at a
-    generation boundary) is started again from its checkpoint. (all finished?, first failure)"""
-    finished = True
-    for channel, query in list(queries.items()):
-        channel_stats = stats[channel]
+class _Runner:
+    """The channels of one run: their queries, stats and schema following (module docstring).
+    ``poll`` is one round of the job's loop."""
+
+    def __init__(
+        self,
+        spark: Any,
+        plan: ReplicationPlan,
+        once: bool,
+        console: Console,
+        recheck_max_s: float = RECHECK_MAX_S,
+    ) -> None:
+        self.spark, self.plan, self.once, self.console = spark, plan, once, console
+        self.runs = {
+            d.channel: ChannelRun(d, plan.table, recheck_max_s=recheck_max_s)
+            for d in plan.destinations
+        }
+        self.tables = SourceTables(plan.source_options)
+        self.stats = {d.channel: ChannelStats(d.channel, d.display) for d in plan.destinations}
+
+    @property
+    def queries(self) -> dict[str, Any]:
+        return {c: run.query for c, run in self.runs.items() if run.query is not None}
+
+    def start(self) -> None:
+        for run in self.runs.values():
+            if run.waiting is None:
+                run.query = _start_query(self.spark, self.plan, run, self.once)
+            else:
+                self._wait(run)
+
+    def _restart(self, run: ChannelRun) -> None:
+        run.query = _start_query(self.spark, self.plan, run, self.once)
+        self.stats[run.channel].status = "running"
+
+    def _say(self, run: ChannelRun, text: str, style: str = "yellow") -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self.console.print(f"{stamp} [{style}]{run.channel}[/]: {escape(text)}", soft_wrap=True)
+
+    def _wait(self, run: ChannelRun) -> None:
+        """The channel stops for its destination (or source): say why, once per message."""
+        assert run.waiting is not None
+        stats = self.stats[run.channel]
+        if not stats.waited or stats.waited[-1] != run.waiting:
+            stats.waited.append(run.waiting)
+            self._say(run, f"stopped, the other channels go on: {run.waiting}", "red")
+        stats.status = "waiting: " + run.waiting.splitlines()[0][:200]
+        run.query = None
+        run.wait(time.monotonic())
+
+    def _follow(self, run: ChannelRun) -> None:
+        """Its query met a source schema change: rebuild the destination, restart or wait; the
+        other running channels that read another table follow now too (each would fail on
+        the change at its next batch; stopped mid-batch, a query replays that batch)."""
+        self._follow_one(run)
+        for other in self.runs.values():
+            query = other.query
+            if other is run or query is None or same_columns(other.table, run.table):
+                continue
+            if not query.isActive:  # ended: its own poll sees how (done, or this change)
+                continue
+            with contextlib.suppress(Exception):  # it may end (fail) meanwhile
+                query.stop()
+            self._follow_one(other)
+
+    def _follow_one(self, run: ChannelRun) -> None:
+        change = follow_source(run, self.tables)
+        stats = self.stats[run.channel]
+        stats.schema_changes.append(change or "columns changed again")
+        if run.waiting is not None:
+            self._wait(run)
+            return
+        what = change or "its log's columns differ from those the query read"
+        self._say(run, f"source schema changed ({what}): restarted with it from its checkpoint")
+        self._restart(run)
+
+    def _recheck(self, run: ChannelRun) -> None:
+        change = follow_source(run, self.tables)
+        if change is not None:
+            self.stats[run.channel].schema_changes.append(change)
+        if run.waiting is not None:
+            self._wait(run)
+            return
+        self._say(run, "its destination takes the source table now: resumed from its checkpoint")
+        self._restart(run)
+
+    def poll(self, target_ms: int | None, final: bool = False) -> tuple[bool, str | None]:
+        """One round: fold progress, follow schema changes, restart what ended short of
+        ``target_ms`` (a ``once`` query at a generation boundary) or failed (up to
+        ``MAX_RETRIES``), look again at waiting channels. (all finished?, first failure)"""
+        finished = True
+        self.tables.new_round()
+        for run in list(self.runs.values()):
+            if run.query is None:
+                if not final and run.due(time.monotonic()):
+                    self._recheck(run)
+                finished = finished and (self.once or final) and run.query is None
+                continue
+            done, failure = self._poll_query(run, target_ms, final)
+            if failure is not None:
+                return True, failure
+            finished = finished and done
+        return finished, None
+
+    def _poll_query(
+        self, run: ChannelRun, target_ms: int | None, final: bool
+    ) -> tuple[bool, str | None]:
+        """(the channel is finished?, its failure) after one look at its query."""
+        stats, query = self.stats[run.channel], run.query
+        assert query is not None  # only channels with a query are polled here
         active = query.isActive  # before reading progress: a final batch is never missed
-        update_stats(channel_stats, _progress_entries(query))
+        update_stats(stats, _progress_entries(query))
         error = _query_error(query)
-        if error is not None and restart is not None and channel_stats.retries < MAX_RETRIES:
+        if error is not None and not final and SourceSchemaChanged.marker in error[1]:
+            self._follow(run)
+            return False, None
+        if error is not None and not final and stats.retries < MAX_RETRIES:
             # transient failures happen on a loaded machine (e.g. Spark's 10 s limit for a
             # Python worker to connect back): the checkpoint makes a restart exactly-once
-            channel_stats.retries += 1
-            channel_stats.errors.append(error)
-            queries[channel] = restart(channel)
-            finished = False
-            continue
+            stats.retries += 1
+            stats.errors.append(error[0])
+            self._restart(run)
+            return False, None
         if error is not None:
-            channel_stats.status = f"failed: {error}"
-            channel_stats.finished = channel_stats.finished or time.monotonic()
-            return True, f"channel {channel}: {error}"
+            stats.status = f"failed: {error[0]}"
+            stats.finished = stats.finished or time.monotonic()
+            return True, f"channel {run.channel}: {error[0]}"
         if active:
-            finished = False
-            continue
-        if channel_stats.finished is not None:
-            continue
-        reached = target_ms is not None and (channel_stats.watermark_ms or -1) >= target_ms
-        if target_ms is not None and not reached and restart is not None:
-            if channel_stats.runs >= MAX_RUNS:
-                return True, f"channel {channel}: still short of the target after {MAX_RUNS} runs"
-            queries[channel] = restart(channel)
-            channel_stats.runs += 1
-            finished = False
-            continue
-        channel_stats.finished = time.monotonic()
-        channel_stats.status = "done" if reached else "stopped"
-    return finished, None
+            return False, None
+        if stats.finished is not None:
+            return True, None
+        reached = target_ms is not None and (stats.watermark_ms or -1) >= target_ms
+        if target_ms is not None and not reached and not final:
+            if stats.runs >= MAX_RUNS:
+                return (
+                    True,
+                    f"channel {run.channel}: still short of the target after {MAX_RUNS} runs",
+                )
+            self._restart(run)
+            stats.runs += 1
+            return False, None
+        stats.finished = time.monotonic()
+        stats.status = "done" if reached else "stopped"
+        return True, None
 
 
 def _progress_bar(console: Console) -> Progress:
@@ -451,52 +422,48 @@ def run_replication(
     once: bool = True,
     console: Console | None = None,
     timeout_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
+    recheck_max_s: float = RECHECK_MAX_S,
 ) -> ReplicationSummary:
-    """Start one query per destination, show progress until they end (``once``), Ctrl-C or
-    ``timeout_s``; ReplicationFailed (after stopping them all) if one fails."""
+    """Start one query per destination, show progress until they end (``once``), Ctrl-C,
+    ``timeout_s`` or ``stop()`` is true; ReplicationFailed (after stopping them all) if one
+    fails beyond its retries. A channel waiting for its destination does not keep a ``once``
+    run going; its status says why it waits, and it is looked at again at most
+    ``recheck_max_s`` apart."""
     console = console or Console()
     register_data_sources(spark)  # the session may be the caller's own
     started = time.monotonic()
     deadline = started + (timeout_s or (ONCE_TIMEOUT_S if once else float("inf")))
     confidence = int(plan.source_options.get("confidence_window_ms", 30_000))
     target_ms = time.time_ns() // 1_000_000 - confidence if once else None
-    stats = {d.channel: ChannelStats(d.channel, d.display) for d in plan.destinations}
-    queries: dict[str, Any] = {}
+    runner = _Runner(spark, plan, once, console, recheck_max_s)
     failure: str | None = None
     interrupted = False
-    by_channel = {dest.channel: dest for dest in plan.destinations}
-
-    def restart(channel: str) -> Any:
-        return _start_query(spark, plan, by_channel[channel], once)
-
     try:
-        for dest in plan.destinations:
-            queries[dest.channel] = _start_query(spark, plan, dest, once)
+        runner.start()
         with _progress_bar(console) as bar:
             tasks = {
                 c: bar.add_task(c, total=100 if once else None, **_describe(s))
-                for c, s in stats.items()
+                for c, s in runner.stats.items()
             }
             done = False
-            while not done and time.monotonic() < deadline:
-                done, failure = _poll(queries, stats, target_ms, restart)
+            while not done and time.monotonic() < deadline and not (stop and stop()):
+                done, failure = runner.poll(target_ms)
                 for channel, task in tasks.items():
-                    fraction = _fraction(stats[channel], target_ms)
-                    finished = stats[channel].finished is not None
-                    bar.update(
-                        task,
-                        completed=100.0 if finished and once else fraction,
-                        **_describe(stats[channel]),
-                    )
+                    stats = runner.stats[channel]
+                    fraction = _fraction(stats, target_ms)
+                    completed = 100.0 if stats.finished is not None and once else fraction
+                    bar.update(task, completed=completed, **_describe(stats))
                 if not done:
-                    wait_for_change(queries, POLL_S)
+                    wait_for_change(runner.queries, POLL_S)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]interrupted: stopping the queries (checkpoints are kept)")
     finally:
-        _stop_all(queries)
-        _poll(queries, stats, target_ms, None)
-        for channel_stats in stats.values():
+        _stop_all(runner.queries)
+        runner.poll(target_ms, final=True)
+        runner.tables.close()
+        for channel_stats in runner.stats.values():
             channel_stats.finished = channel_stats.finished or time.monotonic()
             if once and channel_stats.status in ("running", "stopped"):
                 channel_stats.status = "incomplete"  # Ctrl-C or timeout before the target
@@ -504,7 +471,7 @@ def run_replication(
                 channel_stats.status = "stopped"
     elapsed = time.monotonic() - started
     summary = ReplicationSummary(
-        list(stats.values()), target_ms, elapsed, interrupted, time.time() - elapsed
+        list(runner.stats.values()), target_ms, elapsed, interrupted, time.time() - elapsed
     )
     if failure is not None:
         print_summary(console, summary)
@@ -513,7 +480,7 @@ def run_replication(
 
 
 def print_summary(console: Console, summary: ReplicationSummary) -> None:
-    """The per-channel summary table."""
+    """The per-channel summary table, then the schema changes followed and the retries."""
     table = RichTable(title=f"replication summary ({summary.seconds:.1f}s)")
     for name in ("channel", "destination", "changes", "batches", "changes/s", "lag", "status"):
         justify = "right" if name in ("changes", "batches", "changes/s", "lag") else "left"
@@ -527,9 +494,33 @@ def print_summary(console: Console, summary: ReplicationSummary) -> None:
             described["batches"],
             f"{stats.rate:,.0f}",
             described["lag"],
-            stats.status if stats.runs == 1 else f"{stats.status} ({stats.runs} runs)",
+            escape(stats.status if stats.runs == 1 else f"{stats.status} ({stats.runs} runs)"),
         )
     console.print(table)
     for stats in summary.channels:
+        for change in stats.schema_changes:
+            console.print(f"{stats.channel}: followed a source schema change: {escape(change)}")
         for error in stats.errors:
-            console.print(f"[yellow]{stats.channel}: retried after: {error}")
+            console.print(f"[yellow]{stats.channel}: retried after: {escape(error)}")
+
+
+__all__ = [
+    "DEFAULT_PORT",
+    "ChannelStats",
+    "Destination",
+    "ReplicationFailed",
+    "ReplicationPlan",
+    "ReplicationSummary",
+    "cdc_options",
+    "channel_name",
+    "destination",
+    "parse_hosts",
+    "parse_table_name",
+    "plan_replication",
+    "print_summary",
+    "replication_spark",
+    "run_replication",
+    "source_table",
+    "update_stats",
+    "wait_for_change",
+]

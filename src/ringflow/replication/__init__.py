@@ -5,8 +5,9 @@ and keys (``_model``), row and slice digests (``_digest``), ranks and active ran
 (``_ranks``), who sends which copy of a sealed slice and when a node may drop it (``_planner``),
 channels and their stored rows (``_channels``), the rows of seal watermarks and sent records
 (``_tables``), the global permit broker (``_permits``), a destination's backoff
-(``_backoff``), the triage of a row into its slice (``_triage``) and the vnode range of a CDC
-stream (``_stream_ranges``). The node wires capture into its store; the pipeline transmits
+(``_backoff``), the triage of a row into its slice (``_triage``), the vnode range of a CDC
+stream (``_stream_ranges``) and a node's publication and synch-delete batches
+(``_publication``). The node wires capture into its store; the pipeline transmits
 sealed slices with Spark, running the planner, the broker and the backoff in its driver.
 
 Layering: this package imports only ``ringflow.errors``, ``ring``, ``schema``, ``cdc`` and the
@@ -85,6 +86,15 @@ from ringflow.replication._planner import (
     plan_sends,
     seal_due_ms,
 )
+from ringflow.replication._publication import (
+    DEFAULT_PUBLICATION_ROWS_MAX,
+    SentPartition,
+    collecting_tables,
+    drop_decisions,
+    partitions_of,
+    publication_batches,
+    sent_partitions,
+)
 from ringflow.replication._ranks import (
     RangeRanks,
     RankedRange,
@@ -94,13 +104,18 @@ from ringflow.replication._ranks import (
 )
 from ringflow.replication._stream_ranges import RangeBounds, StreamRanges, description_ranges
 from ringflow.replication._tables import (
+    CAPTURED_ROWS_TABLE,
+    CAPTURED_ROWS_TABLE_CQL,
     DEAD_LETTERS_TABLE,
     DEAD_LETTERS_TABLE_CQL,
+    LOCAL_SLICES_TABLE,
+    LOCAL_SLICES_TABLE_CQL,
     SENT_TABLE,
     SENT_TABLE_CQL,
     SENT_TTL_S,
     SLICES_TABLE,
     SLICES_TABLE_CQL,
+    VIRTUAL_TABLES_CQL,
     WATERMARKS_TABLE,
     WATERMARKS_TABLE_CQL,
     sealed_slice_from_row,
@@ -120,6 +135,8 @@ from ringflow.replication._triage import (
 
 __all__ = [
     "BACKOFF_DELAY_S_MAX",
+    "CAPTURED_ROWS_TABLE",
+    "CAPTURED_ROWS_TABLE_CQL",
     "CHANNELS_TABLE",
     "CHANNELS_TABLE_CQL",
     "CHANNEL_COLUMNS",
@@ -132,9 +149,12 @@ __all__ = [
     "DEFAULT_MAX_PENDING_PER_CHANNEL",
     "DEFAULT_PERMITS",
     "DEFAULT_PRIORITY",
+    "DEFAULT_PUBLICATION_ROWS_MAX",
     "DEFAULT_SLICE_COUNT",
     "DEFAULT_SLICE_WIDTH_S",
     "IN_SEQUENCE_ORIGINS",
+    "LOCAL_SLICES_TABLE",
+    "LOCAL_SLICES_TABLE_CQL",
     "PERMITS_MAX",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -148,6 +168,7 @@ __all__ = [
     "SLICE_COUNT_MAX",
     "SLICE_DIGEST_SIZE",
     "SLICE_WIDTH_S_MAX",
+    "VIRTUAL_TABLES_CQL",
     "WATERMARKS_TABLE",
     "WATERMARKS_TABLE_CQL",
     "BackoffPolicy",
@@ -172,6 +193,7 @@ __all__ = [
     "SealedSlice",
     "SendPlan",
     "SentIndex",
+    "SentPartition",
     "SentRecord",
     "SliceKey",
     "SliceSettings",
@@ -182,16 +204,20 @@ __all__ = [
     "channel_from_row",
     "channel_to_row",
     "choose_senders",
+    "collecting_tables",
     "decode_canonical_row",
     "description_ranges",
+    "drop_decisions",
     "droppable",
     "due_ms",
     "format_utc",
     "holders_in_rank_order",
     "may_drop",
     "parse_destination",
+    "partitions_of",
     "place",
     "plan_sends",
+    "publication_batches",
     "range_of",
     "rank_ranges",
     "redact",
@@ -200,6 +226,7 @@ __all__ = [
     "sealed_slice_from_row",
     "sealed_slice_to_row",
     "sent_from_row",
+    "sent_partitions",
     "sent_to_row",
     "slice_digest",
     "slice_start_ms",

@@ -20,6 +20,17 @@ channels (``_channels``) and these tables:
   starts it still holds. Rows carry a TTL (``SENT_TTL_S``, 7 days): a node that comes back
   after longer resends its copies (more sends, never a loss).
 
+Two more tables of the keyspace are **node-local and virtual** (SELECT only, answered by the
+node that receives the query from its own capture, never coordinated; every write refused):
+
+- ``captured_rows``: the rows of one slice this node holds, one CQL partition per slice key,
+  clustered by arrival sequence ``seq``; ``row`` is the canonical bytes of the CDC log row
+  (``decode_canonical_row`` gives its columns), ``row_digest`` its 64-bit digest (signed),
+  ``origin`` the ``Origin`` value. The Spark source reads a slice from the node that sealed it,
+  ``seq > ?`` a page at a time. A slice the node does not hold has no rows.
+- ``local_slices``: the slices this node holds, one CQL partition per (keyspace, table), with
+  counts, seal and publication state (status tools ask each node).
+
 Column values are plain Python values as the driver gives them (str, int, bool, uuid.UUID,
 bytes); ``table`` and ``order`` are CQL keywords, hence ``table_name``.
 """
@@ -75,6 +86,47 @@ SLICES_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {REPLICATION_KEYSPACE}.
     PRIMARY KEY ((keyspace_name, table_name, slice_start_ms), range_start, range_end,
         out_of_sequence, node)
 ) WITH default_time_to_live = {SENT_TTL_S}"""
+CAPTURED_ROWS_TABLE: Final = "captured_rows"
+_CAPTURED_ROWS = f"{REPLICATION_KEYSPACE}.{CAPTURED_ROWS_TABLE}"
+CAPTURED_ROWS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_CAPTURED_ROWS} (
+    keyspace_name text,
+    table_name text,
+    slice_start_ms bigint,
+    range_start bigint,
+    range_end bigint,
+    out_of_sequence boolean,
+    seq bigint,
+    row_digest bigint,
+    origin text,
+    row blob,
+    PRIMARY KEY ((keyspace_name, table_name, slice_start_ms, range_start, range_end,
+        out_of_sequence), seq)
+) WITH comment = 'node-local virtual table: the rows of one slice this node captured'"""
+"""Node-local, virtual: the rows of one slice the receiving node holds (module docstring)."""
+LOCAL_SLICES_TABLE: Final = "local_slices"
+_LOCAL_SLICES = f"{REPLICATION_KEYSPACE}.{LOCAL_SLICES_TABLE}"
+LOCAL_SLICES_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_LOCAL_SLICES} (
+    keyspace_name text,
+    table_name text,
+    slice_start_ms bigint,
+    range_start bigint,
+    range_end bigint,
+    out_of_sequence boolean,
+    row_count bigint,
+    size_bytes bigint,
+    opened_ms bigint,
+    due_ms bigint,
+    sealed boolean,
+    sealed_at_ms bigint,
+    digest blob,
+    published boolean,
+    published_at_ms bigint,
+    PRIMARY KEY ((keyspace_name, table_name), slice_start_ms, range_start, range_end,
+        out_of_sequence)
+) WITH comment = 'node-local virtual table: the slices this node captured'"""
+"""Node-local, virtual: the slices the receiving node holds; ``sealed_at_ms``, ``digest`` and
+``published_at_ms`` are null until then (module docstring)."""
+VIRTUAL_TABLES_CQL: Final = (CAPTURED_ROWS_TABLE_CQL, LOCAL_SLICES_TABLE_CQL)
 _DEAD_LETTERS = f"{REPLICATION_KEYSPACE}.{DEAD_LETTERS_TABLE}"
 DEAD_LETTERS_TABLE_CQL: Final = f"""CREATE TABLE IF NOT EXISTS {_DEAD_LETTERS} (
     channel text,

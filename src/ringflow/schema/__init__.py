@@ -71,6 +71,7 @@ from ringflow.schema._mutation import (
     Mutation,
     RangeTombstone,
     Row,
+    restrict_columns,
 )
 from ringflow.schema._partitioner import (
     cdc_partitioner_token,
@@ -339,6 +340,7 @@ __all__ = [
     "reconcile_cells",
     "reconcile_liveness",
     "replication_map",
+    "restrict_columns",
     "schema_digest",
     "schema_migration_rows",
     "schema_rows",

@@ -17,7 +17,7 @@ reconcile module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -248,3 +248,37 @@ class Mutation:
             and not self.rows
             and not self.range_tombstones
         )
+
+
+def _restricted_row(row: Row, columns: Container[str]) -> Row | None:
+    """``row`` with only the cells of ``columns`` (the same object when it has no other), or
+    None when nothing is left: no liveness, no deletion, no cell."""
+    if all(name in columns for name in row.cells):
+        return row
+    cells = {name: data for name, data in row.cells.items() if name in columns}
+    if not cells and row.liveness is None and row.deletion is None:
+        return None
+    return Row(row.clustering, row.liveness, row.deletion, cells)
+
+
+def restrict_columns(mutation: Mutation, columns: Container[str]) -> Mutation:
+    """``mutation`` with only the cells of the static and regular ``columns`` (rows left with
+    nothing are dropped; the keys, row liveness, deletions and tombstones stay): what a node
+    whose table has only those columns can hold, e.g. while a schema change that added or
+    dropped others has not reached it (Cassandra's read command carries its column filter for
+    the same reason). The same object when nothing is removed."""
+    static = mutation.static_row
+    restricted_static = None if static is None else _restricted_row(static, columns)
+    rows = [_restricted_row(row, columns) for row in mutation.rows]
+    same = zip(rows, mutation.rows, strict=True)
+    if restricted_static is static and all(new is old for new, old in same):
+        return mutation
+    return Mutation(
+        mutation.keyspace,
+        mutation.table,
+        mutation.partition_key,
+        mutation.partition_deletion,
+        restricted_static,
+        tuple(row for row in rows if row is not None),
+        mutation.range_tombstones,
+    )

@@ -146,12 +146,18 @@ def table_mutation(
     *,
     partition: Mapping[str, object] | None = None,
     replace_partition: bool = False,
+    ttl_s: int = 0,
 ) -> Mutation:
     """One partition of ``table`` holding ``rows`` (column name → Python value), written at
     ``timestamp_us`` as an INSERT would. The partition key values come from ``partition`` or
     else from the rows, which must all agree on them; ``replace_partition`` also deletes what
-    the partition held before (at ``timestamp_us - 1``). SchemaError on unknown columns,
-    missing key values, disagreeing partition keys or duplicate clustering keys."""
+    the partition held before (at ``timestamp_us - 1``); ``ttl_s`` > 0 makes the row marker and
+    cells expire ``ttl_s`` seconds after the timestamp's second (``USING TTL``; pass the
+    table's ``default_time_to_live_s`` to write as a plain INSERT would). SchemaError on
+    unknown columns, missing key values, disagreeing partition keys or duplicate clustering
+    keys."""
+    if type(ttl_s) is not int or ttl_s < 0:
+        raise SchemaError(f"ttl_s must be an int >= 0, got {ttl_s!r}")
     where = f"{table.keyspace}.{table.name}"
     source = partition if partition is not None else (rows[0] if rows else None)
     if source is None:
@@ -161,7 +167,7 @@ def table_mutation(
     for values in rows:
         if tuple(_key_value(where, column, values) for column in key_columns) != partition_key:
             raise SchemaError(f"{where}: rows of one mutation must share the partition key")
-    built = [_row(where, table, values, timestamp_us) for values in rows]
+    built = [_row(where, table, values, timestamp_us, ttl_s) for values in rows]
     order = [(column.type, column.order) for column in table.clustering_columns]
     keyed = sorted(((encode_clustering(order, row.clustering), row) for row in built), key=_first)
     if len({key for key, _ in keyed}) != len(keyed):
@@ -191,7 +197,9 @@ def _key_value(where: str, column: Column, values: Mapping[str, object]) -> byte
     return serialize(column.type, value, column.name)
 
 
-def _row(where: str, table: Table, values: Mapping[str, object], timestamp_us: int) -> Row:
+def _row(
+    where: str, table: Table, values: Mapping[str, object], timestamp_us: int, ttl_s: int = 0
+) -> Row:
     cells: dict[str, Cell | ComplexColumn] = {}
     for name, value in values.items():
         column = table.column(name)
@@ -199,15 +207,23 @@ def _row(where: str, table: Table, values: Mapping[str, object], timestamp_us: i
             continue
         if column.kind is ColumnKind.STATIC:
             raise SchemaError(f"{where}: static column {name!r} is not supported here")
-        cells[name] = _cell(column, value, timestamp_us)
+        cells[name] = _cell(column, value, timestamp_us, ttl_s)
     clustering = tuple(_key_value(where, column, values) for column in table.clustering_columns)
-    return Row(clustering, LivenessInfo(timestamp_us), None, cells)
+    now_s = timestamp_us // 1_000_000
+    liveness = (
+        LivenessInfo(timestamp_us, ttl_s, now_s + ttl_s) if ttl_s else LivenessInfo(timestamp_us)
+    )
+    return Row(clustering, liveness, None, cells)
 
 
-def _cell(column: Column, value: object, timestamp_us: int) -> Cell | ComplexColumn:
+def _cell(column: Column, value: object, timestamp_us: int, ttl_s: int = 0) -> Cell | ComplexColumn:
     serialized = serialize(column.type, value, column.name)
     if not column.type.is_multicell:
+        if ttl_s:
+            return Cell.expiring(timestamp_us, ttl_s, timestamp_us // 1_000_000, serialized)
         return Cell.live(timestamp_us, serialized)
+    if ttl_s:
+        raise SchemaError(f"a TTL on collection column {column.name!r} is not supported here")
     if isinstance(column.type, ListType):
         raise SchemaError(f"non-frozen list column {column.name!r} is not supported here")
     elements = cells_from_collection_value(column.type, serialized, column.name)

@@ -18,6 +18,7 @@ Layering: storage imports ``ring``, ``schema``, ``cdc`` and the pure ``replicati
 
 from ringflow.storage._capture import (
     WHOLE_RING,
+    CanonicalRow,
     CaptureCap,
     CaptureConfig,
     CapturedRow,
@@ -25,7 +26,7 @@ from ringflow.storage._capture import (
     CapturePolicy,
     RangeResolver,
 )
-from ringflow.storage._capture_slices import CaptureStatus
+from ringflow.storage._capture_slices import CaptureStatus, PublicationState
 from ringflow.storage._capture_store import StoreCapture
 from ringflow.storage._compaction import CompactionResult
 from ringflow.storage._errors import (
@@ -56,6 +57,7 @@ from ringflow.storage._store import Store, Synchronous
 __all__ = [
     "WHOLE_RING",
     "BatchTooLarge",
+    "CanonicalRow",
     "CaptureCap",
     "CaptureConfig",
     "CaptureFull",
@@ -70,6 +72,7 @@ __all__ = [
     "MutationDecodeError",
     "MutationPage",
     "MutationTooLarge",
+    "PublicationState",
     "RangeResolver",
     "ResultRow",
     "ResultTooLarge",

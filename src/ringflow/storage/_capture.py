@@ -171,10 +171,16 @@ class CapturedSlice:
     due_ms: int
     sealed_ms: int | None
     digest: bytes | None
+    published_ms: int | None = None
+    """When the node's publication of it to ``system_replication.slices`` was acknowledged."""
 
     @property
     def sealed(self) -> bool:
         return self.sealed_ms is not None
+
+    @property
+    def published(self) -> bool:
+        return self.published_ms is not None
 
     def sealed_slice(self, node_id: uuid.UUID) -> SealedSlice:
         """What ``node_id`` publishes for this slice; InvalidRequest while it is open."""
@@ -191,6 +197,24 @@ class CapturedRow:
     digest: int
     origin: Origin
     columns: dict[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalRow:
+    """One captured row as stored: arrival sequence, digest, origin and its canonical bytes
+    (``replication.decode_canonical_row`` gives its columns), for readers that pass the bytes
+    on (the node-local ``system_replication.captured_rows``)."""
+
+    seq: int
+    digest: int
+    origin: Origin
+    data: bytes
+
+
+def canonical_row(seq: int, digest: int, origin_code: int, data: bytes) -> CanonicalRow:
+    """A ``capture_rows`` row as stored, checked against its digest (read-back check)."""
+    invariant(canonical_digest(data) == digest, f"captured row {seq}: digest mismatch")
+    return CanonicalRow(seq, digest, ORIGINS[origin_code], bytes(data))
 
 
 def captured_row(seq: int, digest: int, origin_code: int, data: bytes) -> CapturedRow:

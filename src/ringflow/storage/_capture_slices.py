@@ -23,32 +23,37 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from ringflow.errors import InvalidRequest
 from ringflow.replication import SliceKey, slice_digest
 from ringflow.storage._capture import (
+    CanonicalRow,
     CaptureConfig,
     CapturedRow,
     CapturedSlice,
     CapturePolicy,
     CaptureRecorder,
     CaptureTotals,
+    canonical_row,
     captured_row,
     over_cap,
 )
 from ringflow.storage._sqlite_layout import (
     CAPTURE_ROW_OVERHEAD_BYTES,
+    CAPTURE_TABLES,
     CAPTURE_TOTALS,
     CLEAR_CAPTURE_QUEUE,
     COUNT_CAPTURE_QUEUE,
     DELETE_SLICE,
     DELETE_SLICE_ROWS,
+    MARK_PUBLISHED,
     MAX_CAPTURE_SEQ,
     OPEN_CAPTURE_ROWS,
     SEAL_SLICE,
+    SELECT_CANONICAL_ROWS,
     SELECT_DUE_SLICES,
     SELECT_META,
     SELECT_OLDEST_SEALED,
@@ -56,7 +61,9 @@ from ringflow.storage._sqlite_layout import (
     SELECT_SLICE_DIGESTS,
     SELECT_SLICE_ROWS,
     SELECT_SLICES,
+    SELECT_UNPUBLISHED,
     SETTLE_CAPTURE_QUEUE,
+    UNPUBLISHED_DUES,
     UPSERT_META,
 )
 
@@ -117,11 +124,11 @@ def load_recorder(connection: sqlite3.Connection, config: CaptureConfig) -> Capt
 
 def _record(row: tuple[Any, ...]) -> SliceRecord:
     sid, keyspace, table, range_start, range_end, start, out_of_sequence = row[:7]
-    due_ms, opened_ms, row_count, size_bytes, sealed_ms, digest = row[7:]
+    due_ms, opened_ms, row_count, size_bytes, sealed_ms, digest, published_ms = row[7:]
     key = SliceKey(keyspace, table, range_start, range_end, start, bool(out_of_sequence))
     captured = CapturedSlice(
         key, row_count, size_bytes, opened_ms, due_ms, sealed_ms,
-        None if digest is None else bytes(digest),
+        None if digest is None else bytes(digest), published_ms,
     )  # fmt: skip
     return sid, captured
 
@@ -149,6 +156,12 @@ def seal_due(
         )  # fmt: skip
     connection.execute(UPSERT_META, (SEALED_THROUGH_KEY, str(now_ms)))
     return sealed
+
+
+def advance_sealed_through(connection: sqlite3.Connection, now_ms: int) -> None:
+    """Keep the seal horizon at ``now_ms`` when nothing was open to seal (inside a
+    transaction; the caller moves its recorder's once it commits)."""
+    connection.execute(UPSERT_META, (SEALED_THROUGH_KEY, str(now_ms)))
 
 
 def sealed(recorder: CaptureRecorder, slices: Sequence[CapturedSlice], now_ms: int) -> None:
@@ -208,6 +221,68 @@ def find_slice(connection: sqlite3.Connection, key: SliceKey) -> SliceRecord | N
          int(key.out_of_sequence)),
     ).fetchone()  # fmt: skip
     return None if row is None else _record(row)
+
+
+def canonical_rows(
+    connection: sqlite3.Connection, key: SliceKey, after_seq: int, through_seq: int, limit: int
+) -> list[CanonicalRow] | None:
+    """At most ``limit`` rows of slice ``key`` with ``after_seq < seq <= through_seq``, in
+    arrival order, as stored (queue settled already); None if the store does not hold it."""
+    found = find_slice(connection, key)
+    if found is None:
+        return None
+    arguments = (found[0], after_seq, through_seq, limit)
+    return [canonical_row(*row) for row in connection.execute(SELECT_CANONICAL_ROWS, arguments)]
+
+
+def unpublished_slices(connection: sqlite3.Connection, limit: int) -> list[CapturedSlice]:
+    """At most ``limit`` sealed slices not yet published, oldest seal first."""
+    return [_record(row)[1] for row in connection.execute(SELECT_UNPUBLISHED, (limit,))]
+
+
+def mark_published(connection: sqlite3.Connection, keys: Sequence[SliceKey], now_ms: int) -> int:
+    """Record that the sealed slices ``keys`` are published (at ``now_ms``); how many were
+    sealed, held and not marked yet."""
+    marked = 0
+    for key in keys:
+        arguments = (
+            now_ms, key.keyspace, key.table, key.range_start, key.range_end,
+            key.slice_start_ms, int(key.out_of_sequence),
+        )  # fmt: skip
+        marked += connection.execute(MARK_PUBLISHED, arguments).rowcount
+    return marked
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationState:
+    """What the node may promise per table (``StoreCapture.publication_state``): every slice
+    due at or before ``sealed_through_ms`` is sealed; the sealed slices not yet published, per
+    (keyspace, base table), with the earliest due time among them."""
+
+    sealed_through_ms: int
+    unpublished_due_ms: Mapping[tuple[str, str], int]
+    unpublished: Mapping[tuple[str, str], int]
+
+    def watermark_ms(self, keyspace: str, table: str) -> int:
+        """The seal watermark the node may publish for a table: ``sealed_through_ms``, or just
+        before the due time of its oldest unpublished slice (every slice due at or before it
+        is then sealed *and* published)."""
+        due = self.unpublished_due_ms.get((keyspace, table))
+        return self.sealed_through_ms if due is None else min(self.sealed_through_ms, due - 1)
+
+
+def publication_state(connection: sqlite3.Connection, sealed_through_ms: int) -> PublicationState:
+    dues: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for keyspace, table, due_ms, count in connection.execute(UNPUBLISHED_DUES):
+        dues[keyspace, table] = int(due_ms)
+        counts[keyspace, table] = int(count)
+    return PublicationState(sealed_through_ms, dues, counts)
+
+
+def capture_tables(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The (keyspace, base table) pairs the capture holds slices of, in order."""
+    return [(str(keyspace), str(table)) for keyspace, table in connection.execute(CAPTURE_TABLES)]
 
 
 def slice_rows(

@@ -9,10 +9,19 @@ write). API (the ``now_ms`` arguments default to the configured clock):
   node id, slice settings, range resolver, clock, cap). Reading, sealing and dropping also work
   on a store that does not capture (a tool reading a node's file).
 * ``seal_due(now_ms)``: seal every slice due at ``now_ms``; the ``SealedSlice`` of each, for the
-  node to publish.
+  node to publish. The seal horizon (``sealed_through_ms``) moves to ``now_ms`` and is kept,
+  also when nothing is open (a one-row transaction: the node promises it in its seal
+  watermarks, so it must hold across a restart whatever the clock does).
 * ``enforce_cap(now_ms)``: the ``drop-oldest`` policy (WARNING per dropped slice, counted).
 * ``slices(...)``: slices by keyspace, table, sealed, out-of-sequence, in key order, paged.
 * ``rows(key, after_seq, limit)``: one slice's rows in arrival order, paged.
+* ``canonical_rows(key, after_seq, through_seq, limit)``: the same rows as stored (canonical
+  bytes), None for a slice not held: what the node-local ``captured_rows`` table serves.
+* ``unpublished(limit)``, ``mark_published(keys)``, ``publication_state()``: the node's
+  publication of its sealed slices to ``system_replication.slices`` (a durable marker per
+  slice, so a restart publishes again what was not acknowledged) and of its seal watermarks.
+* ``update_settings(table_settings)``: per-table slicing from the channels, from now on.
+* ``tables()``: the tables the capture holds slices of.
 * ``drop(key)``: a sealed slice's rows and state, once it is sent everywhere.
 * ``status(now_ms)``: slices open and sealed, rows, bytes, age of the oldest, the cap and
   every counter.
@@ -21,23 +30,25 @@ write). API (the ``now_ms`` arguments default to the configured clock):
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Final
 
 from ringflow.errors import InvalidRequest, invariant
-from ringflow.replication import SealedSlice, SliceKey
+from ringflow.replication import SealedSlice, SliceKey, SliceSettings
 from ringflow.storage import _capture_slices as slices
 from ringflow.storage._capture import (
+    CanonicalRow,
     CaptureConfig,
     CapturedRow,
     CapturedSlice,
     CaptureRecorder,
 )
-from ringflow.storage._capture_slices import CaptureStatus
+from ringflow.storage._capture_slices import CaptureStatus, PublicationState
 
 MAX_PAGE: Final = 10_000
 """Most slices or rows one call returns."""
@@ -99,8 +110,12 @@ class StoreCapture:
         with self._lock:
             recorder = self._enabled()
             now_ms = max(self._now_ms(now_ms), recorder.sealed_through_ms)
-            if recorder.totals.slices_open == 0:
-                return []  # nothing to seal (an idle node's timer costs no transaction)
+            if recorder.totals.slices_open == 0:  # nothing to seal: only the horizon moves
+                if now_ms > recorder.sealed_through_ms:
+                    with self._transaction() as connection:
+                        slices.advance_sealed_through(connection, now_ms)
+                    recorder.sealed_through_ms = now_ms
+                return []
             with self._transaction() as connection:
                 sealed = slices.seal_due(connection, recorder, now_ms)
             slices.sealed(recorder, sealed, now_ms)
@@ -167,6 +182,64 @@ class StoreCapture:
         with self._lock:
             self._settled()
             return slices.slice_rows(self._connection, key, after_seq, limit)
+
+    def canonical_rows(
+        self, key: SliceKey, *, after_seq: int = 0, through_seq: int = 2**63 - 1, limit: int = 1000
+    ) -> list[CanonicalRow] | None:
+        """At most ``limit`` rows of slice ``key`` with ``after_seq < seq <= through_seq``, in
+        arrival order, as their canonical bytes; None for a slice the store does not hold."""
+        limit = _limit(limit)
+        for name, value in (("after_seq", after_seq), ("through_seq", through_seq)):
+            if type(value) is not int:
+                raise InvalidRequest(f"{name} must be an int, got {value!r}")
+        with self._lock:
+            self._settled()
+            return slices.canonical_rows(self._connection, key, after_seq, through_seq, limit)
+
+    def unpublished(self, *, limit: int = 1000) -> list[SealedSlice]:
+        """At most ``limit`` sealed slices not yet published, oldest seal first, as the node
+        publishes them (its ``SealedSlice``)."""
+        limit = _limit(limit)
+        with self._lock:
+            node_id = self._enabled().config.node_id
+            found = slices.unpublished_slices(self._connection, limit)
+            return [captured.sealed_slice(node_id) for captured in found]
+
+    def mark_published(self, keys: Sequence[SliceKey], now_ms: int | None = None) -> int:
+        """Record that the sealed slices ``keys`` are published (their rows in
+        ``system_replication.slices`` acknowledged); how many were marked (a key the store
+        does not hold, still open or marked already counts nothing)."""
+        keys = list(keys)
+        if len(keys) > MAX_PAGE or not all(isinstance(key, SliceKey) for key in keys):
+            raise InvalidRequest(f"mark_published takes at most {MAX_PAGE} SliceKeys")
+        with self._lock:
+            now_ms = self._now_ms(now_ms)
+            if not keys:
+                return 0
+            with self._transaction() as connection:
+                return slices.mark_published(connection, keys, now_ms)
+
+    def publication_state(self) -> PublicationState:
+        """The seal horizon and, per table, the oldest unpublished slice's due time, read
+        together (``PublicationState.watermark_ms`` is then what the node may promise)."""
+        with self._lock:
+            recorder = self._enabled()
+            return slices.publication_state(self._connection, recorder.sealed_through_ms)
+
+    def tables(self) -> list[tuple[str, str]]:
+        """The (keyspace, base table) pairs the capture holds slices of."""
+        with self._lock:
+            return slices.capture_tables(self._connection)
+
+    def update_settings(self, table_settings: Mapping[tuple[str, str], SliceSettings]) -> None:
+        """Slice tables by ``table_settings`` from now on (others by the config's default),
+        keeping everything else of the capture (counters, recent rows, open slices)."""
+        settings = dict(table_settings)
+        if not all(isinstance(value, SliceSettings) for value in settings.values()):
+            raise InvalidRequest(f"table settings must be SliceSettings: {settings!r:.200}")
+        with self._lock:
+            recorder = self._enabled()
+            recorder.config = dataclasses.replace(recorder.config, table_settings=settings)
 
     def drop(self, key: SliceKey) -> bool:
         """Delete sealed slice ``key`` and its rows; False if the store does not hold it,

@@ -65,7 +65,10 @@ One database file per node, WAL mode. Theory of operation:
   captured rows into, keyed by ``SliceKey`` (keyspace, base table, range, slice start,
   out-of-sequence) with its small id ``sid``, its due time and first arrival, and once sealed
   its seal time, 128-bit digest, row count and bytes (``sealed_ms`` NULL while open; an open
-  slice's counts are its rows', counted when read, so a write adds no update of its slice).
+  slice's counts are its rows', counted when read, so a write adds no update of its slice),
+  and once the node published it to ``system_replication.slices`` (acknowledged at QUORUM)
+  ``published_ms`` (NULL until then: a restarted node publishes again what was not
+  acknowledged; stores made before the column get it at open, ``CAPTURE_PUBLISHED_COLUMN``).
   ``capture_rows`` holds the captured rows, keyed ``(sid, seq)`` (a slice is one index range, in
   arrival order): the arrival sequence, the 64-bit row digest, the origin and the row as its
   canonical bytes. Like ``log_queue``, ``capture_queue`` is its write-order front: the writing
@@ -166,6 +169,7 @@ CREATE TABLE IF NOT EXISTS capture_slices (
     size_bytes INTEGER NOT NULL,
     sealed_ms INTEGER,
     digest BLOB,
+    published_ms INTEGER,
     UNIQUE (keyspace, table_name, range_start, range_end, slice_start_ms, out_of_sequence)
 );
 CREATE INDEX IF NOT EXISTS capture_slices_open ON capture_slices (due_ms) WHERE sealed_ms IS NULL;
@@ -362,12 +366,12 @@ _SLICE_COLUMNS = f"""sid, {_SLICE_KEY}, due_ms, opened_ms,
         THEN (SELECT COUNT(*) FROM capture_rows AS r WHERE r.sid = s.sid) ELSE row_count END,
     CASE WHEN sealed_ms IS NULL
         THEN (SELECT {_ROW_BYTES} FROM capture_rows AS r WHERE r.sid = s.sid) ELSE size_bytes END,
-    sealed_ms, digest"""
+    sealed_ms, digest, published_ms"""
 """A slice as ``_capture_slices`` reads it: an open slice's counts from its rows (the queue
 settled first), a sealed one's as sealed."""
 SELECT_DUE_SLICES: Final = f"""
-SELECT sid, {_SLICE_KEY}, due_ms, opened_ms, 0, 0, sealed_ms, digest FROM capture_slices
-WHERE sealed_ms IS NULL AND due_ms <= ? ORDER BY due_ms, sid"""
+SELECT sid, {_SLICE_KEY}, due_ms, opened_ms, 0, 0, sealed_ms, digest, published_ms
+FROM capture_slices WHERE sealed_ms IS NULL AND due_ms <= ? ORDER BY due_ms, sid"""
 """The open slices due (their counts left out: sealing counts their rows)."""
 SELECT_SLICE_DIGESTS: Final = "SELECT digest, length(row) FROM capture_rows WHERE sid = ?"
 SEAL_SLICE: Final = """
@@ -396,6 +400,33 @@ SELECT COUNT(*), {_ROW_BYTES} FROM (
     SELECT sid, row FROM capture_rows UNION ALL SELECT sid, row FROM capture_queue
 ) WHERE sid IN (SELECT sid FROM capture_slices WHERE sealed_ms IS NULL)"""
 """The rows and bytes of the open slices (settled or queued)."""
+SELECT_UNPUBLISHED: Final = f"""
+SELECT {_SLICE_COLUMNS} FROM capture_slices AS s
+WHERE sealed_ms IS NOT NULL AND published_ms IS NULL ORDER BY sealed_ms, sid LIMIT ?"""
+"""The sealed slices not yet published, oldest seal first (``capture_slices_unpublished``)."""
+MARK_PUBLISHED: Final = """
+UPDATE capture_slices SET published_ms = ?
+WHERE keyspace = ? AND table_name = ? AND range_start = ? AND range_end = ?
+    AND slice_start_ms = ? AND out_of_sequence = ? AND sealed_ms IS NOT NULL
+    AND published_ms IS NULL"""
+UNPUBLISHED_DUES: Final = """
+SELECT keyspace, table_name, MIN(due_ms), COUNT(*) FROM capture_slices
+WHERE sealed_ms IS NOT NULL AND published_ms IS NULL GROUP BY keyspace, table_name"""
+"""Per table: the earliest due time of its sealed, unpublished slices, and how many."""
+CAPTURE_TABLES: Final = """
+SELECT DISTINCT keyspace, table_name FROM capture_slices ORDER BY keyspace, table_name"""
+SELECT_CANONICAL_ROWS: Final = """
+SELECT seq, digest, origin, row FROM capture_rows WHERE sid = ? AND seq > ? AND seq <= ?
+ORDER BY seq LIMIT ?"""
+"""A slice's rows in ``(after, through]`` by arrival sequence, as stored."""
+HAS_PUBLISHED_COLUMN: Final = (
+    "SELECT COUNT(*) FROM pragma_table_info('capture_slices') WHERE name = 'published_ms'"
+)
+CAPTURE_PUBLISHED_COLUMN: Final = "ALTER TABLE capture_slices ADD COLUMN published_ms INTEGER"
+"""For a store made before publication (``published_ms`` NULL: published again, harmless)."""
+CAPTURE_UNPUBLISHED_INDEX: Final = """
+CREATE INDEX IF NOT EXISTS capture_slices_unpublished ON capture_slices (sealed_ms, sid)
+WHERE sealed_ms IS NOT NULL AND published_ms IS NULL"""
 SELECT_META: Final = "SELECT value FROM _meta WHERE key = ?"
 UPSERT_META: Final = """
 INSERT INTO _meta (key, value) VALUES (?, ?)

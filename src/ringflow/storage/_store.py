@@ -75,7 +75,9 @@ from ringflow.storage._scan import (
     scan_rows,
 )
 from ringflow.storage._sqlite_layout import (
+    CAPTURE_PUBLISHED_COLUMN,
     CAPTURE_SETTLE_ROWS,
+    CAPTURE_UNPUBLISHED_INDEX,
     COUNT_LOG_APPENDS,
     DELETE_TABLE,
     DELETE_TABLE_ATOMS,
@@ -83,6 +85,7 @@ from ringflow.storage._sqlite_layout import (
     DELETE_TABLE_PARTITION_ATOMS,
     DROP_LEGACY_LOG_APPENDS,
     HAS_LEGACY_LOG_APPENDS,
+    HAS_PUBLISHED_COLUMN,
     INSERT_TABLE,
     LAYOUT_VERSION,
     LOG_APPEND_SETTLE_ROWS,
@@ -156,6 +159,10 @@ class Store:
             if legacy:  # the log queue's first form: its rows go to atoms, as a read would
                 connection.execute(SETTLE_LEGACY_LOG_APPENDS)
                 connection.execute(DROP_LEGACY_LOG_APPENDS)
+            (published,) = connection.execute(HAS_PUBLISHED_COLUMN).fetchone()
+            if not published:  # a capture made before publication
+                connection.execute(CAPTURE_PUBLISHED_COLUMN)
+            connection.execute(CAPTURE_UNPUBLISHED_INDEX)
             connection.execute(
                 "INSERT OR IGNORE INTO _meta (key, value) VALUES ('layout_version', ?)",
                 (str(LAYOUT_VERSION),),

@@ -71,7 +71,9 @@ def test_every_node_reports_the_same_generation(
 
     def status_agrees() -> bool:
         status = ringflow("cluster", "status", "--data", str(local_cluster.data))
-        rows = [line for line in status.splitlines()[1:] if line.strip()]
+        lines = status.splitlines()[1:]  # the node rows, then a capture line per node
+        rows = [line for line in lines if line.strip() and not line.startswith("capture ")]
+        assert sum(line.startswith("capture ") for line in lines) == NODES
         return len(rows) == NODES and all(line.endswith(str(generation_uuid)) for line in rows)
 
     wait_until(status_agrees, 30, "ringflow cluster status shows one generation on every node")

@@ -40,7 +40,10 @@ Columns = tuple[tuple[str, bytes | None], ...]
 @pytest.fixture(scope="module")
 def capture_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = tmp_path_factory.mktemp("capture")
-    options = ("--slice-width-s", "2", "--slice-count", "2", "--num-tokens", "4")
+    options = (
+        "--slice-width-s", "2", "--slice-count", "2", "--num-tokens", "4",
+        "--drop-sent-slices", "off",  # no channels: synch-delete would drop every slice
+    )  # fmt: skip
     with started_cluster(data, *options) as cluster:
         session = cluster.session()
         session.execute(

@@ -39,6 +39,7 @@ def test_defaults_are_seed_002s_and_map_to_the_storage_settings() -> None:
         ({"capture_max_bytes": 1.5}, "--capture-max-bytes: expected an integer"),
         ({"capture_policy": "drop"}, "--capture-policy: expected one of refuse, drop-oldest"),
         ({"enabled": "yes"}, "capture enabled must be a bool"),
+        ({"drop_sent_slices": 1}, "capture drop_sent_slices must be a bool"),
         ({"slices": 2}, "unknown capture settings: slices"),
     ],
 )
@@ -50,15 +51,20 @@ def test_bad_settings_are_configuration_errors(values: dict[str, object], messag
 def test_options_of_cluster_start_pass_through_the_layout_to_run_node(tmp_path: Path) -> None:
     argv = ["cluster", "start", "--data", str(tmp_path), "--slice-width-s", "2"]
     argv += ["--slice-count", "3", "--capture-policy", "drop-oldest", "--replica-capture", "off"]
+    argv += ["--drop-sent-slices", "off"]
     given = given_capture(build_parser().parse_args(argv))
     assert given == {
         "slice_width_s": 2, "slice_count": 3, "capture_policy": "drop-oldest", "enabled": False,
+        "drop_sent_slices": False,
     }  # fmt: skip
     node = ["cluster", "run-node", "--address", "127.0.0.1", "--data", "d", "--seeds", "x"]
     layout: dict[str, object] = {"capture": given}
     arguments = build_parser().parse_args([*node, *capture_arguments(layout_capture(layout))])
     settings = CaptureSettings.of(given_capture(arguments))
-    assert settings == CaptureSettings(False, 2, 3, capture_policy="drop-oldest")
+    assert settings == CaptureSettings(
+        False, 2, 3, capture_policy="drop-oldest", drop_sent_slices=False
+    )
+    assert CaptureSettings().drop_sent_slices  # synch-delete is on by default
     assert {option.name for option in CAPTURE_OPTIONS} <= set(settings.as_dict())
 
 

@@ -31,12 +31,33 @@ def test_write_unit_round_trips_with_its_captures() -> None:
 def test_read_command_and_answers_round_trip() -> None:
     command = _codec.ReadCommand("ks", "t", (b"a", b"b"), ReadKind.DIGEST)
     assert _codec.decode_read(_codec.encode_read(command)) == command
+    none: frozenset[str] = frozenset()
     data = _codec.encode_read_response(ReadKind.DATA, _mutation(3), b"")
-    assert _codec.decode_read_response(data) == (ReadKind.DATA, _mutation(3), b"")
+    assert _codec.decode_read_response(data) == (ReadKind.DATA, _mutation(3), b"", none)
     empty = _codec.encode_read_response(ReadKind.DATA, None, b"")
-    assert _codec.decode_read_response(empty) == (ReadKind.DATA, None, b"")
+    assert _codec.decode_read_response(empty) == (ReadKind.DATA, None, b"", none)
     digest = _codec.encode_read_response(ReadKind.DIGEST, None, b"d" * 16)
-    assert _codec.decode_read_response(digest) == (ReadKind.DIGEST, None, b"d" * 16)
+    assert _codec.decode_read_response(digest) == (ReadKind.DIGEST, None, b"d" * 16, none)
+
+
+def test_a_read_names_its_columns_and_an_answer_the_columns_its_replica_does_not_know() -> None:
+    start, end = ClusteringBound((b"\x01",), True), ClusteringBound((b"\x05",), True)
+    whole = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA, columns=("v", "w"))
+    sliced = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA, start, end, ("v",))
+    nothing = _codec.ReadCommand("ks", "t", (b"a",), ReadKind.DATA, columns=())
+    for command in (whole, sliced, nothing):
+        assert _codec.decode_read(_codec.encode_read(command)) == command
+        assert command.with_kind(ReadKind.DIGEST).columns == command.columns
+    answer = _codec.encode_read_response(ReadKind.DATA, _mutation(3), b"", ("w",))
+    assert _codec.decode_read_response(answer) == (
+        ReadKind.DATA,
+        _mutation(3),
+        b"",
+        frozenset({"w"}),
+    )
+    bad = msgpack.packb(["ks", "t", [b"a"], "data", None, ["v", 3]])
+    with pytest.raises(InternodeProtocolError):
+        _codec.decode_read(bad)
 
 
 def test_a_slice_read_command_round_trips_and_keeps_its_bounds_across_kinds() -> None:

@@ -748,3 +748,22 @@ def test_rows_come_out_in_clustering_order() -> None:
     rows = [{"keyspace_name": "k", "table_name": "t", "column_name": n} for n in names]
     mutation = table_mutation(columns, rows, TIMESTAMP_US)
     assert [r["column_name"] for r in decode(mutation)] == ["a", "b", "c"]
+
+
+def test_a_row_written_with_a_ttl_expires_as_an_insert_using_ttl_would() -> None:
+    """Row marker and every cell expire ``ttl_s`` after the timestamp's second; no TTL: live
+    for ever; a bad TTL is refused."""
+    peers = system_table("system", "peers")
+    now_s = TIMESTAMP_US // 1_000_000
+    mutation = table_mutation(
+        peers, [{"peer": "127.0.0.1", "rack": "r1", "data_center": "d"}], TIMESTAMP_US, ttl_s=60
+    )
+    (row,) = mutation.rows
+    assert row.liveness is not None and row.liveness.ttl_s == 60
+    assert row.liveness.is_live(now_s + 59) and not row.liveness.is_live(now_s + 60)
+    cells = [cell for cell in row.cells.values() if isinstance(cell, Cell)]
+    assert len(cells) == 2 and all(c.ttl_s == 60 and not c.is_live(now_s + 60) for c in cells)
+    plain = table_mutation(peers, [{"peer": "127.0.0.1", "rack": "r1"}], TIMESTAMP_US)
+    assert plain.rows[0].liveness is not None and not plain.rows[0].liveness.is_expiring
+    with pytest.raises(SchemaError, match="ttl_s"):
+        table_mutation(peers, [{"peer": "127.0.0.1"}], TIMESTAMP_US, ttl_s=-1)

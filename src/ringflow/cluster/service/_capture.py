@@ -16,9 +16,10 @@ configuration the node gives its store, the range resolver, and the seal timer.
 * ``start()``: every ``SEAL_INTERVAL_MS``, off the node's thread (``offload``, like all store
   work): index new generations, seal every due slice (by the node's clock, so an idle table
   seals too), apply the cap's ``drop-oldest`` policy. The slices sealed go to ``on_sealed``
-  listeners on the node's thread: the hook where publication into the replicated
-  ``system_replication.slices`` table plugs in (not built yet); every sealed slice also stays
-  listed by ``store.capture.slices(sealed=True)`` until dropped.
+  listeners on the node's thread; every sealed slice also stays listed by
+  ``store.capture.slices(sealed=True)`` until dropped, and by ``store.capture.unpublished()``
+  until the node published it (``_publication.SlicePublisher`` reads the store, durable across
+  a restart, rather than these listeners).
 * ``status()``: what the node reports in ``status.json``: ``store.capture.status`` as of the
   last seal round (taken on the storage thread, so the node's thread never waits for the
   store's lock), plus the timer's own counts.
@@ -38,8 +39,7 @@ from ringflow.replication import SealedSlice, StreamRanges
 from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import TimerHandle
 from ringflow.schema import deserialize
-from ringflow.storage import CaptureConfig, CapturedSlice, Store, UnknownTable
-from ringflow.storage._capture_slices import CaptureStatus
+from ringflow.storage import CaptureConfig, CapturedSlice, CaptureStatus, Store, UnknownTable
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode

@@ -10,7 +10,11 @@ Owns the bytes inside an ``Envelope`` whose verb is not a gossip verb (the envel
 * READ_REQ: ``[keyspace, table, [partition key components], "data" | "digest"]``, plus, for a
   read of a clustering slice, ``[[start prefix], start inclusive, [end prefix], end inclusive]``
   (the replica answers with that slice of the partition, its static row and all its tombstones;
-  without it, the whole partition); READ_RSP: ``[kind, mutation bytes | digest | nil]``.
+  without it, the whole partition), plus, when the coordinator names the columns it reads (its
+  table's static and regular columns), that slice or nil and ``[column...]``: the replica
+  answers with the cells of those columns only. READ_RSP: ``[kind, mutation bytes | digest |
+  nil]``, plus ``[column...]`` when the replica does not know some of the columns asked for
+  (a schema change that has not reached it, or has reached it and not the coordinator yet).
 * SCHEMA_PUSH_REQ / SCHEMA_PULL_RSP: ``[mutation bytes...]`` (``system_schema`` partitions).
 * RANGE_READ carries both directions: the request ``["req", keyspace, table, low, high,
   limit]`` (the raw partitions of the token range ``(low, high]``, ``low < high``, at most
@@ -111,10 +115,19 @@ class ReadCommand:
     kind: ReadKind
     start: ClusteringBound = _NO_BOUND
     end: ClusteringBound = _NO_BOUND
+    columns: tuple[str, ...] | None = None
+    """The static and regular columns the coordinator reads (its table's); None: every column
+    the replica knows."""
 
     def with_kind(self, kind: ReadKind) -> ReadCommand:
         return ReadCommand(
-            self.keyspace, self.table, self.partition_key, kind, self.start, self.end
+            self.keyspace,
+            self.table,
+            self.partition_key,
+            kind,
+            self.start,
+            self.end,
+            self.columns,
         )
 
 
@@ -126,16 +139,23 @@ def encode_read(command: ReadCommand) -> bytes:
         command.kind.value,
     ]
     start, end = command.start, command.end
-    if not (start.is_unbounded and end.is_unbounded):
-        body.append([list(start.prefix), start.inclusive, list(end.prefix), end.inclusive])
+    bounded = not (start.is_unbounded and end.is_unbounded)
+    if bounded or command.columns is not None:
+        body.append(
+            [list(start.prefix), start.inclusive, list(end.prefix), end.inclusive]
+            if bounded
+            else None
+        )
+    if command.columns is not None:
+        body.append(list(command.columns))
     payload: bytes = msgpack.packb(body, use_bin_type=True)
     return payload
 
 
 def decode_read(data: bytes) -> ReadCommand:
     items = _list(_unpack(data, "read"), "read")
-    if len(items) not in (4, 5):
-        raise InternodeProtocolError(f"read: expected an array of 4 or 5, got {items!r:.80}")
+    if len(items) not in (4, 5, 6):
+        raise InternodeProtocolError(f"read: expected an array of 4 to 6, got {items!r:.80}")
     keyspace, table, key, kind = items[:4]
     if (
         not isinstance(keyspace, str)
@@ -145,11 +165,19 @@ def decode_read(data: bytes) -> ReadCommand:
         raise InternodeProtocolError(f"read: bad command {keyspace!r:.40} {table!r:.40} {kind!r}")
     parts = tuple(_bytes(part, "read key") for part in _list(key, "read key"))
     start = end = _NO_BOUND
-    if len(items) == 5:
+    if len(items) >= 5 and items[4] is not None:
         low, low_inclusive, high, high_inclusive = _list(items[4], "read slice", 4)
         start = _bound(low, low_inclusive)
         end = _bound(high, high_inclusive)
-    return ReadCommand(keyspace, table, parts, ReadKind(kind), start, end)
+    columns = _names(items[5], "read columns") if len(items) == 6 else None
+    return ReadCommand(keyspace, table, parts, ReadKind(kind), start, end, columns)
+
+
+def _names(value: object, what: str) -> tuple[str, ...]:
+    names = _list(value, what)
+    if not all(isinstance(name, str) for name in names):
+        raise InternodeProtocolError(f"{what}: expected column names, got {value!r:.80}")
+    return tuple(str(name) for name in names)
 
 
 def _bound(prefix: object, inclusive: object) -> ClusteringBound:
@@ -159,22 +187,35 @@ def _bound(prefix: object, inclusive: object) -> ClusteringBound:
     return ClusteringBound(values, inclusive)
 
 
-def encode_read_response(kind: ReadKind, partition: Mutation | None, digest: bytes) -> bytes:
+def encode_read_response(
+    kind: ReadKind, partition: Mutation | None, digest: bytes, unknown: Sequence[str] = ()
+) -> bytes:
+    """A READ_RSP; ``unknown``: the columns asked for that the replica does not know."""
     body: object = digest if kind is ReadKind.DIGEST else None
     if kind is ReadKind.DATA and partition is not None:
         body = encode_mutation(partition)
-    payload: bytes = msgpack.packb([kind.value, body], use_bin_type=True)
+    answer: list[object] = [kind.value, body]
+    if unknown:
+        answer.append(list(unknown))
+    payload: bytes = msgpack.packb(answer, use_bin_type=True)
     return payload
 
 
-def decode_read_response(data: bytes) -> tuple[ReadKind, Mutation | None, bytes]:
-    """``(kind, partition, digest)``: ``partition`` for data answers, ``digest`` for digests."""
-    kind, body = _list(_unpack(data, "read response"), "read response", 2)
+def decode_read_response(
+    data: bytes,
+) -> tuple[ReadKind, Mutation | None, bytes, frozenset[str]]:
+    """``(kind, partition, digest, unknown columns)``: ``partition`` for data answers,
+    ``digest`` for digests."""
+    items = _list(_unpack(data, "read response"), "read response")
+    if len(items) not in (2, 3):
+        raise InternodeProtocolError(f"read response: expected 2 or 3 items, got {items!r:.80}")
+    kind, body = items[:2]
+    unknown = frozenset(_names(items[2], "unknown columns")) if len(items) == 3 else frozenset()
     if kind == "digest":
-        return ReadKind.DIGEST, None, _bytes(body, "digest")
+        return ReadKind.DIGEST, None, _bytes(body, "digest"), unknown
     if kind != "data":
         raise InternodeProtocolError(f"read response: unknown kind {kind!r:.40}")
-    return ReadKind.DATA, None if body is None else _mutation(body, "read data"), b""
+    return ReadKind.DATA, None if body is None else _mutation(body, "read data"), b"", unknown
 
 
 RANGE_REQUEST = "req"

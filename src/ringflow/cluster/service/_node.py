@@ -497,10 +497,12 @@ class ClusterNode:
         done: ReadDone,
         start: ClusteringBound = _NO_BOUND,
         end: ClusteringBound = _NO_BOUND,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         """Coordinate a read of one raw partition, or of its clustering slice ``start`` ..
-        ``end``; ``done(partition, error)`` (``_point_requests``)."""
-        self.requests.read(keyspace, table, partition_key, consistency, done, start, end)
+        ``end``, of its static and regular ``columns`` only when given; ``done(partition,
+        error)`` (``_point_requests``)."""
+        self.requests.read(keyspace, table, partition_key, consistency, done, start, end, columns)
 
     def read_range(
         self,

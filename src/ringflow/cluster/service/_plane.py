@@ -28,6 +28,12 @@ The paging state this store hands out is its own, ``[chunk low, chunk high, scra
 last chunk]``; a page resumed by a later statement reads its chunk again (the scratch store is
 cleared per statement).
 
+Schema changes reach the nodes one after the other (seed 004), so a replica may hold columns the
+statement's table does not have (added there first, or not dropped there yet): a partition read
+names the statement's columns and the replicas send those only (``_point_requests``); a range
+read's partitions are cut to them here, before they go into the scratch store, which has the
+statement's table and would refuse a cell of another column.
+
 Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` blocks the
 statement thread (polling the node on the event loop, never blocking the loop) until every live
 node gossips this node's schema version, or ``schema_agreement_timeout_ms``; the DDL is answered
@@ -54,7 +60,7 @@ from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency, Response
 from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE
 from ringflow.errors import InternalError, InvalidRequest
-from ringflow.schema import ClusteringBound, Mutation, Table
+from ringflow.schema import ClusteringBound, Mutation, Table, restrict_columns
 from ringflow.storage import ResultRow, ScanPage, Store
 
 _MARGIN_S = 2.0
@@ -70,6 +76,11 @@ MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
 _FetchKey = tuple[str, str, tuple[bytes, ...], ClusteringBound, ClusteringBound]
 """A slice fetched into the scratch store: keyspace, table, partition key, start, end."""
+
+
+def value_column_names(table: Table) -> tuple[str, ...]:
+    """The static and regular columns of ``table``: what a read of it asks the replicas for."""
+    return tuple(column.name for column in (*table.static_columns, *table.regular_columns))
 
 
 def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) -> str:
@@ -162,9 +173,18 @@ class ClusterDataPlane:
             else:
                 future.set_exception(error)
 
+        columns = value_column_names(table)
+
         def begin(callback: ReadDone) -> None:
             self._node.read(
-                table.keyspace, table.name, partition_key, consistency, callback, start, end
+                table.keyspace,
+                table.name,
+                partition_key,
+                consistency,
+                callback,
+                start,
+                end,
+                columns,
             )
 
         self._loop.call_soon_threadsafe(begin, done)
@@ -405,7 +425,7 @@ class CoordinatedReadStore(Store):
                     table, low, end_token_inclusive, self._consistency, limit
                 )
                 if found:
-                    self.apply(found, now_s=now_s)
+                    self.apply(_restricted(table, found), now_s=now_s)
                 last = covered is None or covered == end_token_inclusive
                 high = end_token_inclusive if last or covered is None else covered
                 self._chunks.add((table.keyspace, table.name, low, high))
@@ -436,11 +456,18 @@ class CoordinatedReadStore(Store):
                 table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
             )
             if found:
-                self.apply(found, now_s=now_s)
+                self.apply(_restricted(table, found), now_s=now_s)
             if covered is None or covered == high:
                 break
             cursor = covered
         self._chunks.add((table.keyspace, table.name, low, high))
+
+
+def _restricted(table: Table, partitions: list[Mutation]) -> list[Mutation]:
+    """``partitions`` with only the cells of ``table``'s columns (the module docstring)."""
+    columns = frozenset(value_column_names(table))
+    restricted = [restrict_columns(partition, columns) for partition in partitions]
+    return [partition for partition in restricted if not partition.is_empty]
 
 
 def _encode_state(low: int, high: int | None, inner: bytes | None, last: bool) -> bytes:

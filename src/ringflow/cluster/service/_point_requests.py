@@ -20,6 +20,15 @@ Rules:
   through ``group_commit`` (``_group_commit``): units waiting for the store share one
   transaction and one fsync, and each is answered once its group is durable. A HINT_REQ's unit
   is applied with origin HINT (for the replica-side capture), the others with WRITE.
+* Schema changes race reads (seed 004: a DDL reaches the nodes one after the other). A read
+  names the columns of the coordinator's table (``ReadCommand.columns``, Cassandra's column
+  filter); a replica answers with the cells of those columns only (``restrict_columns``), so a
+  column one side has dropped or not added yet makes no digest mismatch, and it tells which of
+  them it does not know. A read repair sent to a replica leaves those columns out: a replica
+  refuses a mutation with a column it does not know, and a repair it refuses leaves the read
+  waiting for an ack until it times out (what QUORUM reads of a CDC log did during ``ALTER
+  TABLE ... DROP``: the dropped column's cells, still on the replicas that had not dropped it,
+  went as repairs to the ones that had). A repair left with nothing counts as acknowledged.
 """
 
 from __future__ import annotations
@@ -64,7 +73,7 @@ from ringflow.errors import RingflowError
 from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
-from ringflow.schema import ClusteringBound, Mutation
+from ringflow.schema import ClusteringBound, Mutation, Table, restrict_columns
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode
@@ -82,6 +91,7 @@ class PointRequests:
         self._writes: dict[int, WriteGroup] = {}
         self._reads: dict[int, PendingRead] = {}
         self._timers: dict[int, TimerHandle] = {}
+        self._columns_of: dict[tuple[str, str], tuple[Table, frozenset[str]]] = {}
         self.group_commit = GroupCommit(node.offload, self._apply_units)
         """Every write unit this node applies as a replica goes through it (one transaction
         per group)."""
@@ -141,11 +151,15 @@ class PointRequests:
         done: ReadDone,
         start: ClusteringBound = _NO_BOUND,
         end: ClusteringBound = _NO_BOUND,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         """Coordinate a read of one raw partition (or of its clustering slice ``start`` ..
-        ``end``: the replicas read and send only that, see ``Store.read_mutation``);
+        ``end``: the replicas read and send only that, see ``Store.read_mutation``), of the
+        static and regular ``columns`` only when given (the module rules);
         ``done(partition, error)``."""
-        command = _codec.ReadCommand(keyspace, table, partition_key, ReadKind.DATA, start, end)
+        command = _codec.ReadCommand(
+            keyspace, table, partition_key, ReadKind.DATA, start, end, columns
+        )
         try:
             mutation = Mutation(keyspace, table, partition_key)
             replicas = self._node.replicas_of(keyspace, base_token(mutation))
@@ -175,8 +189,7 @@ class PointRequests:
             if isinstance(action, SendMutation):
                 self._send_unit(action.replica, action.request_id, action.unit, repair=False)
             elif isinstance(action, SendRepair):
-                unit = WriteUnit((action.mutation,))
-                self._send_unit(action.replica, action.request_id, unit, repair=True)
+                self._send_repair(action)
             elif isinstance(action, SendRead):
                 self._send_read(action)
             elif isinstance(action, StoreHint):
@@ -211,6 +224,20 @@ class PointRequests:
             return
         result = action.result
         pending.done(result if isinstance(result, Mutation) else None, action.error)
+
+    def _send_repair(self, action: SendRepair) -> None:
+        """The repair, without the columns its replica said it does not know (module rules)."""
+        pending = self._reads.get(action.request_id)
+        mutation = action.mutation
+        unknown = None if pending is None else pending.unknown.get(action.replica)
+        if unknown and pending is not None and pending.command.columns is not None:
+            kept = frozenset(pending.command.columns) - unknown
+            mutation = restrict_columns(mutation, kept)
+            if mutation.is_empty:
+                self.handle(RepairAcked(action.request_id, action.replica))
+                return
+        unit = WriteUnit((mutation,))
+        self._send_unit(action.replica, action.request_id, unit, repair=True)
 
     def _send_unit(self, replica: Host, request_id: int, unit: WriteUnit, *, repair: bool) -> None:
         acked: CoordinatorEvent = (
@@ -259,17 +286,39 @@ class PointRequests:
             self.handle(ReadReplicaFailed(request_id, replica))
 
     def _serve_read(self, command: _codec.ReadCommand) -> bytes:
-        partition = self._node.store.read_mutation(
+        store = self._node.store
+        partition = store.read_mutation(
             (command.keyspace, command.table),
             command.partition_key,
             start=command.start,
             end=command.end,
         )
+        unknown: frozenset[str] = frozenset()
+        if command.columns is not None:
+            known = self._value_columns(store.table(command.keyspace, command.table))
+            wanted = frozenset(command.columns)
+            unknown = wanted - known
+            if partition is not None and not known <= wanted:
+                partition = restrict_columns(partition, wanted)
+                partition = None if partition.is_empty else partition
         digest = partition_digest(partition) if command.kind is ReadKind.DIGEST else b""
-        return _codec.encode_read_response(command.kind, partition, digest)
+        return _codec.encode_read_response(command.kind, partition, digest, sorted(unknown))
+
+    def _value_columns(self, table: Table) -> frozenset[str]:
+        """The names of ``table``'s static and regular columns (kept per table definition)."""
+        key = (table.keyspace, table.name)
+        known = self._columns_of.get(key)
+        if known is None or known[0] is not table:
+            names = frozenset(c.name for c in (*table.static_columns, *table.regular_columns))
+            known = self._columns_of[key] = (table, names)
+        return known[1]
 
     def _on_read_response(self, request_id: int, replica: Host, payload: bytes) -> None:
-        kind, partition, digest = _codec.decode_read_response(payload)
+        kind, partition, digest, unknown = _codec.decode_read_response(payload)
+        if unknown:
+            pending = self._reads.get(request_id)
+            if pending is not None:
+                pending.unknown[replica] = unknown
         if kind is ReadKind.DIGEST:
             self.handle(DigestReceived(request_id, replica, digest))
         else:

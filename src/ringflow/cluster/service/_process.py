@@ -20,6 +20,8 @@
   as the highest host id, creates the one generation of the whole cluster;
 * the replica-side capture (``ReplicaCapture``, seed 002; on unless ``CaptureSettings``
   disable it): enabled on the store before the node listens, slices sealed every second;
+  with it the node side of transmission (``CaptureServices``: channel watch, publication of
+  sealed slices and seal watermarks to ``system_replication``, synch-delete);
 * ``status.json`` in the data directory, rewritten every second: what ``ringflow cluster
   status`` prints (so no extra RPC port is needed), with the capture's status.
 """
@@ -44,6 +46,7 @@ from typing import TypeVar
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
 from ringflow.cluster.service._capture import ReplicaCapture
+from ringflow.cluster.service._capture_services import CaptureServices
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CDC_GENERATIONS_V2_FEATURE,
@@ -332,10 +335,13 @@ async def _serve(
 
     node.processor.on_schema_change(schema_changed)
     capture = await _prepared_capture(cluster, node, capture_settings, storage)
+    transmission = None if capture is None else CaptureServices(cluster, capture_settings)
     cluster.start()
     generations.start()
     if capture is not None:
         capture.start()
+    if transmission is not None:
+        transmission.start()
     if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
         if joining_states(config.data_dir):  # a new node never rewrites (seed 000)
             await loop.run_in_executor(storage, lambda: write_rewritten_marker(node.store, now_us))
@@ -362,7 +368,10 @@ async def _serve(
                 topology.poll()
                 document = {**status_document(cluster, node), "topology": topology.status()}
                 if capture is not None:
-                    document["capture"] = capture.status()
+                    document["capture"] = {
+                        **capture.status(),
+                        **({} if transmission is None else transmission.status()),
+                    }
                 _write_status(status_path, document)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
@@ -370,6 +379,8 @@ async def _serve(
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)
+        if transmission is not None:
+            transmission.stop()
         if capture is not None:
             capture.stop()
         cluster.stop()

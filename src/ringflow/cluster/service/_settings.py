@@ -32,6 +32,7 @@ from ringflow.replication import (
     SLICE_WIDTH_S_MAX,
     SliceSettings,
 )
+from ringflow.ring import Host
 from ringflow.schema import Mutation
 from ringflow.storage import CaptureCap, CapturePolicy
 
@@ -229,10 +230,16 @@ class CaptureSettings:
     capture_max_bytes: int = 4 * 1024**3
     capture_max_age_s: int = 7 * 24 * 3600
     capture_policy: str = CapturePolicy.REFUSE.value
+    drop_sent_slices: bool = True
+    """Synch-delete: drop a sealed, published slice once every collecting channel of its
+    table has it (a table without one holds nothing back); off keeps every slice until the
+    cap's policy acts."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ConfigurationError(f"capture enabled must be a bool, got {self.enabled!r}")
+        for name in ("enabled", "drop_sent_slices"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"capture {name} must be a bool, got {value!r}")
         for option in CAPTURE_OPTIONS:
             _check_option(CAPTURE_OPTIONS, "capture", option.name, getattr(self, option.name))
         if self.capture_policy not in CAPTURE_POLICIES:
@@ -291,3 +298,5 @@ class WriteGroup:
 class PendingRead:
     command: _codec.ReadCommand
     done: ReadDone
+    unknown: dict[Host, frozenset[str]] = field(default_factory=dict)
+    """Per replica, the columns of ``command`` it said it does not know."""

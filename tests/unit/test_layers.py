@@ -1,0 +1,120 @@
+"""The layers of ARCHITECTURE.md hold, and cannot get worse (a ratchet).
+
+Lower layers never import higher ones, in this order (``replication`` is a pure core the store
+uses, so it sits below ``storage``): errors, ring, schema, cdc, replication, storage, cql,
+runtime, cluster, node, sim, pipeline, cli. Packages talk through their public ``__init__``
+names, never ``from ringflow.<other>._private import``.
+
+What already broke the rules when this test was written is listed below, each one a debt (the
+cluster service importing ``node`` is issue 21's). A new break fails the test; so does a listed
+one that is gone, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ringflow
+
+LAYERS = (
+    "errors",
+    "ring",
+    "schema",
+    "cdc",
+    "replication",
+    "storage",
+    "cql",
+    "runtime",
+    "cluster",
+    "node",
+    "sim",
+    "pipeline",
+    "cli",
+)
+UPWARD_KNOWN = frozenset(
+    {
+        ("cluster/service/_bootstrap.py", "node"),
+        ("cluster/service/_capture.py", "node"),
+        ("cluster/service/_cdc_expiry.py", "node"),
+        ("cluster/service/_cdc_generations.py", "node"),
+        ("cluster/service/_cdc_rewrite.py", "node"),
+        ("cluster/service/_cdc_tables.py", "node"),
+        ("cluster/service/_process.py", "node"),
+    }
+)
+PRIVATE_KNOWN = frozenset(
+    {
+        ("cdc", "ringflow.schema._codec"),
+        ("cli", "ringflow.cluster.service._bootstrap"),
+        ("cli", "ringflow.cluster.service._cdc_generations"),
+        ("cli", "ringflow.cluster.service._process"),
+        ("cli", "ringflow.cluster.service._settings"),
+        ("cli", "ringflow.pipeline._materialize"),
+        ("cli", "ringflow.pipeline._replicate"),
+        ("cluster", "ringflow.cdc._description_tables"),
+        ("cluster", "ringflow.cdc._expiry"),
+        ("cluster", "ringflow.cdc._metadata"),
+        ("cluster", "ringflow.cdc._rewrite"),
+        ("cluster", "ringflow.cql._exec_common"),
+        ("cluster", "ringflow.cql._executor"),
+        ("cluster", "ringflow.cql._server"),
+        ("cluster", "ringflow.node._config"),
+        ("cluster", "ringflow.node._startup"),
+        ("cluster", "ringflow.schema._system_rows"),
+        ("cluster", "ringflow.storage._hints"),
+        ("cql", "ringflow.cdc._log_rows"),
+        ("cql", "ringflow.cdc._log_schema"),
+        ("cql", "ringflow.schema._errors"),
+        ("cql", "ringflow.schema._system_rows"),
+        ("cql", "ringflow.schema._system_tables"),
+        ("cql", "ringflow.schema._types"),
+        ("node", "ringflow.cql._exec_system"),
+        ("node", "ringflow.cql._executor"),
+        ("node", "ringflow.cql._server"),
+        ("node", "ringflow.schema._system_rows"),
+        ("pipeline", "ringflow.schema._system_rows"),
+        ("storage", "ringflow.cdc._log_images"),
+        ("storage", "ringflow.cdc._log_rows"),
+        ("storage", "ringflow.cdc._log_schema"),
+        ("storage", "ringflow.schema._codec"),
+        ("storage", "ringflow.schema._comparable"),
+        ("storage", "ringflow.schema._partitioner"),
+        ("storage", "ringflow.schema._reconcile"),
+    }
+)
+
+
+def imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(file, higher layer) pairs and (package, private module of another package) pairs."""
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    root = Path(ringflow.__file__).parent
+    upward: set[tuple[str, str]] = set()
+    private: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        package = path.relative_to(root).parts[0].removesuffix(".py")
+        if package not in rank:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "ringflow" or len(parts) < 2 or parts[1] not in rank:
+                continue
+            if rank[parts[1]] > rank[package]:
+                upward.add((str(path.relative_to(root)), parts[1]))
+            if parts[1] != package and any(part.startswith("_") for part in parts[2:]):
+                private.add((package, node.module))
+    return upward, private
+
+
+def test_no_layer_imports_a_higher_one_beyond_the_known_debts() -> None:
+    upward, _private = imports()
+    assert upward - UPWARD_KNOWN == set(), "new imports of a higher layer"
+    assert UPWARD_KNOWN - upward == set(), "fixed: take these off UPWARD_KNOWN"
+
+
+def test_packages_use_each_others_public_names_beyond_the_known_debts() -> None:
+    _upward, private = imports()
+    assert private - PRIVATE_KNOWN == set(), "new imports of another package's private module"
+    assert PRIVATE_KNOWN - private == set(), "fixed: take these off PRIVATE_KNOWN"
