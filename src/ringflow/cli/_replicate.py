@@ -17,6 +17,9 @@ the lake records a new schema version, a dropped column stays at every destinati
 hub and PostgreSQL get a new column when ``--alter-destinations`` allows it (all channels, or
 the ones named: ``--alter-destinations hub,postgres``); otherwise that channel stops, prints the
 statements to run and resumes by itself once they have run, the others going on.
+
+``--capture replica`` transmits the replicas' sealed time slices instead (seed 002; the
+channels of ``system_replication.channels``): :mod:`ringflow.cli._replicate_replica`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
+from ringflow.cli._replicate_replica import add_replica_options, check_log_mode, run_replica
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -42,11 +46,10 @@ def register(subcommands: Subcommands) -> None:
         "Structured Streaming query (channel) per destination.",
     )
     parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
-    parser.add_argument("--table", required=True, help="the CDC-enabled table: keyspace.table")
+    parser.add_argument("--table", help="the CDC-enabled table: keyspace.table")
     parser.add_argument(
         "--to",
         action="append",
-        required=True,
         metavar="URL",
         help="ringflow://host[:port][/ks.table], parquet:DIR or postgresql://user@host:port/db "
         "(repeatable)",
@@ -78,10 +81,14 @@ def register(subcommands: Subcommands) -> None:
         "channels, or a comma list (hub,postgres,hub-2); without it such a channel stops and "
         "prints the statements to run",
     )
+    add_replica_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(arguments: argparse.Namespace) -> int:
+    if arguments.capture == "replica":
+        return run_replica(arguments)
+    check_log_mode(arguments)
     from ringflow.pipeline._replicate import (
         cdc_options,
         plan_replication,

@@ -10,6 +10,9 @@
   timestamps, with a ``<table>_live`` view.
 - :mod:`._evolution`: schema changes of the source (what changed, the union a destination
   holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
+- :mod:`._replica_job`: ``ringflow replicate --capture replica``: the replicas' sealed time
+  slices through ``ringflow-replica`` (:mod:`._replica_source`), one query per channel, fed by
+  a coordinator in the driver (:mod:`._replica_coordinator`; seed 002).
 - :mod:`._spark_session`: a local SparkSession with sane defaults and the sources registered.
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
@@ -109,6 +112,14 @@ if TYPE_CHECKING:
         postgres_options,
         read_postgres_live,
     )
+    from ringflow.pipeline._replica_job import (
+        ReplicaJob,
+        ReplicaSummary,
+        print_replica_summary,
+        replica_spark,
+    )
+    from ringflow.pipeline._replica_plan import ChannelSpec, ReplicaJobPlan, plan_replica_job
+    from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
     from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._spark_session import (
         DEFAULT_CONF,
@@ -139,6 +150,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "update_channel": ("ringflow.pipeline._channel_store", "update_channel"),
     "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
     "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
+    "REPLICA_FORMAT": ("ringflow.pipeline._replica_source", "REPLICA_FORMAT"),
+    "RingflowReplicaDataSource": ("ringflow.pipeline._replica_source", "RingflowReplicaDataSource"),
+    "ReplicaJob": ("ringflow.pipeline._replica_job", "ReplicaJob"),
+    "ReplicaSummary": ("ringflow.pipeline._replica_job", "ReplicaSummary"),
+    "print_replica_summary": ("ringflow.pipeline._replica_job", "print_replica_summary"),
+    "replica_spark": ("ringflow.pipeline._replica_job", "replica_spark"),
+    "ChannelSpec": ("ringflow.pipeline._replica_plan", "ChannelSpec"),
+    "ReplicaJobPlan": ("ringflow.pipeline._replica_plan", "ReplicaJobPlan"),
+    "plan_replica_job": ("ringflow.pipeline._replica_plan", "plan_replica_job"),
     "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
@@ -241,6 +261,7 @@ __all__ = [
     "OPERATION_FIELD",
     "OPERATION_NAME_FIELD",
     "POSTGRES_FORMAT",
+    "REPLICA_FORMAT",
     "STREAM_ID_FIELD",
     "TABLE_FORMAT",
     "TIME_FIELD",
@@ -248,6 +269,7 @@ __all__ = [
     "TTL_FIELD",
     "CdcOffset",
     "Change",
+    "ChannelSpec",
     "ClusterOptions",
     "DestinationBehind",
     "HubDataSource",
@@ -257,7 +279,11 @@ __all__ = [
     "LiveRow",
     "PipelineConfigError",
     "PostgresDataSource",
+    "ReplicaJob",
+    "ReplicaJobPlan",
+    "ReplicaSummary",
     "RingflowCdcDataSource",
+    "RingflowReplicaDataSource",
     "RingflowTableDataSource",
     "SchemaConflict",
     "SourceSchemaChanged",
@@ -296,13 +322,16 @@ __all__ = [
     "parse_hosts",
     "parse_table_name",
     "pg_type",
+    "plan_replica_job",
     "postgres_options",
+    "print_replica_summary",
     "read_changes",
     "read_lake",
     "read_lake_changes",
     "read_postgres_live",
     "read_table",
     "register_data_sources",
+    "replica_spark",
     "spark_type",
     "table_from_json",
     "table_options",

@@ -67,7 +67,11 @@ def test_an_offset_survives_its_json_form_and_names_its_copies_exactly() -> None
         {"channel": "hub", "seq": -1, "copies": []},
         {"channel": "hub", "seq": 1, "copies": [["not", "a", "copy"]]},
         {"channel": "hub", "seq": 1, "copies": [[str(A), "ks", "t", 0, 1, 0, False, "00", 1]]},
-        {"channel": "hub", "seq": 0, "copies": [ReplicaOffset("hub", 1, (send("hub", 1),)).to_dict()["copies"][0]]},
+        {
+            "channel": "hub",
+            "seq": 0,
+            "copies": [ReplicaOffset("hub", 1, (send("hub", 1),)).to_dict()["copies"][0]],
+        },
         {"watermark_ms": 5, "generation": 1},  # a ringflow-cdc offset
     ],
 )
