@@ -26,16 +26,19 @@ Proves:
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement
 from pyspark.sql import SparkSession
@@ -46,6 +49,7 @@ from ringflow.cli._demo import DDL, TABLE, Workload, driver_cluster
 from ringflow.cli._demo_cluster import NodeProcess
 from ringflow.pipeline import (
     ChannelSpec,
+    PipelineConfigError,
     ReplicaJob,
     ReplicaSummary,
     change_from_row,
@@ -53,16 +57,19 @@ from ringflow.pipeline import (
     read_changes,
     read_lake_changes,
 )
-from ringflow.pipeline._replicate import cdc_options
+from ringflow.pipeline._replicate import cdc_options, source_table
 from ringflow.schema import Table
 from tests.integration.cluster.conftest import LocalCluster, started_cluster
+from tests.spark._job_thread import printed_statements
 from tests.spark._replication import (
     assert_lake_is_log,
     change_identity,
     check_destinations,
     wait_for,
     write,
+    write_statement,
 )
+from tests.spark._schema_evolution import cql_rows, differences, lake_rows, postgres_rows
 
 pytestmark = pytest.mark.timeout(900)
 SLICE_COUNT = 3
@@ -111,8 +118,9 @@ def _create(stage: dict[str, Any], keyspace: str) -> None:
         stage[name].execute(DDL.format(ks=keyspace, t=TABLE, cdc=cdc))
 
 
-def _plan(stage: dict[str, Any], keyspace: str, base: Path) -> Any:
-    """hub, lake and postgres channels of ``keyspace``'s table (created or repointed)."""
+def _plan(stage: dict[str, Any], keyspace: str, base: Path, alter: tuple[str, ...] = ()) -> Any:
+    """hub, lake and postgres channels of ``keyspace``'s table (created or repointed); the
+    job may alter the targets of the channels ``alter`` names."""
     hub: NodeProcess = stage["hub_node"]
     urls = (
         f"ringflow://{hub.endpoint}?consistency=ONE",
@@ -121,7 +129,9 @@ def _plan(stage: dict[str, Any], keyspace: str, base: Path) -> Any:
     )
     spec = ChannelSpec(f"{keyspace}.{TABLE}", urls, slice_width_s=1, slice_count=SLICE_COUNT)
     # 1 s slices of 6 vnode ranges are 6 copies a second per channel: room for a backlog
-    return plan_replica_job(stage["source"], base / "checkpoints", spec, permits=PERMITS)
+    return plan_replica_job(
+        stage["source"], base / "checkpoints", spec, permits=PERMITS, alter_destinations=alter
+    )
 
 
 def _watermarks(stage: dict[str, Any], keyspace: str) -> dict[uuid.UUID, int]:
@@ -472,3 +482,108 @@ def test_bad_input_is_refused_before_any_job_starts(
     assert main([*log_mode, "--table", "replica_bad.lonely"]) == 2  # no --to
     assert main([*log_mode, "--table", "replica_bad.lonely", "--to", lake, "--permits", "3"]) == 2
     assert _channel_rows(stage) == before
+
+
+class JobThread:
+    """A continuous ``ReplicaJob`` in a thread of this process until :meth:`stop`; its console
+    output kept for the test."""
+
+    def __init__(self, spark: SparkSession, plan: Any) -> None:
+        self.output = io.StringIO()
+        console = Console(file=self.output, width=400, color_system=None)
+        self.job = ReplicaJob(spark, plan, once=False, console=console, timeout_s=800)
+        self._stop = threading.Event()
+        self.result: list[ReplicaSummary] = []
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(self.job.run(self._stop)), name="replica-job"
+        )
+        self.thread.start()
+
+    def text(self) -> str:
+        return self.output.getvalue()
+
+    def wait(self, condition: Any, what: str) -> None:
+        def check() -> bool:
+            assert self.thread.is_alive(), f"the job ended while waiting for {what}\n{self.text()}"
+            return bool(condition())
+
+        wait_for(check, what)
+
+    def stop(self) -> ReplicaSummary:
+        self._stop.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive() and self.result, "the job did not stop"
+        return self.result[0]
+
+
+def test_a_column_added_at_the_edge_reaches_every_destination_or_waits_for_the_operator(
+    spark: SparkSession, stage: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 15 for replica-side capture: captured rows keep the log row as written, so after
+    ``ALTER TABLE ... ADD note`` a query meets rows with a column its table lacks, stops
+    (SourceSchemaChanged) and restarts from its checkpoint with the table reloaded: the lake
+    takes a new schema version, PostgreSQL (may alter) gets the column, the hub (may not)
+    waits with the exact statement while the others go on, and catches up once it has run.
+    No value of the new column is lost anywhere."""
+    keyspace = "replica_schema"
+    _create(stage, keyspace)
+    name = f"{keyspace}.{TABLE}"
+    plan = _plan(stage, keyspace, tmp_path, alter=("postgres",))
+    write(Workload(stage["edge"], 300, seed=24, keyspace=keyspace), 60, pause_s=0.0)
+    runner = JobThread(spark, plan)
+    lake, target = tmp_path / "lake", f"{keyspace}_{TABLE}"
+    readers = {
+        "hub": lambda t: cql_rows(stage["hub"], t, name),
+        "lake": lambda t: lake_rows(lake, t),
+        "postgres": lambda t: postgres_rows(stage["postgres_url"], target, t),
+    }
+
+    def equal(table: Table, channels: tuple[str, ...]) -> Callable[[], bool]:
+        def check() -> bool:
+            expected = cql_rows(stage["edge"], table, name, "ALL")
+            try:
+                return all(not differences(expected, readers[c](table)) for c in channels)
+            except (InvalidRequest, psycopg.Error, PipelineConfigError):  # not there yet
+                return False
+
+        return check
+
+    try:
+        runner.wait(lambda: _committed(runner.job, runner.thread, 1), "a first batch each")
+        stage["edge"].execute(f"ALTER TABLE {name} ADD note text")
+        insert = stage["edge"].prepare(
+            f"INSERT INTO {name} (customer, order_id, status, note) VALUES (?, ?, ?, ?)"
+        )
+        update = stage["edge"].prepare(
+            f"UPDATE {name} SET note = ? WHERE customer = ? AND order_id = ?"
+        )
+        for i in range(40):
+            write_statement(stage["edge"], insert, (5000 + i, i, "new", f"note {i}"))
+        for row in list(stage["edge"].execute(f"SELECT customer, order_id FROM {name} LIMIT 10")):
+            write_statement(stage["edge"], update, ("late", row["customer"], row["order_id"]))
+        table = source_table(cdc_options(stage["source"], name))
+        assert table.has_column("note")
+        runner.wait(equal(table, ("lake", "postgres")), "the lake and PostgreSQL with the column")
+        expected = f'ALTER TABLE "{keyspace}"."{TABLE}" ADD "note" text'
+        runner.wait(
+            lambda: expected in printed_statements(runner.text(), "ALTER"), "the hub's statement"
+        )
+        assert "hub: stopped, the other channels go on" in runner.text(), runner.text()
+        held = cql_rows(stage["hub"], _without(table, "note"), name)
+        assert not [key for key in held if int(key[0]) >= 5000]  # nothing converted without it
+        stage["hub"].execute(expected)  # the operator runs what was printed
+        runner.wait(equal(table, ("hub", "lake", "postgres")), "every destination with the column")
+        assert "hub: its destination takes the source table now" in runner.text()
+    finally:
+        summary = runner.stop()
+    figures = _figures(summary)
+    for channel in summary.channels:
+        assert channel.status == "stopped", (channel, runner.text())
+        assert channel.sends <= 1.05 * channel.unique, figures
+    changes = {n: r.schema_changes for n, r in runner.job.runs.items()}
+    print("schema changes followed:", changes, flush=True)
+    assert all(any("added note" in c for c in found) for found in changes.values()), changes
+
+
+def _without(table: Table, column: str) -> Table:
+    return dataclasses.replace(table, columns=tuple(c for c in table.columns if c.name != column))

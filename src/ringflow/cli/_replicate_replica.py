@@ -3,7 +3,7 @@
     ringflow replicate --capture replica --source HOST[,HOST][:PORT] --checkpoint DIR
         [--once | --continuous] [--permits N] [--master URL] [--channel NAME ...]
         [--table KS.T --to URL ... [--slice-width-s S] [--slice-count N] [--priority P]
-         [--fifo-order | --lifo-order]]
+         [--fifo-order | --lifo-order]] [--alter-destinations [CHANNELS]]
 
 Runs every channel of ``system_replication.channels`` with transmission enabled (or those
 named with ``--channel``, or those of ``--table``), one Spark streaming query each with its
@@ -13,7 +13,8 @@ postgres as the log mode names its channels). Every check runs before a job star
 priority or slicing, an unknown table or channel, a table without CDC, or no channel to run
 exit with code 2 and one line. ``--once`` delivers what was sealed when it started and ends;
 ``--continuous`` runs until Ctrl-C. A channel whose destination is away backs off and retries
-without end while the others go on.
+without end while the others go on. A schema change of the source is followed as in the log
+mode (``--alter-destinations``: the channels whose hub or PostgreSQL table may be altered).
 
 ``--capture log`` (the default) is the log mode of :mod:`ringflow.cli._replicate`; the options
 above that only the replica mode knows are refused there.
@@ -96,11 +97,19 @@ def run_replica(arguments: argparse.Namespace) -> int:
         slice_count=arguments.slice_count,
     )
     permits = DEFAULT_PERMITS if arguments.permits is None else arguments.permits
-    plan = plan_replica_job(arguments.source, arguments.checkpoint, spec, permits=permits)
+    alter: bool | list[str] = False
+    if arguments.alter_destinations == "all":
+        alter = True
+    elif arguments.alter_destinations:
+        alter = [name.strip() for name in arguments.alter_destinations.split(",") if name.strip()]
+    plan = plan_replica_job(
+        arguments.source, arguments.checkpoint, spec, permits=permits, alter_destinations=alter
+    )
     console.print(f"replica-side replication from {arguments.source}; channels:")
     for channel_plan in plan.channels:
         channel = channel_plan.channel
         note = f"  [yellow]({channel_plan.setup_error})" if channel_plan.setup_error else ""
+        note += " (may alter its table)" if channel_plan.allow_alter else ""
         console.print(
             f"  {channel.name:<10} {channel.source} -> {channel.display_destination} "
             f"(priority {channel.priority}, {channel.order.value}){note}"

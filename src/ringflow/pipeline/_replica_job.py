@@ -14,6 +14,17 @@ on their own schedule and say so; every other failure is the destination's, show
 retried the same way. It catches up in priority and fifo/lifo order when it returns (the
 broker's grants).
 
+**Schema changes** (issue 15, as the log mode's :mod:`._replicate_channels`). A captured row
+keeps the log row as it was written, so a query meets an ``ALTER TABLE ... ADD`` as a row with
+a log column its pinned table lacks and stops with ``SourceSchemaChanged``
+(:func:`._replica_source.replica_row_converter`). The job loads the table again: if it has new
+columns, the channel's destination is rebuilt for it (the hub and PostgreSQL get them when the
+channel may alter them, ``--alter-destinations``; the lake takes a new schema version) and the
+query restarts from its checkpoint with it, replaying the stopped batch; the columns the table
+lacks are dropped ones, ignored from then on. It counts as no failure. A destination that
+cannot take the table leaves the channel waiting with the statements to run, looked at again 1 s
+doubling to 15 s apart, the others going on; a waiting channel does not keep a ``once`` run.
+
 **FAIR pools.** Each query runs in the scheduler pool ``priority-<p>`` of its channel (the local
 property is set before it starts). :func:`replica_spark` makes a session with
 ``spark.scheduler.mode=FAIR`` and a pool per priority weighted by it; an existing session keeps
@@ -45,16 +56,23 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from ringflow.cdc import cdc_log_table
 from ringflow.pipeline._changes import table_to_json
 from ringflow.pipeline._destinations import Destination
-from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
+from ringflow.pipeline._evolution import describe_change, same_columns
 from ringflow.pipeline._replica_coordinator import ChannelProgress, ReplicaCoordinator
 from ringflow.pipeline._replica_offsets import ReplicaOffset, ReplicaOffsetError
 from ringflow.pipeline._replica_plan import ReplicaChannelPlan, ReplicaJobPlan, channel_destination
-from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
+from ringflow.pipeline._replica_source import (
+    REPLICA_FORMAT,
+    RingflowReplicaDataSource,
+    unknown_columns,
+)
 from ringflow.pipeline._replica_view import ClusterView
 from ringflow.pipeline._spark_session import register_data_sources
 from ringflow.replication import DestinationBackoff, format_utc
+from ringflow.schema import Table
 
 POLL_S: Final = 0.5
 STATUS_EVERY_S: Final = 10
@@ -63,6 +81,8 @@ ONCE_TIMEOUT_S: Final = 3600.0
 MAX_ONCE_RUNS: Final = 1000
 ERRORS_KEPT: Final = 8
 SOURCE_ERRORS: Final = ("ReplicaReadError", "CoordinatorError", "ReplicaOffsetError")
+RECHECK_MIN_S: Final = 1.0
+RECHECK_MAX_S: Final = 15.0
 
 
 def now_ms() -> int:
@@ -75,7 +95,13 @@ class ChannelRun:
 
     plan: ReplicaChannelPlan
     destination: Destination | None
+    table: Table
     query: Any = None
+    ignored_columns: frozenset[str] = frozenset()
+    waiting: str | None = None
+    recheck_at_ms: int = 0
+    recheck_delay_s: float = RECHECK_MIN_S
+    schema_changes: list[str] = field(default_factory=list)
     backoff: DestinationBackoff = field(default_factory=DestinationBackoff)
     source_backoff: DestinationBackoff = field(default_factory=DestinationBackoff)
     seen_batches: set[int] = field(default_factory=set)
@@ -92,7 +118,16 @@ class ChannelRun:
         return self.plan.channel.name
 
     def may_start(self, at_ms: int) -> bool:
+        if self.waiting is not None and at_ms < self.recheck_at_ms:
+            return False
         return self.backoff.may_attempt(at_ms) and self.source_backoff.may_attempt(at_ms)
+
+    def wait(self, reason: str, at_ms: int) -> None:
+        """Stopped for the operator: look again after the delay, doubled next time."""
+        self.waiting = reason
+        self.status = "waiting: " + reason.splitlines()[0][:200]
+        self.recheck_at_ms = at_ms + int(self.recheck_delay_s * 1000)
+        self.recheck_delay_s = min(RECHECK_MAX_S, self.recheck_delay_s * 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +203,14 @@ class ReplicaJob:
         self.console = console or Console()
         self.timeout_s = timeout_s if timeout_s is not None else (ONCE_TIMEOUT_S if once else None)
         self.page_rows = page_rows
-        self.runs = {p.channel.name: ChannelRun(p, p.destination) for p in plan.channels}
         self.coordinator: ReplicaCoordinator | None = None
         self.started_ms = now_ms()
         self._shown_ms = self.started_ms
+        self.runs = {p.channel.name: ChannelRun(p, p.destination, p.table) for p in plan.channels}
+        for run in self.runs.values():
+            if run.destination is not None and run.destination.blocked is not None:
+                run.wait(run.destination.blocked, self.started_ms)
+                run.recheck_at_ms = 0  # looked at again (and said) at once
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -187,6 +226,7 @@ class ReplicaJob:
         began = time.monotonic()
         deadline = began + self.timeout_s if self.timeout_s is not None else None
         view = ClusterView(self.plan.source)
+        self._view = view
         coordinator = ReplicaCoordinator(
             view,
             [p.channel for p in self.plan.channels],
@@ -200,7 +240,7 @@ class ReplicaJob:
                 if deadline is not None and time.monotonic() > deadline:
                     break
                 self._step(coordinator)
-                if self.once and all(run.done for run in self.runs.values()):
+                if self.once and all(r.done or r.waiting for r in self.runs.values()):
                     break
                 self._wait(stop)
         except KeyboardInterrupt:
@@ -234,9 +274,12 @@ class ReplicaJob:
         self._fold_progress(run, coordinator, at_ms)
         if active:
             return
-        error = _query_error(run.query)
+        text = _exception_text(run.query)
+        error = None if text is None else _summary_line(text)
         run.query = None
-        if error is not None:
+        if text is not None and SourceSchemaChanged.marker in text:
+            self._follow_schema(run, coordinator, text, at_ms)
+        elif error is not None:
             self._failed(run, coordinator, error, at_ms)
         elif self.once and coordinator.once_done(run.name):
             run.done, run.status = True, "done"
@@ -261,15 +304,76 @@ class ReplicaJob:
             run.status = run.backoff.status(at_ms)
         self.console.print(f"[yellow]{run.name}: {run.status}: {error[:300]}")
 
-    def _start(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
-        if run.destination is None:
-            try:
-                run.destination = channel_destination(run.plan.channel, run.plan.table)
-            except PipelineConfigError as error:
-                self._failed(run, coordinator, str(error), at_ms)
-                return
+    def _follow_schema(
+        self, run: ChannelRun, coordinator: ReplicaCoordinator, error: str, at_ms: int
+    ) -> None:
+        """The query met captured rows with columns its table lacks (module docstring): load
+        the table again, rebuild the destination for it when its columns changed, ignore the
+        dropped ones; the query restarts from its checkpoint (or the channel waits)."""
+        coordinator.query_failed(run.name)  # its batch stays reserved: the restart replays it
+        channel = run.plan.channel
         try:
-            run.query = self._start_query(run, run.destination, coordinator)
+            table = self._view.table(channel.source_keyspace, channel.source_table)
+        except PipelineConfigError as failure:
+            self._failed(run, coordinator, f"SourceSchemaChanged, then {failure}", at_ms)
+            return
+        named = unknown_columns(error) or frozenset()
+        log_columns = {column.name for column in cdc_log_table(table).columns}
+        if same_columns(run.table, table) and not named - log_columns:
+            # the driver's schema may lag the ALTER by a moment: retried as an edge failure
+            self._failed(run, coordinator, "ReplicaReadError: " + _summary_line(error), at_ms)
+            return
+        run.ignored_columns |= named - log_columns
+        change = describe_change(run.table, table)
+        if not same_columns(run.table, table):
+            run.schema_changes.append(change)
+            run.table = table
+            run.destination = None  # rebuilt for the new table by _start
+            run.recheck_delay_s = RECHECK_MIN_S
+        else:
+            run.schema_changes.append(f"ignored dropped log columns {sorted(named)}")
+        run.status = "restarting"
+        what = change if run.destination is None else f"dropped columns {sorted(named)} ignored"
+        self.console.print(
+            f"{run.name}: source schema changed ({what}): restarted from its checkpoint",
+            markup=False,
+        )
+
+    def _destination_for(
+        self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int
+    ) -> Destination | None:
+        """The channel's destination for its table (built when missing or waiting), or None
+        while it cannot be had: the channel backs off or waits for the operator."""
+        if run.destination is not None and run.waiting is None:
+            return run.destination
+        channel = run.plan.channel
+        try:
+            destination = channel_destination(channel, run.table, run.plan.allow_alter)
+        except PipelineConfigError as error:
+            run.waiting = None
+            self._failed(run, coordinator, str(error), at_ms)
+            return None
+        run.destination = destination
+        if destination.blocked is not None:
+            if run.waiting != destination.blocked:
+                self.console.print(
+                    f"{run.name}: stopped, the other channels go on: {destination.blocked}",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            run.wait(destination.blocked, at_ms)
+            return None
+        if run.waiting is not None:
+            self.console.print(f"{run.name}: its destination takes the source table now")
+        run.waiting = None
+        return destination
+
+    def _start(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
+        destination = self._destination_for(run, coordinator, at_ms)
+        if destination is None:
+            return
+        try:
+            run.query = self._start_query(run, destination, coordinator)
         except Exception as error:  # e.g. a checkpoint of another channel: shown and retried
             self._failed(run, coordinator, f"{type(error).__name__}: {error}", at_ms)
             return
@@ -285,9 +389,11 @@ class ReplicaJob:
             "channel": channel.name,
             "coordinator_address": coordinator.address,
             "coordinator_token": coordinator.token,
-            "schema": table_to_json(run.plan.table),
+            "schema": table_to_json(run.table),
             "port": str(self.plan.source.port),
         }
+        if run.ignored_columns:
+            source["ignored_columns"] = ",".join(sorted(run.ignored_columns))
         if self.page_rows is not None:
             source["page_rows"] = str(self.page_rows)
         context = self.spark.sparkContext
@@ -401,11 +507,14 @@ def _offset(value: Any) -> ReplicaOffset | None:
         return None
 
 
-def _query_error(query: Any) -> str | None:
+def _exception_text(query: Any) -> str | None:
     error = query.exception()
     if error is None:
         return None
-    text = str(getattr(error, "desc", None) or error)
+    return str(getattr(error, "desc", None) or error)
+
+
+def _summary_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     named = [line for line in lines if any(marker in line for marker in SOURCE_ERRORS)]
     useful = named or [line for line in lines if "Error" in line or "error" in line]

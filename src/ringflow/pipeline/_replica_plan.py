@@ -18,7 +18,7 @@ until it can (REPLICATION.md decision 8), so :class:`ReplicaChannelPlan` keeps t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 from ringflow.pipeline._channel_store import check_channel, load_channels, save_channel
 from ringflow.pipeline._cluster_client import ClusterOptions, connect, load_table
 from ringflow.pipeline._destinations import Destination, parse_hosts, parse_table_name
-from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
 from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
 from ringflow.pipeline._postgres import POSTGRES_FORMAT, postgres_options
@@ -64,12 +64,15 @@ class ChannelSpec:
 @dataclass(frozen=True, slots=True)
 class ReplicaChannelPlan:
     """One channel the job runs: its base table and its sink (None with ``setup_error`` when
-    the destination could not be prepared at start: retried by the job)."""
+    the destination could not be prepared at start: retried by the job; ``blocked`` when it
+    cannot take the table: the job waits for the operator). ``allow_alter``: the job may add
+    the source's new columns to the hub or PostgreSQL target (``--alter-destinations``)."""
 
     channel: Channel
     table: Table
     destination: Destination | None
     setup_error: str | None = None
+    allow_alter: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +85,11 @@ class ReplicaJobPlan:
     permits: int
 
 
-def channel_destination(channel: Channel, table: Table) -> Destination:
+def channel_destination(channel: Channel, table: Table, allow_alter: bool = False) -> Destination:
     """The channel's sink options, checked by the sink (connects, creates a PostgreSQL target,
-    makes the lake directory); PipelineConfigError in one line when that fails."""
+    makes the lake directory); PipelineConfigError in one line when that fails. A destination
+    that cannot take ``table`` (a new column it may not add, a clashing one: DestinationBehind,
+    SchemaConflict, with the statements to run) is returned ``blocked`` with that message."""
     url = channel.destination_url
     try:
         if url.kind is DestinationKind.HUB:
@@ -96,6 +101,7 @@ def channel_destination(channel: Channel, table: Table) -> Destination:
                 table,
                 port=url.port or 9042,
                 consistency=url.consistency or "QUORUM",
+                allow_alter=allow_alter,
             )
         elif url.kind is DestinationKind.LAKE:
             path = Path(channel.target).expanduser().absolute()
@@ -105,7 +111,13 @@ def channel_destination(channel: Channel, table: Table) -> Destination:
                 raise PipelineConfigError(f"lake directory {path}: {error}") from None
             options = lake_options(path, table)
         else:
-            options = postgres_options(url.url, channel.target, table)
+            options = postgres_options(url.url, channel.target, table, allow_alter=allow_alter)
+    except (DestinationBehind, SchemaConflict) as error:
+        kind = url.kind.value
+        display = channel.display_destination
+        sink = _SINK_FORMATS[url.kind]
+        blocked = str(error)
+        return Destination(channel.name, kind, display, sink, {}, display, "", allow_alter, blocked)
     except PipelineConfigError as error:
         text = " ".join(str(error).split())
         raise PipelineConfigError(f"channel {channel.name}: {text}") from None
@@ -116,6 +128,8 @@ def channel_destination(channel: Channel, table: Table) -> Destination:
         _SINK_FORMATS[url.kind],
         options,
         channel.target,
+        "",
+        allow_alter,
     )
 
 
@@ -180,9 +194,22 @@ def _absolute_lake(url: str) -> str:
 
 
 def plan_replica_job(
-    source: str, checkpoint: str | Path, spec: ChannelSpec, *, permits: int = DEFAULT_PERMITS
+    source: str,
+    checkpoint: str | Path,
+    spec: ChannelSpec,
+    *,
+    permits: int = DEFAULT_PERMITS,
+    alter_destinations: bool | Collection[str] = False,
 ) -> ReplicaJobPlan:
-    """Check everything (module docstring), save the requested channels, and return the plan."""
+    """Check everything (module docstring), save the requested channels, and return the plan.
+    ``alter_destinations``: the channels (all when True) whose hub or PostgreSQL target the job
+    may alter to follow the source's new columns (issue 15)."""
+
+    def may_alter(name: str) -> bool:
+        return alter_destinations is True or (
+            not isinstance(alter_destinations, bool) and name in alter_destinations
+        )
+
     if type(permits) is not int or not 1 <= permits <= PERMITS_MAX:
         raise PipelineConfigError(f"--permits must be in [1, {PERMITS_MAX}], got {permits!r}")
     options = _source_options(source)
@@ -195,11 +222,16 @@ def plan_replica_job(
         table_slice_settings(merged)  # one slicing per table (checked again per channel)
         for channel in wanted:
             check_channel(cluster, channel, merged)
-        sinks = {c.name: channel_destination(c, _table(cluster, c)) for c in wanted}
+        sinks = {
+            c.name: channel_destination(c, _table(cluster, c), may_alter(c.name)) for c in wanted
+        }
         for channel in wanted:
             save_channel(session, channel)
         chosen = _chosen(spec, merged, names, cluster)
-        plans = [_channel_plan(cluster, channel, sinks.get(channel.name)) for channel in chosen]
+        plans = [
+            _channel_plan(cluster, channel, sinks.get(channel.name), may_alter(channel.name))
+            for channel in chosen
+        ]
     finally:
         cluster.shutdown()
     root = Path(checkpoint).expanduser().absolute()
@@ -245,11 +277,14 @@ def _chosen(
     return running
 
 
-def _channel_plan(cluster: Any, channel: Channel, sink: Destination | None) -> ReplicaChannelPlan:
+def _channel_plan(
+    cluster: Any, channel: Channel, sink: Destination | None, allow_alter: bool
+) -> ReplicaChannelPlan:
     table = _table(cluster, channel)
     if sink is not None:
-        return ReplicaChannelPlan(channel, table, sink)
+        return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     try:
-        return ReplicaChannelPlan(channel, table, channel_destination(channel, table))
+        sink = channel_destination(channel, table, allow_alter)
+        return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     except PipelineConfigError as error:  # a stored channel's destination away: backs off
-        return ReplicaChannelPlan(channel, table, None, str(error))
+        return ReplicaChannelPlan(channel, table, None, str(error), allow_alter)

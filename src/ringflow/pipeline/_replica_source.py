@@ -23,13 +23,16 @@ the same ``log_row_converter``), so the hub, lake and PostgreSQL sinks take them
 
 Options: ``contact_points`` and ``port`` of the edge (``port`` is every node's CQL port),
 ``channel``, ``coordinator_address``, ``coordinator_token``, ``schema`` (the base table as JSON,
-``table_to_json``), ``page_rows`` (default 1000), ``batch_rows`` (rows per Arrow batch, 4096),
-``connect_timeout_s``, ``request_timeout_s``.
+``table_to_json``), ``ignored_columns`` (comma list: log columns dropped from the table that
+captured rows still hold, :func:`replica_row_converter`), ``page_rows`` (default 1000),
+``batch_rows`` (rows per Arrow batch, 4096), ``connect_timeout_s``, ``request_timeout_s``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import ast
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from pyspark.sql import types as st
@@ -45,7 +48,7 @@ from ringflow.pipeline._changes import (
     table_from_json,
 )
 from ringflow.pipeline._cluster_client import option_float, option_int
-from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._replica_offsets import (
     ReplicaOffset,
     copies_by_node,
@@ -59,6 +62,7 @@ from ringflow.schema import Table, codec_for
 
 REPLICA_FORMAT: Final = "ringflow-replica"
 DEFAULT_BATCH_ROWS: Final = 4096
+UNKNOWN_COLUMNS: Final = "log columns"
 
 
 class ReplicaSettings:
@@ -72,6 +76,8 @@ class ReplicaSettings:
         self.coordinator_address = str(options["coordinator_address"])
         self.coordinator_token = str(options["coordinator_token"])
         self.table_json = str(options["schema"])
+        ignored = str(options.get("ignored_columns") or "")
+        self.ignored_columns = tuple(name for name in ignored.split(",") if name)
         self.port = option_int(options, "port", 9042)
         self.page_rows = option_int(options, "page_rows", DEFAULT_PAGE_ROWS)
         self.batch_rows = option_int(options, "batch_rows", DEFAULT_BATCH_ROWS)
@@ -85,24 +91,59 @@ class ReplicaSettings:
         return NodeAddress(address, self.port, self.connect_timeout_s, self.request_timeout_s)
 
 
-def replica_row_converter(table: Table) -> Callable[[bytes], tuple[object, ...]]:
+def replica_row_converter(
+    table: Table, ignored: Collection[str] = ()
+) -> Callable[[bytes], tuple[object, ...]]:
     """A captured row (canonical bytes of a log row) as the change row ``ringflow-cdc`` makes
     of the same log row: each column deserialized with its log column's codec (the codec's
-    Python values are what the Spark mapping reads), then ``log_row_converter``. A column the
-    log table no longer has (dropped since) is left out, as ``SELECT *`` would."""
+    Python values are what the Spark mapping reads), then ``log_row_converter``.
+
+    A captured row is kept as the log row was when it was written, so it may hold a log column
+    ``table`` lacks: one added since the query started (its values must reach the destination)
+    or one dropped since it was captured (the job has seen that the table lacks it and names it
+    in ``ignored``: left out, as ``SELECT *`` of the log would). A value in any other column
+    the table lacks raises :class:`SourceSchemaChanged` naming the columns (issue 15: never
+    converted without them); null values carry nothing and are left out."""
     log = cdc_log_table(table)
     codecs = {column.name: codec_for(column.type) for column in log.columns}
     convert = log_row_converter(table)
+    skipped = frozenset(ignored)
 
     def row_of(data: bytes) -> tuple[object, ...]:
-        values = {
-            name: codecs[name].deserialize(value, name)
-            for name, value in decode_canonical_row(data).items()
-            if value is not None and name in codecs
-        }
+        values: dict[str, object] = {}
+        unknown: list[str] = []
+        for name, value in decode_canonical_row(data).items():
+            if value is None:
+                continue
+            codec = codecs.get(name)
+            if codec is not None:
+                values[name] = codec.deserialize(value, name)
+            elif name not in skipped:
+                unknown.append(name)
+        if unknown:
+            raise SourceSchemaChanged(
+                f"captured rows of {table.keyspace}.{table.name} hold {UNKNOWN_COLUMNS} "
+                f"{sorted(unknown)!r}, which the table the query reads with lacks (an ALTER "
+                "TABLE since it started): it stops to restart with the table as it is now"
+            )
         return convert(values)
 
     return row_of
+
+
+def unknown_columns(error: str) -> frozenset[str] | None:
+    """The log columns a :class:`SourceSchemaChanged` of :func:`replica_row_converter` names
+    (None when ``error`` names none)."""
+    found = re.search(re.escape(UNKNOWN_COLUMNS) + r" (\[[^\]]*\])", error)
+    if found is None:
+        return None
+    try:
+        names = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return frozenset(names)
 
 
 class ReplicaPartition(InputPartition):
@@ -177,7 +218,7 @@ class RingflowReplicaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         settings = self.settings
         table = table_from_json(settings.table_json)
         schema = change_arrow_schema(table)
-        convert = replica_row_converter(table)
+        convert = replica_row_converter(table, settings.ignored_columns)
         node = settings.node(partition.address)
         copies = [copy_from_list(settings.channel, item) for item in partition.copies]
         batch: list[tuple[object, ...]] = []

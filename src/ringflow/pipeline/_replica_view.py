@@ -30,7 +30,7 @@ from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.query import SimpleStatement
 
 from ringflow.pipeline._channel_store import load_channels
-from ringflow.pipeline._cluster_client import ClusterOptions, connect
+from ringflow.pipeline._cluster_client import ClusterOptions, connect, load_table
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.pipeline._replica_reads import NodeAddress, copy_digests, held_slice_starts
@@ -51,6 +51,7 @@ from ringflow.replication import (
     watermark_from_row,
 )
 from ringflow.ring import Host, RingError, TokenMetadata, TokenRange, replication_strategy
+from ringflow.schema import Table
 
 READ_CONCURRENCY: Final = 16
 _KS = REPLICATION_KEYSPACE
@@ -187,6 +188,15 @@ class ClusterView:
             return [host.host_id for host in strategy.replicas(token_range.right, metadata)]
 
         return replicas
+
+    def table(self, keyspace: str, name: str) -> Table:
+        """The source table as it is now (its schema metadata refreshed first: a job follows
+        an ``ALTER TABLE``); PipelineConfigError when it cannot be loaded."""
+        try:
+            self.cluster.refresh_table_metadata(keyspace, name)
+        except Exception as error:  # the driver's many errors: the edge is not there now
+            raise PipelineConfigError(f"cannot load {keyspace}.{name}: {error}") from None
+        return load_table(self.cluster, keyspace, name)
 
     # --- system_replication ---------------------------------------------------------------------
 
