@@ -338,6 +338,7 @@ def test_a_replica_that_missed_writes_has_other_digests_and_the_union_is_sent(
     _wait_sealed(stage, keyspace, last_ms)
     summary = _run_once(spark, plan)
     _figures(summary)
+    print(_sent_story(stage, keyspace, "lake", _host_id(edge, victim)), flush=True)
     assert {c.status for c in summary.channels} == {"done"}
     differing = _differing_keys(stage, keyspace)
     assert differing, "no slice whose copies differ: the victim missed no write of a sliced key"
