@@ -1,5 +1,6 @@
 """``ringflow replicate --capture replica``: sealed time slices from a 3-node RF 3 edge to a hub
-node, a Parquet lake and PostgreSQL (issue 14 §4, its first three tests, and bad input).
+node, a Parquet lake and PostgreSQL (issue 14 §4: its first four tests and bad input; issue 15
+for this path).
 
 The edge is this module's own: real node processes slicing 1 s x 2 (the channels' slicing too),
 hints off (``--max-hint-window-ms 1``: a node that was down misses what was written meanwhile,
@@ -21,7 +22,16 @@ Proves:
   sent (the ``sent`` records hold two digests of one slice), and every destination is complete;
 - bad input (unknown table or channel, bad URL, priority or slice width out of range, a table
   without CDC, nothing to run, log-mode options missing) exits 2 with one line, before any job
-  starts: no checkpoint is made, no channel is written.
+  starts: no checkpoint is made, no channel is written;
+- a column added at the edge (issue 15): the lake and PostgreSQL (may alter) take it, the hub
+  (may not) waits with the exact statement and nothing converted without the column, and
+  catches up once the statement ran; every destination equals the edge with the column;
+- the hub node SIGKILLed for 20 s under writes: the job never exits, the hub channel is
+  ``unreachable since ...`` and backs off while the lake channel keeps delivering, and the
+  hub catches up, equal to the edge (the session's hub node is started again).
+
+Each test prints its sends per unique change per channel. The module runs in about 6 minutes
+on 2 shared cores (the kill test alone about 1.5-3 minutes).
 """
 
 from __future__ import annotations
