@@ -2,7 +2,7 @@
 node, a Parquet lake and PostgreSQL (issue 14 §4: its first four tests and bad input; issue 15
 for this path).
 
-The edge is this module's own: real node processes slicing 1 s x 2 (the channels' slicing too),
+The edge is this module's own: real node processes slicing 1 s x 3 (the channels' slicing too),
 hints off (``--max-hint-window-ms 1``: a node that was down misses what was written meanwhile,
 so its copies of the slices around its outage differ). The hub node, PostgreSQL and the
 SparkSession are the session's. Every job runs in this process (``ReplicaJob``, the code of the
