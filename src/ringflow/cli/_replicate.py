@@ -23,6 +23,9 @@ Spark: ``--conf`` settings win over spark-submit's and ``spark-defaults.conf``, 
 ringflow's defaults (``local[2]``, the driver on loopback in local mode only); ``--driver-host``
 is the address executors reach the driver at. A bad setting exits 2. ``spark-submit`` runs the
 same job with the same options through :mod:`ringflow.cli.replicate_job`.
+
+``--capture replica`` transmits the replicas' sealed time slices instead (seed 002; the
+channels of ``system_replication.channels``): :mod:`ringflow.cli._replicate_replica`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
+from ringflow.cli._replicate_replica import add_replica_options, check_log_mode, run_replica
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -48,11 +52,10 @@ def register(subcommands: Subcommands) -> None:
         "Structured Streaming query (channel) per destination.",
     )
     parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
-    parser.add_argument("--table", required=True, help="the CDC-enabled table: keyspace.table")
+    parser.add_argument("--table", help="the CDC-enabled table: keyspace.table")
     parser.add_argument(
         "--to",
         action="append",
-        required=True,
         metavar="URL",
         help="ringflow://host[:port][/ks.table], parquet:DIR or postgresql://user@host:port/db "
         "(repeatable)",
@@ -110,6 +113,7 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--metrics-host", default="127.0.0.1", help="the address the metrics are served on"
     )
+    add_replica_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -124,6 +128,9 @@ def _port(text: str) -> int:
 
 
 def run(arguments: argparse.Namespace) -> int:
+    if arguments.capture == "replica":
+        return run_replica(arguments)
+    check_log_mode(arguments)
     from ringflow.pipeline import check_driver_address, spark_settings
     from ringflow.pipeline._replicate import (
         cdc_options,

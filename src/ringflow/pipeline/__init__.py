@@ -14,6 +14,10 @@
   holds), followed by the replication job (:mod:`._replicate`, :mod:`._replicate_channels`).
 - :mod:`._spark_conf` / :mod:`._spark_session`: the job's SparkSession, local or on a cluster: the
   user's settings over Spark's own over ringflow's defaults, the sources registered.
+- :mod:`._replica_job`: ``ringflow replicate --capture replica``: the replicas' sealed time
+  slices through ``ringflow-replica`` (:mod:`._replica_source`), one query per channel, fed by
+  a coordinator in the driver (:mod:`._replica_coordinator`; seed 002).
+- :mod:`._spark_session`: a local SparkSession with sane defaults and the sources registered.
 
 Reference: ``shared/reference/pipelines-spark.md`` §8, §11; ``scylla-cdc.md`` §5, §7;
 ``reliability-and-style.md`` §A4 (replay equivalence).
@@ -129,6 +133,14 @@ if TYPE_CHECKING:
         postgres_options,
         read_postgres_live,
     )
+    from ringflow.pipeline._replica_job import (
+        ReplicaJob,
+        ReplicaSummary,
+        print_replica_summary,
+        replica_spark,
+    )
+    from ringflow.pipeline._replica_plan import ChannelSpec, ReplicaJobPlan, plan_replica_job
+    from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
     from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._spark_conf import (
         DEFAULT_CONF,
@@ -179,6 +191,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
     "load_table": ("ringflow.pipeline._cluster_client", "load_table"),
     "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
+    "REPLICA_FORMAT": ("ringflow.pipeline._replica_source", "REPLICA_FORMAT"),
+    "RingflowReplicaDataSource": ("ringflow.pipeline._replica_source", "RingflowReplicaDataSource"),
+    "ReplicaJob": ("ringflow.pipeline._replica_job", "ReplicaJob"),
+    "ReplicaSummary": ("ringflow.pipeline._replica_job", "ReplicaSummary"),
+    "print_replica_summary": ("ringflow.pipeline._replica_job", "print_replica_summary"),
+    "replica_spark": ("ringflow.pipeline._replica_job", "replica_spark"),
+    "ChannelSpec": ("ringflow.pipeline._replica_plan", "ChannelSpec"),
+    "ReplicaJobPlan": ("ringflow.pipeline._replica_plan", "ReplicaJobPlan"),
+    "plan_replica_job": ("ringflow.pipeline._replica_plan", "plan_replica_job"),
     "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
@@ -293,6 +314,7 @@ __all__ = [
     "OPERATION_FIELD",
     "OPERATION_NAME_FIELD",
     "POSTGRES_FORMAT",
+    "REPLICA_FORMAT",
     "STREAM_ID_FIELD",
     "TABLE_FORMAT",
     "TIME_FIELD",
@@ -301,6 +323,7 @@ __all__ = [
     "CdcOffset",
     "Change",
     "ChannelFigures",
+    "ChannelSpec",
     "ClusterOptions",
     "DeadLetter",
     "DestinationAppliers",
@@ -314,7 +337,11 @@ __all__ = [
     "PipelineConfigError",
     "PostgresDataSource",
     "ReplayReport",
+    "ReplicaJob",
+    "ReplicaJobPlan",
+    "ReplicaSummary",
     "RingflowCdcDataSource",
+    "RingflowReplicaDataSource",
     "RingflowTableDataSource",
     "SchemaConflict",
     "SourceSchemaChanged",
@@ -362,7 +389,9 @@ __all__ = [
     "parse_hosts",
     "parse_table_name",
     "pg_type",
+    "plan_replica_job",
     "postgres_options",
+    "print_replica_summary",
     "read_changes",
     "read_lake",
     "read_lake_changes",
@@ -371,6 +400,7 @@ __all__ = [
     "record_dead_letters",
     "register_data_sources",
     "replay_dead_letters",
+    "replica_spark",
     "resolve_spark_conf",
     "serve_job_metrics",
     "spark_session",
