@@ -10,6 +10,7 @@ edge cluster (``system_replication.channels``) so every node and job sees the sa
     ringflow replication channel list --source ...
     ringflow replication dead-letters list|replay|drop --source ... --channel NAME
         [--to URL] [--before TIMEUUID|ISO-TIME]
+    ringflow replication status --source ... [--json] [--watch S [--samples N] [--plot F]]
 
 Names follow DSE Advanced Replication's ``dse advrep channel`` (``--priority``, ``--fifo-order``
 / ``--lifo-order``, ``pause --collection --transmission``). Every check runs before anything is
@@ -40,6 +41,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_OK
+from ringflow.cli._replication_status import register as register_status
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -82,6 +84,7 @@ def register(subcommands: Subcommands) -> None:
     _common(listing, named=False)
     listing.set_defaults(handler=run_list)
     _dead_letter_commands(verbs)
+    register_status(verbs)
 
 
 def _dead_letter_commands(verbs: Any) -> None:

@@ -165,6 +165,11 @@ class ClusterView:
             self._ring = (signature, metadata)
         return self._ring[1]
 
+    def ring_ranges(self) -> list[TokenRange]:
+        """Today's vnode ranges of the ring, each ``(previous token, token]``."""
+        metadata = self._token_metadata()
+        return [metadata.range_ending_at(i) for i in range(len(metadata.sorted_tokens))]
+
     def replicas_of(self, keyspace: str) -> ReplicasOf:
         """A range's replicas (host ids) in ``keyspace``'s strategy order, today's ring."""
         replication = self._replication.get(keyspace)

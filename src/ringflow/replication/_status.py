@@ -27,6 +27,7 @@ from ringflow.replication._channels import Channel
 from ringflow.replication._model import SealedSlice, SliceKey
 from ringflow.replication._planner import SealWatermark, SentIndex, SentRecord, plan_sends
 from ringflow.replication._ranks import ReplicasOf, range_of, rank_ranges
+from ringflow.ring import TokenRange
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +100,20 @@ def channel_backlogs(
 def node_slices(
     sealed: Iterable[SealedSlice],
     *,
-    ranges: Iterable[SliceKey],
+    ranges: Iterable[TokenRange] = (),
     replicas_of: ReplicasOf,
     live: Collection[uuid.UUID],
     nodes: Sequence[uuid.UUID] = (),
 ) -> dict[uuid.UUID, NodeSlices]:
     """Per node (``nodes``, and every holder or replica met): the active ranges by rank over the
-    in-sequence ranges of the copies and of ``ranges`` (e.g. the keyspace's vnode ranges, so an
-    idle table still shows who is active) and its copies matched / mismatched /
+    in-sequence ranges of the copies and ``ranges`` (e.g. the ring's vnode ranges, so an idle
+    table still shows who is active) and its copies matched / mismatched /
     out-of-sequence."""
     by_key: defaultdict[SliceKey, dict[uuid.UUID, bytes]] = defaultdict(dict)
     for copy in sealed:
         by_key[copy.key][copy.node] = copy.digest
-    keys = [*ranges, *by_key]
-    ranks = rank_ranges({range_of(k) for k in keys if not k.out_of_sequence}, replicas_of)
+    in_sequence = {range_of(key) for key in by_key if not key.out_of_sequence}
+    ranks = rank_ranges({*ranges, *in_sequence}, replicas_of)
     everyone = {*nodes, *ranks.nodes(), *(n for held in by_key.values() for n in held)}
     depth = max((len(ranks.replicas(r)) for r in ranks.ranges()), default=0)
     active: dict[uuid.UUID, list[int]] = {node: [0] * depth for node in everyone}

@@ -115,7 +115,5 @@ def test_active_ranges_by_rank_fail_over_and_copies_are_classified() -> None:
 
 
 def test_an_idle_table_still_shows_who_is_active_from_the_ranges_given() -> None:
-    idle = node_slices(
-        (), ranges=(key(0, R1), key(0, R2)), replicas_of=REPLICAS.__getitem__, live=(N1, N2, N3)
-    )
+    idle = node_slices((), ranges=(R1, R2), replicas_of=REPLICAS.__getitem__, live=(N1, N2, N3))
     assert [idle[n].active_by_rank for n in (N1, N2, N3)] == [(1, 0, 0), (1, 0, 0), (0, 0, 0)]
