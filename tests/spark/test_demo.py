@@ -1,8 +1,9 @@
 """``ringflow demo --rows 300`` as a user runs it: a subprocess that starts a 3-node edge cluster,
-a hub node and PostgreSQL, writes at QUORUM (with a kill -9 and a restart of one edge node on the
-way), waits for the restarted node's hints, replicates, verifies, plots and stops everything,
-within a bounded time. (On a random free loopback block: other engineers' nodes may hold
-127.0.0.1-3 at the same time.)"""
+a hub node and PostgreSQL, creates replication channels, runs replica-side replication while it
+writes at QUORUM (with a kill -9 and a restart of one edge node on the way, and the hub away for
+a while), waits for the restarted node's hints and for every destination to catch up, verifies,
+plots and stops everything, within a bounded time. (On a random free loopback block: other
+engineers' nodes may hold 127.0.0.1-3 at the same time.)"""
 
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert result.returncode == 0, output[-6000:]
     assert "kill -9" in output and "restarted" in output
     assert "hints replayed:" in output
+    assert "hub node restarted" in output and "caught up" in output
+    assert "sends/change" in output
     assert "ringflow cluster stopped" in output
     assert "OK: every destination equals the edge table" in output
     for destination in ("hub", "lake", "postgres"):
         assert destination in output
-    plot = workdir / "lag.png"
+    plot = workdir / "replication.png"
     assert plot.exists() and plot.stat().st_size > 10_000
     # every process the demo started is gone: nothing listens on its data directories
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)

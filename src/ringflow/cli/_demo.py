@@ -3,24 +3,30 @@
 1. Start an edge cluster of 3 real node processes (127.0.0.1-3, the code of ``ringflow cluster
    start``), a hub node (127.0.0.11) and a throwaway PostgreSQL server (``_demo_cluster``,
    ``_demo_postgres``); every wait is bounded.
-2. Create ``shop.orders`` (RF 3, CDC enabled) on the edge and the same table on the hub.
-3. Run a write workload through the Scylla driver (token-aware, QUORUM, prepared statements):
-   inserts (some with a 2 h TTL), updates (some with a 1 s TTL, expired long before the check),
-   set additions, column, row and range deletes. (Short TTLs go on UPDATEs, not INSERTs: the hub
-   sink cannot replay the expired row marker of an INSERT whose TTL ran out before replication,
-   so a short-TTL INSERT over an older row would leave the row alive on the hub.)
+2. Create ``shop.orders`` (RF 3, CDC enabled) on the edge and the same table on the hub, and
+   three replication channels (``ringflow replication channel create``): the hub (priority 90),
+   a Parquet change lake (50) and PostgreSQL (30), in 2 s x 2 time slices.
+3. Start ``ringflow replicate --capture replica --continuous`` (replica-side replication, seed
+   002: every edge node captures what it stores; each sealed slice is sent once, by its active
+   replica), then run a write workload through the Scylla driver (token-aware, QUORUM, prepared
+   statements): inserts (some with a 2 h TTL), updates (some with a 1 s TTL, expired long
+   before the check), set additions, column, row and range deletes. (Short TTLs go on UPDATEs,
+   not INSERTs: the hub sink cannot replay the expired row marker of an INSERT whose TTL ran
+   out before replication, so a short-TTL INSERT over an older row would leave the row alive
+   on the hub.)
 4. A third of the way in, SIGKILL one edge node; the workload goes on at QUORUM with 2 of 3
-   replicas (the coordinators keep hints for the dead one). Two thirds of the way in, restart it
-   on its data directory while the workload continues. Afterwards wait (bounded) until the
-   cluster is UP again and the restarted node alone, read at ONE, has every row: the hints
-   were replayed.
-5. Replicate the table's CDC log (read at QUORUM) to the hub, a Parquet change lake and
-   PostgreSQL with the ``ringflow replicate`` job in ``once`` mode, after the confidence window.
-6. Verify each destination equals the edge table read at ALL (keys, values and write
-   timestamps: the edge and the hub through ``WRITETIME``, the lake through ``materialize``,
-   PostgreSQL through its ``_live`` view and ``_wt_`` columns), print a report and plot the lag
-   to ``lag.png``.
-7. Stop everything, also on Ctrl-C or an error.
+   replicas (the coordinators keep hints for the dead one; its ranges fail over to the next
+   replica for transmission). Halfway, SIGKILL the hub node: the hub channel backs off,
+   ``ringflow replication status`` shows it ``unreachable since ...`` with its backlog, the
+   lake and PostgreSQL go on. Two thirds of the way in, restart the edge node. After the
+   workload (and at least 15 s of hub outage) restart the hub on its data: it catches up.
+   Wait (bounded) until the restarted edge node alone, read at ONE, has every row (hints).
+5. Wait (bounded) until every destination equals the edge table read at ALL (keys, values and
+   write timestamps: the edge and the hub through ``WRITETIME``, the lake through
+   ``materialize``, PostgreSQL through its ``_live`` view and ``_wt_`` columns); stop the job;
+   print its summary (sends per unique change: 1.00 when each change was sent once), the
+   status, the verification, and plot backlog and lag per channel to ``replication.png``.
+6. Stop everything, also on Ctrl-C or an error.
 
 Exit code 0 only when every destination matched (and the restarted node caught up).
 """
@@ -31,6 +37,7 @@ import argparse
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -49,7 +56,7 @@ from ringflow.cli._demo_postgres import PostgresServer
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
-    from ringflow.pipeline._replicate import ReplicationPlan, ReplicationSummary
+    from ringflow.pipeline import ReplicaSummary
     from ringflow.schema import Table
 
 EDGE_ADDRESS = "127.0.0.1"  # the first of the edge nodes' addresses
@@ -57,14 +64,13 @@ EDGE_NODES = 3
 REPLICATION_FACTOR = 3
 HUB_ADDRESS = "127.0.0.11"
 KEYSPACE, TABLE = "shop", "orders"
-CONFIDENCE_MS = 3000
-QUERY_WINDOW_MS = 5000
-MAX_WINDOW_MS = 30000
 ORDERS_PER_CUSTOMER = 40
 SHORT_TTL_S = 1
 LONG_TTL_S = 7200
 RETRY_TIMEOUT_S = 90.0
 CATCH_UP_TIMEOUT_S = 90.0
+DELIVERY_TIMEOUT_S = 240.0
+NOT_A_TERMINAL_WIDTH = 160  # whole table rows in a log
 # 4 vnodes a node, not 16: the CDC source plans one Spark task per vnode and each task opens its
 # own driver session, which dominates a micro-batch on two cores.
 NUM_TOKENS = 4
@@ -115,6 +121,7 @@ class WorkloadStats:
     victim: str = ""
     killed_after: int = 0
     restarted_after: int = 0
+    hub_killed_after: int = 0
 
     @property
     def total(self) -> int:
@@ -201,13 +208,20 @@ def _execute_retrying(session: Any, statement: Any, values: tuple[object, ...]) 
 
 
 def run_workload(
-    console: Console, session: Any, edge: LocalCluster, rows: int, seed: int
+    console: Console,
+    session: Any,
+    edge: LocalCluster,
+    rows: int,
+    seed: int,
+    hub_away: Callable[[], None] | None = None,
 ) -> WorkloadStats:
     """``rows`` writes at QUORUM with a progress bar; one edge node is SIGKILLed a third of the
-    way in and restarted (on its data) two thirds of the way in, the workload going on."""
+    way in and restarted (on its data) two thirds of the way in, the workload going on;
+    ``hub_away`` is called halfway."""
     workload = Workload(session, rows, seed)
     stats = WorkloadStats(victim=edge.addresses[1], killed_after=rows // 3)
     stats.restarted_after = 2 * rows // 3
+    stats.hub_killed_after = rows // 2
     started = time.monotonic()
     columns = (
         TextColumn("[bold]workload"),
@@ -229,6 +243,8 @@ def run_workload(
                     f"[green]restarted[/] edge node {stats.victim} on its data after {step} writes"
                 )
                 bar.update(task, note="")
+            if step == stats.hub_killed_after and hub_away is not None:
+                hub_away()
             kind, statement, values = workload.next_operation()
             stats.retried += _execute_retrying(session, statement, values)
             stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
@@ -426,48 +442,6 @@ def wait_caught_up(stage: Stage, table: Table, victim: str) -> tuple[float | Non
     return None, problems
 
 
-def _plan(stage: Stage) -> ReplicationPlan:
-    """The checked replication plan: the edge's CDC log at QUORUM to hub, lake, PostgreSQL."""
-    from ringflow.pipeline._replicate import cdc_options, plan_replication
-
-    options = cdc_options(
-        stage.edge.contact_points,
-        f"{KEYSPACE}.{TABLE}",
-        consistency="QUORUM",
-        confidence_window_ms=CONFIDENCE_MS,
-        query_window_ms=QUERY_WINDOW_MS,
-        max_window_ms=MAX_WINDOW_MS,
-    )
-    urls = [
-        f"ringflow://{stage.hub.endpoint}?consistency=ONE",
-        f"parquet:{stage.workdir / 'lake'}",
-        stage.postgres.url,
-    ]
-    return plan_replication(options, urls, stage.workdir / "checkpoints")
-
-
-def _replicate(
-    console: Console, plan: ReplicationPlan, master: str, wait_until_ms: int
-) -> ReplicationSummary:
-    from ringflow.pipeline import spark_settings
-    from ringflow.pipeline._replicate import replication_spark, run_replication
-
-    console.print("[bold]starting Spark[/] (local mode) ...")
-    spark = replication_spark("ringflow-demo", spark_settings(master))
-    try:
-        wait_s = (wait_until_ms - time.time_ns() // 1_000_000) / 1000
-        if wait_s > 0:
-            console.print(f"waiting {wait_s:.1f}s for the {CONFIDENCE_MS / 1000:.0f}s window")
-            time.sleep(wait_s)
-        console.print("[bold]replicating[/] to the hub, the lake and PostgreSQL (--once)")
-        summary = run_replication(spark, plan, once=True, console=console, timeout_s=600)
-    finally:
-        spark.stop()
-    if summary.interrupted:
-        raise KeyboardInterrupt
-    return summary
-
-
 @dataclass(slots=True)
 class Verdict:
     """One destination's comparison with the edge table."""
@@ -478,11 +452,10 @@ class Verdict:
     read_s: float
 
 
-def verify(stage: Stage, plan: ReplicationPlan) -> list[Verdict]:
+def verify(stage: Stage, table: Table) -> list[Verdict]:
     """Each destination against the edge table (read at ALL) at one pinned ``now``."""
     from ringflow.pipeline import materialize, read_lake_changes, read_postgres_live
 
-    table = plan.table
     now_s = int(time.time())
     edge = read_cql_table(stage.sessions["edge"], table, "ALL")
     readers: dict[str, Callable[[], dict[tuple[object, ...], Row]]] = {
@@ -507,7 +480,7 @@ def verify(stage: Stage, plan: ReplicationPlan) -> list[Verdict]:
 def _report(
     console: Console,
     workload: WorkloadStats,
-    summary: ReplicationSummary,
+    summary: ReplicaSummary | None,
     verdicts: list[Verdict],
 ) -> None:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(workload.by_kind.items()))
@@ -518,89 +491,102 @@ def _report(
     )
     console.print(
         f"edge: node {workload.victim} SIGKILLed after {workload.killed_after:,} writes, "
-        f"restarted after {workload.restarted_after:,}; every write at QUORUM (2 of 3 replicas)"
+        f"restarted after {workload.restarted_after:,}; every write at QUORUM (2 of 3 replicas); "
+        f"the hub SIGKILLed after {workload.hub_killed_after:,} writes"
     )
-    by_channel = {c.channel: c for c in summary.channels}
+    by_channel = {c.channel: c for c in summary.channels} if summary else {}
     report = RichTable(title="verification: each destination vs the edge table")
-    for name in ("destination", "rows compared", "mismatches", "changes", "changes/s", "lag"):
+    for name in ("destination", "rows compared", "mismatches", "changes sent", "sends/change"):
         report.add_column(name, justify="left" if name == "destination" else "right")
     for verdict in verdicts:
         channel = by_channel.get(verdict.name)
-        lag = "-" if channel is None or channel.lag_ms is None else f"{channel.lag_ms / 1000:.1f}s"
+        ratio = None if channel is None else channel.sends_per_unique
         colour = "green" if not verdict.problems else "red"
         report.add_row(
             verdict.name,
             f"{verdict.compared:,}",
             f"[{colour}]{len(verdict.problems)}",
-            f"{channel.rows:,}" if channel else "-",
-            f"{channel.rate:,.0f}" if channel else "-",
-            lag,
+            f"{channel.sends:,}" if channel else "-",
+            "-" if ratio is None else f"{ratio:.2f}",
         )
     console.print(report)
+    console.print(
+        "sends/change: change rows handed to the destination per distinct change (1.00: each "
+        "change sent once, by one replica; every replica sending would be 3.00 at RF 3). "
+        "Writes the restarted edge node got by hint after their slices sealed are "
+        "out-of-sequence there and sent by it too (seed 002): its outage costs extra sends"
+    )
     for verdict in verdicts:
         for problem in verdict.problems[:5]:
             console.print(f"[red]{verdict.name}[/]: {problem}")
 
 
-def plot_lag(summary: ReplicationSummary, path: Path) -> None:
-    """Lag (batch end - source watermark) per channel over the run, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    origin = summary.started_unix_s
-    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
-    for channel in summary.channels:
-        if channel.lag_samples:
-            xs = [t - origin for t, _ in channel.lag_samples]
-            ys = [lag for _, lag in channel.lag_samples]
-            axes.plot(xs, ys, marker="o", label=f"{channel.channel} ({channel.rows:,} changes)")
-    axes.axhline(CONFIDENCE_MS / 1000, color="grey", linestyle="--", label="confidence window")
-    axes.set_xlabel("seconds since the replication started (Spark running)")
-    axes.set_ylabel("lag: batch end - source watermark (s)")
-    axes.set_title("ringflow replicate --once: catching up with the edge")
-    axes.set_ylim(bottom=0)
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-
-
 def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> bool:
+    from ringflow.cli import _demo_replica as replica
+    from ringflow.pipeline import print_replica_summary
+
     _print_places(console, stage)
     _open_sessions(stage)
     _create_schema(stage.sessions["edge"], stage.sessions["hub"])
     console.print(f"created {KEYSPACE}.{TABLE} (RF 3, CDC enabled) on the edge and on the hub")
-    workload = run_workload(
-        console, stage.sessions["edge"], stage.edge, arguments.rows, arguments.seed
-    )
-    console.print(f"waiting for {workload.victim} to rejoin and get its hints ...")
-    stage.edge.wait_ready()
-    plan = _plan(stage)
-    caught_up_s, lagging = wait_caught_up(stage, plan.table, workload.victim)
-    if caught_up_s is None:
-        console.print(f"[red]the edge nodes still differ after {CATCH_UP_TIMEOUT_S:.0f}s[/]")
-        for problem in lagging[:5]:
-            console.print(f"[red]  {problem}")
-    else:
-        console.print(
-            f"hints replayed: {workload.victim} alone (read at ONE) has the rows of the other "
-            f"edge nodes ({caught_up_s:.1f}s after the cluster was UP)"
-        )
-    summary = _replicate(
-        console, plan, arguments.master, workload.last_write_ms + CONFIDENCE_MS + 500
-    )
-    from ringflow.pipeline._replicate import print_summary
+    replica.create_channels(console, stage, f"{KEYSPACE}.{TABLE}")
+    with replica.replica_job(console, stage, arguments.master) as running:
+        table = running.job.plan.channels[0].table
+        outage: dict[str, float] = {}
 
-    print_summary(console, summary)
-    verdicts = verify(stage, plan)
+        def hub_away() -> None:
+            stage.hub.kill()
+            outage["since"] = time.monotonic()
+            console.print(f"[red]kill -9[/] the hub node {stage.hub.endpoint}: its link is down")
+
+        workload = run_workload(
+            console,
+            stage.sessions["edge"],
+            stage.edge,
+            arguments.rows,
+            arguments.seed,
+            hub_away=hub_away,
+        )
+        replica.show_status(console, stage, "the workload is done, the hub is away")
+        replica.hub_outage(console, stage, outage["since"])()
+        console.print(f"waiting for {workload.victim} to rejoin and get its hints ...")
+        stage.edge.wait_ready()
+        caught_up_s, lagging = wait_caught_up(stage, table, workload.victim)
+        if caught_up_s is None:
+            console.print(f"[red]the edge nodes still differ after {CATCH_UP_TIMEOUT_S:.0f}s[/]")
+            for problem in lagging[:5]:
+                console.print(f"[red]  {problem}")
+        else:
+            console.print(
+                f"hints replayed: {workload.victim} alone (read at ONE) has the rows of the "
+                f"other edge nodes ({caught_up_s:.1f}s after the cluster was UP)"
+            )
+
+        def delivered() -> bool:
+            return all(not v.problems for v in verify(stage, table))
+
+        took = replica.wait_delivered(console, delivered, running, DELIVERY_TIMEOUT_S)
+        if took is None:
+            console.print(
+                f"[red]not every destination equals the edge after {DELIVERY_TIMEOUT_S:.0f}s"
+            )
+        else:
+            console.print(f"every destination caught up {took:.0f}s after the hub came back")
+        replica.show_status(console, stage, "caught up")
+    summary = running.summary
+    if summary is not None:
+        print_replica_summary(console, summary)
+    verdicts = verify(stage, table)
     _report(console, workload, summary, verdicts)
-    plot = stage.workdir / "lag.png"
-    plot_lag(summary, plot)
-    console.print(f"lag plot: {plot}")
-    return all(not v.problems for v in verdicts) and summary.ok and caught_up_s is not None
+    plot = stage.workdir / "replication.png"
+    if replica.plot_replication(running, plot):
+        console.print(f"backlog and lag per channel over the run: {plot}")
+    return (
+        all(not v.problems for v in verdicts)
+        and summary is not None
+        and caught_up_s is not None
+        and running.error is None
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -608,7 +594,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def run(arguments: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else NOT_A_TERMINAL_WIDTH)
     started = time.monotonic()
     # Ctrl-C and SIGTERM both unwind through the clean-ups below (a shell may have started us
     # with SIGINT ignored, hence the explicit handlers).
