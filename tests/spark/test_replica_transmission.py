@@ -541,7 +541,9 @@ def test_a_column_added_at_the_edge_reaches_every_destination_or_waits_for_the_o
     (SourceSchemaChanged) and restarts from its checkpoint with the table reloaded: the lake
     takes a new schema version, PostgreSQL (may alter) gets the column, the hub (may not)
     waits with the exact statement while the others go on, and catches up once it has run.
-    No value of the new column is lost anywhere."""
+    No value of the new column is lost anywhere. Then ``DROP amount``: the job goes on (no
+    channel stops: a captured row has no value of a dropped column, the query's table still
+    names it, nothing to follow), the rows written after it reach every destination."""
     keyspace = "replica_schema"
     _create(stage, keyspace)
     name = f"{keyspace}.{TABLE}"
@@ -592,6 +594,14 @@ def test_a_column_added_at_the_edge_reaches_every_destination_or_waits_for_the_o
         stage["hub"].execute(expected)  # the operator runs what was printed
         runner.wait(equal(table, ("hub", "lake", "postgres")), "every destination with the column")
         assert "hub: its destination takes the source table now" in runner.text()
+        # then a column is dropped: the job goes on, the rows written after arrive everywhere
+        stage["edge"].execute(f"ALTER TABLE {name} DROP amount")
+        for i in range(30):
+            write_statement(stage["edge"], insert, (6000 + i, i, "after drop", f"note {i}"))
+        last_ms = time.time_ns() // 1_000_000
+        dropped = source_table(cdc_options(stage["source"], name))
+        assert not dropped.has_column("amount")
+        runner.wait(equal(dropped, ("hub", "lake", "postgres")), "every destination after DROP")
         # the rows land before Spark commits their batch: wait for the commits, so that the
         # figures count every batch (an uncommitted one is sent again by the next run)
         runner.wait(
