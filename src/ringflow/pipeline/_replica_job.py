@@ -558,9 +558,9 @@ def describe_status(progress: Mapping[str, ChannelProgress], runs: Mapping[str, 
         figures = progress.get(name)
         backlog = "-"
         if figures is not None:
-            oldest = figures.oldest_pending_ms
+            oldest = figures.oldest_backlog_ms
             age = "" if oldest is None else f", oldest {format_utc(oldest)}"
-            backlog = f"{figures.pending_copies} slices, {figures.pending_rows:,} rows{age}"
+            backlog = f"{figures.backlog_copies} slices, {figures.backlog_rows:,} rows{age}"
         sent = "-" if figures is None else f"{figures.sends:,} sends, {figures.unique:,} unique"
         lines.append(f"{name}: {run.status}; backlog {backlog}; {sent}")
     return "\n".join(lines)
