@@ -34,6 +34,13 @@ its mode (pools are then only names).
 ended while its channel is not done yet is started again; the job ends when every channel is
 done (or ``timeout_s``). ``continuous``: until ``stop`` is set, Ctrl-C or ``timeout_s``.
 
+**What it tells** (per channel, the same figures everywhere): the console's status lines every
+``STATUS_EVERY_S``; and when given a :class:`JobMetrics` (``--metrics-port``), its Prometheus
+figures every poll (:meth:`ReplicaJob.figures`): rows, batches, lag, reachable or unreachable
+since, failures, backlog (copies planned or in flight, their rows, the age of the oldest slice:
+of the starts the coordinator's cursor looks at, ``_replica_coordinator.ChannelProgress``),
+sends and unique changes.
+
 **Sends per unique change** (per channel): a send is one change row handed to the sink, i.e.
 the row counts of the committed batches' copies, each read and checked to be exactly that many
 rows (the queries' ``numInputRows`` give the same sum, shown as rows); unique changes are the
@@ -60,6 +67,7 @@ from ringflow.pipeline._changes import table_to_json
 from ringflow.pipeline._destinations import Destination
 from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._evolution import describe_change, same_columns
+from ringflow.pipeline._job_metrics import ChannelFigures, JobMetrics
 from ringflow.pipeline._replica_coordinator import ChannelProgress, ReplicaCoordinator
 from ringflow.pipeline._replica_offsets import ReplicaOffset, ReplicaOffsetError
 from ringflow.pipeline._replica_plan import ReplicaChannelPlan, ReplicaJobPlan, channel_destination
@@ -200,10 +208,12 @@ class ReplicaJob:
         console: Console | None = None,
         timeout_s: float | None = None,
         page_rows: int | None = None,
+        metrics: JobMetrics | None = None,
     ) -> None:
         self.spark = spark
         self.plan = plan
         self.once = once
+        self.metrics = metrics
         self.console = console or Console()
         self.timeout_s = timeout_s if timeout_s is not None else (ONCE_TIMEOUT_S if once else None)
         self.page_rows = page_rows
@@ -253,6 +263,7 @@ class ReplicaJob:
         finally:
             self._stop_queries(coordinator)
             coordinator.stop()
+            self._tell(coordinator, now_ms())
             view.close()
         return self._summary(coordinator, time.monotonic() - began, interrupted)
 
@@ -272,6 +283,13 @@ class ReplicaJob:
         if at_ms - self._shown_ms >= STATUS_EVERY_S * 1000:
             self._shown_ms = at_ms
             self.console.print(describe_status(self.progress(), self.runs), markup=False)
+        self._tell(coordinator, at_ms)
+
+    def _tell(self, coordinator: ReplicaCoordinator, at_ms: int) -> None:
+        """The metrics (module docstring)."""
+        if self.metrics is not None:
+            progress = {name: coordinator.progress(name) for name in self.runs}
+            self.metrics.update(channel_figures(progress, self.runs, at_ms))
 
     def _follow(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
         active = run.query.isActive  # before the progress: a last batch is never missed
@@ -468,6 +486,10 @@ class ReplicaJob:
             return {}
         return {name: coordinator.progress(name) for name in self.runs}
 
+    def figures(self) -> dict[str, ChannelFigures]:
+        """Each channel's figures as the job's metrics say them now."""
+        return channel_figures(self.progress(), self.runs, now_ms())
+
     def _summary(
         self, coordinator: ReplicaCoordinator, seconds: float, interrupted: bool
     ) -> ReplicaSummary:
@@ -549,6 +571,33 @@ def print_replica_summary(console: Console, summary: ReplicaSummary) -> None:
             else f"{channel.status} ({channel.failures} failures)",
         )
     console.print(table)
+
+
+def channel_figures(
+    progress: Mapping[str, ChannelProgress], runs: Mapping[str, ChannelRun], at_ms: int
+) -> dict[str, ChannelFigures]:
+    """The channels' figures for :class:`JobMetrics` (a channel the coordinator has no
+    progress of yet gets its run's own figures only)."""
+    result = {}
+    for name, run in runs.items():
+        since_ms = run.backoff.unreachable_since_ms
+        figures = progress.get(name, ChannelProgress())
+        known = name in progress
+        oldest = figures.oldest_backlog_ms
+        result[name] = ChannelFigures(
+            rows=run.rows,
+            batches=run.batches,
+            lag_seconds=None if figures.lag_ms is None else figures.lag_ms / 1000.0,
+            reachable=since_ms is None,
+            unreachable_since_seconds=None if since_ms is None else since_ms / 1000.0,
+            failures=run.failures,
+            backlog_slices=figures.backlog_copies if known else None,
+            backlog_rows=figures.backlog_rows if known else None,
+            backlog_oldest_seconds=None if oldest is None else max(0, at_ms - oldest) / 1000.0,
+            sends=figures.sends if known else None,
+            unique_changes=figures.unique if known else None,
+        )
+    return result
 
 
 def describe_status(progress: Mapping[str, ChannelProgress], runs: Mapping[str, ChannelRun]) -> str:
