@@ -20,13 +20,20 @@ re-offered each round, so with one permit the commits come **newest slice first 
 markers (``_commits/<namespace>/<batch>.json``: batch order and ``committed_at``) and the write
 times of the changes each marker's files hold. It runs in about 40-60 s (the edge and Spark
 are the session's).
+
+The same run checks what the job tells of its channels at its end: its Prometheus metrics,
+served over HTTP and scraped once (sends, unique changes, rows and batches equal the summary's,
+the destination reachable, no backlog left, a lag known) and each channel's row of
+``system_replication.channel_progress`` read back (state ``done``, the summary's figures).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,7 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 from rich.console import Console
 
@@ -44,11 +52,15 @@ from ringflow.cli._demo_cluster import LocalCluster
 from ringflow.pipeline import (
     TIME_US_FIELD,
     ChannelSpec,
+    JobMetrics,
     ReplicaJob,
+    ReplicaSummary,
     create_channel,
     drop_channel,
+    load_channel_progress,
     plan_replica_job,
     read_lake_changes,
+    serve_job_metrics,
 )
 from ringflow.replication import Channel, ChannelOrder, SliceSettings
 from tests.spark._replication import wait_for, write_statement
@@ -142,6 +154,52 @@ def _commits(lake: Path) -> list[tuple[datetime.datetime, list[int]]]:
     return found
 
 
+def _scrape(port: int) -> dict[tuple[str, str], float]:
+    """The job's metrics served on ``port``: (sample name, channel) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels["channel"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if "channel" in sample.labels
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _check_told(summary: ReplicaSummary, port: int, session: Any) -> None:
+    """The metrics and the progress rows say what the summary says (module docstring)."""
+    samples = _scrape(port)
+    stored = load_channel_progress(session)
+    prefix = "ringflow_replication_"
+    for channel in summary.channels:
+        name = channel.channel
+
+        def sample(field: str, name: str = name) -> float:
+            return samples[prefix + field, name]
+
+        assert sample("sends_total") == channel.sends
+        assert sample("unique_changes_total") == channel.unique
+        assert (sample("rows_total"), sample("batches_total")) == (channel.rows, channel.batches)
+        assert (sample("reachable"), sample("failures_total")) == (1, 0)
+        assert (sample("backlog_slices"), sample("backlog_rows")) == (0, 0)
+        assert sample("lag_seconds") >= 0
+        row = stored[name]
+        assert (row.state, row.rows, row.sends, row.unique_changes) == (
+            "done",
+            channel.rows,
+            channel.sends,
+            channel.unique,
+        )
+        assert row.unreachable_since_ms is None and row.lag_ms is not None
+        assert row.job.startswith("replica ")
+
+
 def test_with_one_permit_the_higher_priority_channel_drains_first_in_its_order(
     spark: SparkSession,
     edge_cluster: LocalCluster,
@@ -172,7 +230,10 @@ def test_with_one_permit_the_higher_priority_channel_drains_first_in_its_order(
         plan = plan_replica_job(
             edge_cluster.contact_points, tmp_path / "checkpoints", spec, permits=1
         )
-        summary = ReplicaJob(spark, plan, once=True, console=Console(), timeout_s=240).run()
+        metrics, port = JobMetrics(), _free_port()
+        assert serve_job_metrics(metrics, "127.0.0.1", port)
+        job = ReplicaJob(spark, plan, once=True, console=Console(), timeout_s=240, metrics=metrics)
+        summary = job.run()
     finally:
         for name in settings:
             drop_channel(session, name)
@@ -196,3 +257,4 @@ def test_with_one_permit_the_higher_priority_channel_drains_first_in_its_order(
     # order: lifo newest slice first, fifo oldest first
     assert high_starts == sorted(high_starts, reverse=True), high_starts
     assert low_starts == sorted(low_starts), low_starts
+    _check_told(summary, port, session)

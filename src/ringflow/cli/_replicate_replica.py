@@ -17,7 +17,8 @@ exit with code 2 and one line. ``--once`` delivers what was sealed when it start
 without end while the others go on. A schema change of the source is followed as in the log
 mode (``--alter-destinations``: the channels whose hub or PostgreSQL table may be altered).
 ``--metrics-port`` serves each channel's figures (backlog, lag, sends, unique changes...) as
-Prometheus metrics, as in the log mode.
+Prometheus metrics, as in the log mode; the job also writes them to
+``system_replication.channel_progress`` for ``ringflow replication status``.
 
 ``--capture log`` (the default) is the log mode of :mod:`ringflow.cli._replicate`; the options
 above that only the replica mode knows are refused there.

@@ -35,11 +35,14 @@ ended while its channel is not done yet is started again; the job ends when ever
 done (or ``timeout_s``). ``continuous``: until ``stop`` is set, Ctrl-C or ``timeout_s``.
 
 **What it tells** (per channel, the same figures everywhere): the console's status lines every
-``STATUS_EVERY_S``; and when given a :class:`JobMetrics` (``--metrics-port``), its Prometheus
-figures every poll (:meth:`ReplicaJob.figures`): rows, batches, lag, reachable or unreachable
-since, failures, backlog (copies planned or in flight, their rows, the age of the oldest slice:
-of the starts the coordinator's cursor looks at, ``_replica_coordinator.ChannelProgress``),
-sends and unique changes.
+``STATUS_EVERY_S``; a row of ``system_replication.channel_progress`` at each of those and once
+at the end (:class:`ChannelProgressRow`, QUORUM through the job's ``ClusterView``; best effort:
+a write that fails is logged and the job goes on), read by ``ringflow replication status``; and
+when given a :class:`JobMetrics` (``--metrics-port``), its Prometheus figures every poll
+(:meth:`ReplicaJob.figures`): rows, batches, lag, reachable or unreachable since, failures,
+backlog (copies planned or in flight, their rows, the age of the oldest slice: of the starts
+the coordinator's cursor looks at, ``_replica_coordinator.ChannelProgress``), sends and unique
+changes.
 
 **Sends per unique change** (per channel): a send is one change row handed to the sink, i.e.
 the row counts of the committed batches' copies, each read and checked to be exactly that many
@@ -51,6 +54,9 @@ digest collisions, 8 bytes a change, bounded).
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
 import threading
 import time
 from collections import deque
@@ -64,6 +70,7 @@ from rich.table import Table as RichTable
 
 from ringflow.cdc import cdc_log_table
 from ringflow.pipeline._changes import table_to_json
+from ringflow.pipeline._channel_store import ChannelProgressRow
 from ringflow.pipeline._destinations import Destination
 from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._evolution import describe_change, same_columns
@@ -91,6 +98,7 @@ ERRORS_KEPT: Final = 8
 SOURCE_ERRORS: Final = ("ReplicaReadError", "CoordinatorError", "ReplicaOffsetError")
 RECHECK_MIN_S: Final = 1.0
 RECHECK_MAX_S: Final = 15.0
+_LOG = logging.getLogger("ringflow.replica")
 
 
 def now_ms() -> int:
@@ -214,6 +222,8 @@ class ReplicaJob:
         self.plan = plan
         self.once = once
         self.metrics = metrics
+        self.job_id = f"replica {socket.gethostname()} pid {os.getpid()}"
+        self.progress_write_error: str | None = None
         self.console = console or Console()
         self.timeout_s = timeout_s if timeout_s is not None else (ONCE_TIMEOUT_S if once else None)
         self.page_rows = page_rows
@@ -263,7 +273,7 @@ class ReplicaJob:
         finally:
             self._stop_queries(coordinator)
             coordinator.stop()
-            self._tell(coordinator, now_ms())
+            self._tell(coordinator, now_ms(), write=True)
             view.close()
         return self._summary(coordinator, time.monotonic() - began, interrupted)
 
@@ -280,16 +290,29 @@ class ReplicaJob:
                 self._follow(run, coordinator, at_ms)
             if run.query is None and not run.done and run.may_start(at_ms):
                 self._start(run, coordinator, at_ms)
-        if at_ms - self._shown_ms >= STATUS_EVERY_S * 1000:
+        due = at_ms - self._shown_ms >= STATUS_EVERY_S * 1000
+        if due:
             self._shown_ms = at_ms
             self.console.print(describe_status(self.progress(), self.runs), markup=False)
-        self._tell(coordinator, at_ms)
+        self._tell(coordinator, at_ms, write=due)
 
-    def _tell(self, coordinator: ReplicaCoordinator, at_ms: int) -> None:
-        """The metrics (module docstring)."""
+    def _tell(self, coordinator: ReplicaCoordinator, at_ms: int, *, write: bool) -> None:
+        """The metrics every time; the progress rows when ``write`` (module docstring)."""
+        progress = {name: coordinator.progress(name) for name in self.runs}
         if self.metrics is not None:
-            progress = {name: coordinator.progress(name) for name in self.runs}
             self.metrics.update(channel_figures(progress, self.runs, at_ms))
+        if not write:
+            return
+        rows = progress_rows(progress, self.runs, self.job_id, at_ms)
+        try:
+            self._view.write_channel_progress(rows)
+        except Exception as error:  # best effort: the job goes on (said once per error)
+            text = f"{type(error).__name__}: {error}"
+            if text != self.progress_write_error:
+                _LOG.warning("channel progress not written (the job goes on): %s", text)
+            self.progress_write_error = text
+        else:
+            self.progress_write_error = None
 
     def _follow(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
         active = run.query.isActive  # before the progress: a last batch is never missed
@@ -598,6 +621,32 @@ def channel_figures(
             unique_changes=figures.unique if known else None,
         )
     return result
+
+
+def progress_rows(
+    progress: Mapping[str, ChannelProgress],
+    runs: Mapping[str, ChannelRun],
+    job: str,
+    at_ms: int,
+) -> list[ChannelProgressRow]:
+    """The channels' rows of ``channel_progress`` (module docstring)."""
+    rows = []
+    for name, run in runs.items():
+        figures = progress.get(name)
+        rows.append(
+            ChannelProgressRow(
+                channel=name,
+                job=job,
+                state=run.status,
+                unreachable_since_ms=run.backoff.unreachable_since_ms,
+                rows=run.rows,
+                sends=0 if figures is None else figures.sends,
+                unique_changes=0 if figures is None else figures.unique,
+                lag_ms=None if figures is None else figures.lag_ms,
+                updated_at_ms=at_ms,
+            )
+        )
+    return rows
 
 
 def describe_status(progress: Mapping[str, ChannelProgress], runs: Mapping[str, ChannelRun]) -> str:
