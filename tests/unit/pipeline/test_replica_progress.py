@@ -7,22 +7,32 @@ when, with its failures, and a channel the coordinator has no progress of yet le
 backlog and sends out (unknown, not 0); a progress row carries the run's state and the
 coordinator's sends, unique changes and lag; rows are checked when made and when read back (a
 negative count or a missing channel is refused naming it), and the store writes every row at
-QUORUM and reads them back by channel.
+QUORUM and reads them back by channel; a job whose progress writes fail goes on (said once per
+error) and its metrics still follow.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import astuple
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cassandra import ConsistencyLevel
 
-from ringflow.pipeline import ChannelProgressRow, PipelineConfigError, load_channel_progress
+from ringflow.pipeline import (
+    ChannelProgressRow,
+    ClusterOptions,
+    JobMetrics,
+    PipelineConfigError,
+    ReplicaJob,
+    load_channel_progress,
+)
 from ringflow.pipeline._channel_store import save_channel_progress
 from ringflow.pipeline._replica_coordinator import ChannelProgress
 from ringflow.pipeline._replica_job import ChannelRun, channel_figures, progress_rows
-from ringflow.pipeline._replica_plan import ReplicaChannelPlan
+from ringflow.pipeline._replica_plan import ReplicaChannelPlan, ReplicaJobPlan
 from ringflow.replication import Channel
 from ringflow.schema import INT, TEXT, Table
 
@@ -153,3 +163,38 @@ def test_rows_are_written_at_quorum_and_read_back_by_channel() -> None:
     assert load_channel_progress(FakeSession(stored)) == {"hub": rows[1], "lake": rows[0]}
     with pytest.raises(PipelineConfigError, match="'lake' progress: rows"):
         load_channel_progress(FakeSession([stored[0] | {"rows": -3}]))
+
+
+class FailingView:
+    """A ClusterView whose progress writes fail (QUORUM away)."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def write_channel_progress(self, rows: list[ChannelProgressRow]) -> None:
+        self.attempts += 1
+        raise OSError("Unavailable: QUORUM")
+
+
+class FixedCoordinator:
+    def progress(self, name: str) -> ChannelProgress:
+        return ChannelProgress(sends=7, unique=7)
+
+
+def test_a_progress_write_that_fails_leaves_the_job_and_its_metrics_going(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = ClusterOptions(("127.0.0.1",), "system_replication", "channels", 9042)
+    plan = ReplicaJobPlan(source, (run("lake").plan,), Path("/nonexistent"), 1)
+    metrics = JobMetrics()
+    job = ReplicaJob(None, plan, metrics=metrics)
+    view = FailingView()
+    job._view = view  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="ringflow.replica"):
+        for _ in range(3):
+            job._tell(FixedCoordinator(), NOW_MS, write=True)  # type: ignore[arg-type]
+    assert view.attempts == 3
+    assert len(caplog.records) == 1, "said once per error"
+    assert job.progress_write_error == "OSError: Unavailable: QUORUM"
+    sends = [m for m in metrics.collect() if m.name == "ringflow_replication_sends"]
+    assert [s.value for s in sends[0].samples if s.name.endswith("_total")] == [7]
