@@ -1,7 +1,7 @@
 """Priority and order of replica-side transmission (issue 14 §4; REPLICATION.md decision 7).
 
 Two Parquet lake channels of one table on the session's 3-node edge (``conftest.edge_cluster``),
-sliced 1 s x 2: ``prio-high`` (priority 90, lifo) and ``prio-low`` (priority 10, fifo), created
+sliced 1 s x 3: ``prio-high`` (priority 90, lifo) and ``prio-low`` (priority 10, fifo), created
 before any write (a node keeps no data of a table without a channel). Five bursts of writes to
 one partition, two seconds apart, make a backlog of about five sealed slices of one token range
 (one copy each: the three replicas agree). Then ``--capture replica --once --permits 1``
@@ -68,7 +68,7 @@ from tests.spark._replication import wait_for, write_statement
 pytestmark = pytest.mark.timeout(300)
 KEYSPACE = "replica_priority"
 SOURCE = f"{KEYSPACE}.{TABLE}"
-SLICING = SliceSettings(1, 2)
+SLICING = SliceSettings(1, 3)  # a 3 s window: a replica slow to store a write keeps it in sequence
 WIDTH_MS = SLICING.slice_width_ms
 WINDOW_MS = SLICING.window_ms
 BURSTS = 5
