@@ -4,6 +4,7 @@
         [--once | --continuous] [--permits N] [--master URL] [--channel NAME ...]
         [--table KS.T --to URL ... [--slice-width-s S] [--slice-count N] [--priority P]
          [--fifo-order | --lifo-order]] [--alter-destinations [CHANNELS]]
+        [--metrics-port P [--metrics-host ADDRESS]]
 
 Runs every channel of ``system_replication.channels`` with transmission enabled (or those
 named with ``--channel``, or those of ``--table``), one Spark streaming query each with its
@@ -15,6 +16,9 @@ exit with code 2 and one line. ``--once`` delivers what was sealed when it start
 ``--continuous`` runs until Ctrl-C. A channel whose destination is away backs off and retries
 without end while the others go on. A schema change of the source is followed as in the log
 mode (``--alter-destinations``: the channels whose hub or PostgreSQL table may be altered).
+``--metrics-port`` serves each channel's figures (backlog, lag, sends, unique changes...) as
+Prometheus metrics, as in the log mode; the job also writes them to
+``system_replication.channel_progress`` for ``ringflow replication status``.
 
 ``--capture log`` (the default) is the log mode of :mod:`ringflow.cli._replicate`; the options
 above that only the replica mode knows are refused there.
@@ -79,11 +83,13 @@ def run_replica(arguments: argparse.Namespace) -> int:
 
     from ringflow.pipeline import (
         ChannelSpec,
+        JobMetrics,
         ReplicaJob,
         check_driver_address,
         plan_replica_job,
         print_replica_summary,
         replica_spark,
+        serve_job_metrics,
         spark_settings,
     )
     from ringflow.replication import DEFAULT_PERMITS
@@ -118,12 +124,20 @@ def run_replica(arguments: argparse.Namespace) -> int:
             f"  {channel.name:<10} {channel.source} -> {channel.display_destination} "
             f"(priority {channel.priority}, {channel.order.value}){note}"
         )
+    metrics = JobMetrics()
+    if serve_job_metrics(metrics, arguments.metrics_host, arguments.metrics_port):
+        console.print(f"metrics on http://{arguments.metrics_host}:{arguments.metrics_port}/")
     owned = SparkSession.getActiveSession() is None  # embedded callers keep their session
     priorities = [p.channel.priority for p in plan.channels]
     spark = replica_spark("ringflow-replicate", settings, priorities, Path(plan.checkpoint))
     try:
         job = ReplicaJob(
-            spark, plan, once=not arguments.continuous, console=console, timeout_s=arguments.timeout
+            spark,
+            plan,
+            once=not arguments.continuous,
+            console=console,
+            timeout_s=arguments.timeout,
+            metrics=metrics,
         )
         summary = job.run()
     finally:

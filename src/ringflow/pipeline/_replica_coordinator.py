@@ -111,7 +111,14 @@ class _StartState:
 
 @dataclass(slots=True)
 class ChannelProgress:
-    """What the runner shows for a channel (a snapshot)."""
+    """What the runner shows for a channel (a snapshot).
+
+    ``pending_*``: the copies planned for the channel and not granted yet (the broker's queue),
+    of the starts its cursor looked at last round (at most ``max_starts_per_round``); ``ready``
+    and ``handed``
+    copies (``in_flight_rows``, ``oldest_in_flight_ms``) are granted and not committed yet; the
+    backlog is both. ``lag_ms``: at the channel's last commit, how long after the end of the
+    oldest slice it carried (None before the first)."""
 
     pending_copies: int = 0
     pending_rows: int = 0
@@ -119,10 +126,27 @@ class ChannelProgress:
     oldest_pending_ms: int | None = None
     ready: int = 0
     handed: int = 0
+    in_flight_rows: int = 0
+    oldest_in_flight_ms: int | None = None
     committed_batches: int = 0
     sends: int = 0
     unique: int = 0
     unique_saturated: bool = False
+    last_commit_ms: int | None = None
+    lag_ms: int | None = None
+
+    @property
+    def backlog_copies(self) -> int:
+        return self.pending_copies + self.ready + self.handed
+
+    @property
+    def backlog_rows(self) -> int:
+        return self.pending_rows + self.in_flight_rows
+
+    @property
+    def oldest_backlog_ms(self) -> int | None:
+        starts = [s for s in (self.oldest_pending_ms, self.oldest_in_flight_ms) if s is not None]
+        return min(starts) if starts else None
 
 
 @dataclass(slots=True)
@@ -381,7 +405,7 @@ class ReplicaCoordinator:
             self.ledger.broker.configure(self.channels[channel.name])
             self.ledger.broker.offer(channel.name, sends)
             self._judge(channel, table_round, sent, live, marks, waiting_dues)
-            self._note_pending(channel.name, sends, waiting_dues, picked)
+            self._note_waiting(channel.name, waiting_dues, picked)
 
     def _in_target(self, key: SliceKey, table_round: _TableRound) -> bool:
         if self.once_until_ms is None:
@@ -418,25 +442,32 @@ class ReplicaCoordinator:
                 lowest_mark_ms,
             )
 
-    def _note_pending(
-        self,
-        channel: str,
-        sends: Sequence[PlannedSend],
-        waiting: Sequence[tuple[SliceKey, int]],
-        picked: set[int],
+    def _note_waiting(
+        self, channel: str, waiting: Sequence[tuple[SliceKey, int]], picked: set[int]
     ) -> None:
-        progress = self._progress[channel]
-        progress.pending_copies = len(sends)
-        progress.pending_rows = sum(send.row_count for send in sends)
-        progress.waiting_keys = sum(1 for key, _ in waiting if key.slice_start_ms in picked)
-        starts = [send.key.slice_start_ms for send in sends]
-        progress.oldest_pending_ms = min(starts) if starts else None
+        """Keys of the channel's picked starts waiting for a seal (its pending copies are
+        counted after the grants, ``_update_counts``: an offered copy may be granted now)."""
+        self._progress[channel].waiting_keys = sum(
+            1 for key, _ in waiting if key.slice_start_ms in picked
+        )
 
     def _update_counts(self) -> None:
         for name, book in self.ledger.books.items():
             progress = self._progress[name]
+            pending = self.ledger.broker.pending(name)
+            progress.pending_copies = len(pending)
+            progress.pending_rows = sum(send.row_count for send in pending)
+            progress.oldest_pending_ms = min(
+                (send.key.slice_start_ms for send in pending), default=None
+            )
             progress.ready = len(book.ready)
             progress.handed = book.handed_copies()
+            in_flight = [grant.send for grant in book.ready]
+            in_flight += [send for batch in book.batches.values() for send in batch.offset.copies]
+            progress.in_flight_rows = sum(send.row_count for send in in_flight)
+            progress.oldest_in_flight_ms = min(
+                (send.key.slice_start_ms for send in in_flight), default=None
+            )
             progress.committed_batches = book.committed_batches
             progress.sends = book.sends
             progress.unique = len(book.unique)
@@ -472,8 +503,21 @@ class ReplicaCoordinator:
     def commit(self, channel: str, offset: ReplicaOffset) -> None:
         with self._lock:
             commit = self.ledger.commit(offset, self.clock())
+            self._note_commit(commit)
         if commit is not None:
             self._record(commit)
+
+    def _note_commit(self, commit: Commit | None) -> None:
+        """The channel's lag (``ChannelProgress``) as of a commit: its time minus the end of
+        the oldest slice it carried."""
+        if commit is None or not commit.records:
+            return
+        width_ms = self.channels[commit.channel].slice_settings.slice_width_ms
+        at_ms = max(record.sent_at_ms for record in commit.records)
+        oldest_end_ms = min(record.key.slice_start_ms for record in commit.records) + width_ms
+        progress = self._progress[commit.channel]
+        progress.last_commit_ms = at_ms
+        progress.lag_ms = max(0, at_ms - oldest_end_ms)
 
     # --- serving the sources ------------------------------------------------------------------
 
@@ -499,6 +543,7 @@ class ReplicaCoordinator:
         """The channel's next offset, or ``start`` when there is nothing (module docstring)."""
         with self._lock:
             commit = self.ledger.latest(start, self.clock())
+            self._note_commit(commit)
         if commit is not None:
             self._record(commit)
         deadline = time.monotonic() + wait_s

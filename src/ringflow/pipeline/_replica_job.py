@@ -34,6 +34,16 @@ its mode (pools are then only names).
 ended while its channel is not done yet is started again; the job ends when every channel is
 done (or ``timeout_s``). ``continuous``: until ``stop`` is set, Ctrl-C or ``timeout_s``.
 
+**What it tells** (per channel, the same figures everywhere): the console's status lines every
+``STATUS_EVERY_S``; a row of ``system_replication.channel_progress`` at each of those and once
+at the end (:class:`ChannelProgressRow`, QUORUM through the job's ``ClusterView``; best effort:
+a write that fails is logged and the job goes on), read by ``ringflow replication status``; and
+when given a :class:`JobMetrics` (``--metrics-port``), its Prometheus figures every poll
+(:meth:`ReplicaJob.figures`): rows, batches, lag, reachable or unreachable since, failures,
+backlog (copies planned or in flight, their rows, the age of the oldest slice: of the starts
+the coordinator's cursor looks at, ``_replica_coordinator.ChannelProgress``), sends and unique
+changes.
+
 **Sends per unique change** (per channel): a send is one change row handed to the sink, i.e.
 the row counts of the committed batches' copies, each read and checked to be exactly that many
 rows (the queries' ``numInputRows`` give the same sum, shown as rows); unique changes are the
@@ -44,6 +54,9 @@ digest collisions, 8 bytes a change, bounded).
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
 import threading
 import time
 from collections import deque
@@ -57,9 +70,11 @@ from rich.table import Table as RichTable
 
 from ringflow.cdc import cdc_log_table
 from ringflow.pipeline._changes import table_to_json
+from ringflow.pipeline._channel_store import ChannelProgressRow
 from ringflow.pipeline._destinations import Destination
 from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._evolution import describe_change, same_columns
+from ringflow.pipeline._job_metrics import ChannelFigures, JobMetrics
 from ringflow.pipeline._replica_coordinator import ChannelProgress, ReplicaCoordinator
 from ringflow.pipeline._replica_offsets import ReplicaOffset, ReplicaOffsetError
 from ringflow.pipeline._replica_plan import ReplicaChannelPlan, ReplicaJobPlan, channel_destination
@@ -83,6 +98,7 @@ ERRORS_KEPT: Final = 8
 SOURCE_ERRORS: Final = ("ReplicaReadError", "CoordinatorError", "ReplicaOffsetError")
 RECHECK_MIN_S: Final = 1.0
 RECHECK_MAX_S: Final = 15.0
+_LOG = logging.getLogger("ringflow.replica")
 
 
 def now_ms() -> int:
@@ -200,10 +216,14 @@ class ReplicaJob:
         console: Console | None = None,
         timeout_s: float | None = None,
         page_rows: int | None = None,
+        metrics: JobMetrics | None = None,
     ) -> None:
         self.spark = spark
         self.plan = plan
         self.once = once
+        self.metrics = metrics
+        self.job_id = f"replica {socket.gethostname()} pid {os.getpid()}"
+        self.progress_write_error: str | None = None
         self.console = console or Console()
         self.timeout_s = timeout_s if timeout_s is not None else (ONCE_TIMEOUT_S if once else None)
         self.page_rows = page_rows
@@ -253,6 +273,7 @@ class ReplicaJob:
         finally:
             self._stop_queries(coordinator)
             coordinator.stop()
+            self._tell(coordinator, now_ms(), write=True)
             view.close()
         return self._summary(coordinator, time.monotonic() - began, interrupted)
 
@@ -269,9 +290,29 @@ class ReplicaJob:
                 self._follow(run, coordinator, at_ms)
             if run.query is None and not run.done and run.may_start(at_ms):
                 self._start(run, coordinator, at_ms)
-        if at_ms - self._shown_ms >= STATUS_EVERY_S * 1000:
+        due = at_ms - self._shown_ms >= STATUS_EVERY_S * 1000
+        if due:
             self._shown_ms = at_ms
             self.console.print(describe_status(self.progress(), self.runs), markup=False)
+        self._tell(coordinator, at_ms, write=due)
+
+    def _tell(self, coordinator: ReplicaCoordinator, at_ms: int, *, write: bool) -> None:
+        """The metrics every time; the progress rows when ``write`` (module docstring)."""
+        progress = {name: coordinator.progress(name) for name in self.runs}
+        if self.metrics is not None:
+            self.metrics.update(channel_figures(progress, self.runs, at_ms))
+        if not write:
+            return
+        rows = progress_rows(progress, self.runs, self.job_id, at_ms)
+        try:
+            self._view.write_channel_progress(rows)
+        except Exception as error:  # best effort: the job goes on (said once per error)
+            text = f"{type(error).__name__}: {error}"
+            if text != self.progress_write_error:
+                _LOG.warning("channel progress not written (the job goes on): %s", text)
+            self.progress_write_error = text
+        else:
+            self.progress_write_error = None
 
     def _follow(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
         active = run.query.isActive  # before the progress: a last batch is never missed
@@ -468,6 +509,10 @@ class ReplicaJob:
             return {}
         return {name: coordinator.progress(name) for name in self.runs}
 
+    def figures(self) -> dict[str, ChannelFigures]:
+        """Each channel's figures as the job's metrics say them now."""
+        return channel_figures(self.progress(), self.runs, now_ms())
+
     def _summary(
         self, coordinator: ReplicaCoordinator, seconds: float, interrupted: bool
     ) -> ReplicaSummary:
@@ -551,6 +596,59 @@ def print_replica_summary(console: Console, summary: ReplicaSummary) -> None:
     console.print(table)
 
 
+def channel_figures(
+    progress: Mapping[str, ChannelProgress], runs: Mapping[str, ChannelRun], at_ms: int
+) -> dict[str, ChannelFigures]:
+    """The channels' figures for :class:`JobMetrics` (a channel the coordinator has no
+    progress of yet gets its run's own figures only)."""
+    result = {}
+    for name, run in runs.items():
+        since_ms = run.backoff.unreachable_since_ms
+        figures = progress.get(name, ChannelProgress())
+        known = name in progress
+        oldest = figures.oldest_backlog_ms
+        result[name] = ChannelFigures(
+            rows=run.rows,
+            batches=run.batches,
+            lag_seconds=None if figures.lag_ms is None else figures.lag_ms / 1000.0,
+            reachable=since_ms is None,
+            unreachable_since_seconds=None if since_ms is None else since_ms / 1000.0,
+            failures=run.failures,
+            backlog_slices=figures.backlog_copies if known else None,
+            backlog_rows=figures.backlog_rows if known else None,
+            backlog_oldest_seconds=None if oldest is None else max(0, at_ms - oldest) / 1000.0,
+            sends=figures.sends if known else None,
+            unique_changes=figures.unique if known else None,
+        )
+    return result
+
+
+def progress_rows(
+    progress: Mapping[str, ChannelProgress],
+    runs: Mapping[str, ChannelRun],
+    job: str,
+    at_ms: int,
+) -> list[ChannelProgressRow]:
+    """The channels' rows of ``channel_progress`` (module docstring)."""
+    rows = []
+    for name, run in runs.items():
+        figures = progress.get(name)
+        rows.append(
+            ChannelProgressRow(
+                channel=name,
+                job=job,
+                state=run.status,
+                unreachable_since_ms=run.backoff.unreachable_since_ms,
+                rows=run.rows,
+                sends=0 if figures is None else figures.sends,
+                unique_changes=0 if figures is None else figures.unique,
+                lag_ms=None if figures is None else figures.lag_ms,
+                updated_at_ms=at_ms,
+            )
+        )
+    return rows
+
+
 def describe_status(progress: Mapping[str, ChannelProgress], runs: Mapping[str, ChannelRun]) -> str:
     """One line per channel: backlog and state (for a console that is not a terminal)."""
     lines = []
@@ -558,9 +656,9 @@ def describe_status(progress: Mapping[str, ChannelProgress], runs: Mapping[str, 
         figures = progress.get(name)
         backlog = "-"
         if figures is not None:
-            oldest = figures.oldest_pending_ms
+            oldest = figures.oldest_backlog_ms
             age = "" if oldest is None else f", oldest {format_utc(oldest)}"
-            backlog = f"{figures.pending_copies} slices, {figures.pending_rows:,} rows{age}"
+            backlog = f"{figures.backlog_copies} slices, {figures.backlog_rows:,} rows{age}"
         sent = "-" if figures is None else f"{figures.sends:,} sends, {figures.unique:,} unique"
         lines.append(f"{name}: {run.status}; backlog {backlog}; {sent}")
     return "\n".join(lines)

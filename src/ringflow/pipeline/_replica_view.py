@@ -16,6 +16,7 @@ watermark sees the slices); node-local tables go through sessions pinned to the 
   first, for its end token in today's ring (``replication._ranks``).
 - **Slices, watermarks, sent**: by partition, i.e. by (keyspace, table[, channel], slice start),
   only for the slice starts the coordinator still has to decide (bounded by its caller).
+- **Channel progress**: the job's rows of ``channel_progress`` (``ringflow replication status``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.query import SimpleStatement
 
-from ringflow.pipeline._channel_store import load_channels
+from ringflow.pipeline._channel_store import (
+    ChannelProgressRow,
+    load_channels,
+    save_channel_progress,
+)
 from ringflow.pipeline._cluster_client import ClusterOptions, connect, load_table
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._replica_offsets import ReplicaReadError
@@ -242,6 +247,11 @@ class ClusterView:
             tuple(sent_to_row(record)[column] for column in _SENT_COLUMNS) for record in records
         ]
         self._partitions(_INSERT_SENT, params)
+
+    def write_channel_progress(self, rows: Sequence[ChannelProgressRow]) -> None:
+        """The channels' progress rows at QUORUM (``channel_progress``, TTL a day); raises on
+        the first failure, each write bounded (``save_channel_progress``)."""
+        save_channel_progress(self.session, rows)
 
     # --- node-local -----------------------------------------------------------------------------
 
