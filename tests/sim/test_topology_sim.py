@@ -89,6 +89,8 @@ REGRESSION_SEEDS = (
 WIDE_REGRESSION_SEEDS = (
     340,  # a joiner's plan streamed one page at a time from all sources: each dropped message
     # stalled it 10 s, and n4, crashed mid-stream, joined again after n5 past 600 s (issue 22)
+    201,  # a coordinator crashed at the very instant its write timeout was due: no hint, as
+    # inside the timeout (check_log_replicas counted that instant as after it; issue 22)
 )
 SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=30, pool=2_000)
 WIDE_SEEDS = ci_seeds(WIDE_REGRESSION_SEEDS, per_run=15, pool=2_000)
@@ -276,7 +278,8 @@ class Writes:
     acked: dict[int, int] = field(default_factory=dict)
     streams: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     coordinated: dict[int, tuple[str, int]] = field(default_factory=dict)
-    """Each write's coordinator and when it was issued (simulated ms)."""
+    """Each write's coordinator and when it was issued (simulated us: its write timeout
+    fires exactly ``write_timeout_ms`` later)."""
     refused: int = 0
     settled: int = 0
     """Writes issued and answered (acknowledged or refused)."""
@@ -317,7 +320,7 @@ def schedule_writes(cluster: TopologyCluster, writes: Writes, count: int, span_m
                 writes.settled += 1
                 return
             writes.streams[key] = (capture.stream_id, ts_us)
-            writes.coordinated[key] = (name, sim.loop.now_us // 1000)
+            writes.coordinated[key] = (name, sim.loop.now_us)
             writes.in_flight[key] = (name, sim.process(name).incarnation)
 
             def done(error: BaseException | None) -> None:
@@ -373,19 +376,25 @@ def check_log_replicas(
     before its write timeout may miss a replica for good (the coordinator hints a replica
     that did not answer at the timeout, as Cassandra does; repair's job), and a node that
     later streams the range from that replica misses it too (a joiner streams each range from
-    one source, as Cassandra's bootstrap does). So may a write a replica missed and got by a
+    one source, as Cassandra's bootstrap does; a leaver pushes what it holds). "Before" takes
+    in the very instant the timeout is due: the crash was scheduled before the write armed its
+    timer, so it runs first of the simulator's calls due then and the timer dies with the
+    incarnation (wide seed 201: write 85's message to n3 was dropped, its coordinator n4
+    crashed exactly ``write_timeout_ms`` after issuing it, so no hint; n3 later pushed that
+    range to n5 when it left; the row is on n4 and n1, not on n5). Times are simulated
+    microseconds, so the window is exact. So may a write a replica missed and got by a
     hint later, when a joiner streamed the range from it before the hint came (seed 162 of the
     wide scenario: a limit of single-source streaming; Scylla's repair-based node operations
     stream from every replica; ringflow's remedy is repair, issue 17). Such a change is still on
     a quorum of the final replicas: the acknowledging quorum's copies are what moved."""
     table = ("ks", "kv" + CDC_LOG_SUFFIX)
-    timeout_ms = cluster.nodes[remaining[0]].settings.write_timeout_ms
+    timeout_us = cluster.nodes[remaining[0]].settings.write_timeout_ms * 1000
     for key, value in writes.acked.items():
         stream, _ts_us = writes.streams[key]
-        coordinator, issued_ms = writes.coordinated[key]
+        coordinator, issued_us = writes.coordinated[key]
         unhinted = any(
-            coordinator == victim and 0 <= crash_ms - issued_ms < timeout_ms
-            for victim, crash_ms in crashes
+            coordinator == victim and 0 <= crash_us - issued_us <= timeout_us
+            for victim, crash_us in crashes
         )
         missed = unhinted or kv_key(key)[0] in cluster.hinted
         replicas = cluster.nodes[remaining[0]].replicas_of(
@@ -426,14 +435,15 @@ WIDE = Nemesis(skew_ms_max=2_000, second_crash=True, stream_partition=True, earl
 def _schedule_crash(
     cluster: TopologyCluster, name: str, at_ms: int, down_ms: int, crashes: list[tuple[str, int]]
 ) -> None:
-    """Crash ``name`` at ``at_ms`` and restart it ``down_ms`` later, noting when in ``crashes``
-    (a joiner not started by then is spared, and nothing crashes once the run is calm)."""
+    """Crash ``name`` at ``at_ms`` and restart it ``down_ms`` later, noting when (simulated us)
+    in ``crashes`` (a joiner not started by then is spared, and nothing crashes once the run is
+    calm)."""
     sim = cluster.sim
 
     def crash() -> None:
         if cluster.calm or not any(p.name == name and p.running for p in sim.processes):
             return
-        crashes.append((name, sim.loop.now_us // 1000))
+        crashes.append((name, sim.loop.now_us))
         sim.crash(name)
         sim.after(down_ms, lambda: sim.process(name).running or sim.restart(name))
 
