@@ -4,8 +4,9 @@ and lag at a steady write rate.
 
 Run with the project venv: ``.venv/bin/python bench/bench_replica.py [--changes N]
 [--rounds R] [--idle-seconds S] [--kill-backlog N] [--kill-writes N] [--rate W] [--lag-seconds S]
-[--skip-kill] [--skip-lag]
-[--edge-address A]``.
+[--skip-kill] [--skip-lag] [--py-spy PATH] [--edge-address A]``; ``--py-spy`` profiles the node
+processes during phase 1's counted runs (own-time and ``ringflow``-frame shares printed per run;
+the sampling costs CPU, so the figures come from runs without it).
 
 Set-up, as ``tests/spark/test_replica_transmission.py``: an edge of 3 real ``ringflow`` node
 processes (``ringflow cluster start --nodes 3``, gossip every 200 ms, 2 vnodes per node, slices
@@ -69,11 +70,14 @@ import io
 import os
 import platform
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,6 +202,62 @@ class NodeCpu:
         return cpu_seconds(node_pids(self.data))
 
 
+class NodeProfile:
+    """``py-spy record`` (raw folded stacks, 50 Hz, non-blocking) of each node process around
+    a delivery run, when ``--py-spy`` names the binary; then the functions where the samples
+    are (own time, and the ``ringflow`` frames on the stacks), printed per run."""
+
+    def __init__(self, binary: str | None, data: Path, where: Path) -> None:
+        self.binary, self.data, self.where = binary, data, where
+        self.processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, name: str) -> None:
+        if not self.binary:
+            return
+        self.where.mkdir(parents=True, exist_ok=True)
+        for index, pid in enumerate(node_pids(self.data)):
+            output = self.where / f"{name}-node{index + 1}.txt"
+            command = [self.binary, "record", "-p", str(pid), "-r", "50", "-f", "raw"]
+            command += ["--nonblocking", "-o", str(output)]
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self.processes.append((process, output))
+
+    def stop(self, name: str) -> None:
+        if not self.processes:
+            return
+        for process, _ in self.processes:
+            process.send_signal(signal.SIGINT)
+        own: Counter[str] = Counter()
+        inside: Counter[str] = Counter()
+        total = 0
+        for process, output in self.processes:
+            process.wait(60)
+            if not output.exists():
+                continue
+            for line in output.read_text().splitlines():
+                stack, _, count_text = line.rpartition(" ")
+                count = int(count_text)
+                frames = stack.split(";")
+                total += count
+                own[_short(frames[-1])] += count
+                for frame in {_short(f) for f in frames if "ringflow/" in f}:
+                    inside[frame] += count
+        self.processes = []
+        if not total:
+            print(f"  py-spy {name}: no samples", flush=True)
+            return
+        top_own = ", ".join(f"{f} {c / total:.0%}" for f, c in own.most_common(8))
+        top_in = ", ".join(f"{f} {c / total:.0%}" for f, c in inside.most_common(12))
+        print(f"  py-spy {name}: {total} samples; own: {top_own}", flush=True)
+        print(f"  py-spy {name}: on the stack (ringflow): {top_in}", flush=True)
+
+
+def _short(frame: str) -> str:
+    """``function (path/file.py:line)`` -> ``file.function``."""
+    function, _, where = frame.partition(" (")
+    return f"{Path(where.split(':')[0]).stem}.{function}"
+
+
 # --- phase 1: the same backlog delivered three ways ------------------------------------------
 
 
@@ -245,7 +305,7 @@ def replica_once(
 
 def deliver_backlog(
     spark: Any, args: argparse.Namespace, session: Session, source: str, scratch: Path,
-    cpu: NodeCpu, round_number: int, changes: int,
+    cpu: NodeCpu, round_number: int, changes: int, profile: NodeProfile,
 ) -> list[Delivery]:  # fmt: skip
     """One round of phase 1: the replica run and the log run of a backlog of ``changes`` each
     (the log run first in even rounds; round 0 is the warm-up)."""
@@ -283,11 +343,13 @@ def deliver_backlog(
             source, scratch / f"checkpoints-{replica_ks}", ChannelSpec(channels=("lake",)),
             permits=PERMITS,
         )  # fmt: skip
+        profile.start(f"replica-{round_number}")
         before = cpu()
         began = time.monotonic()
         summary = ReplicaJob(spark, job_plan, once=True, console=quiet(), timeout_s=TIMEOUT_S).run()
         wall = time.monotonic() - began
         node_cpu = cpu() - before
+        profile.stop(f"replica-{round_number}")
         figures = summary.channels[0]
         lake_rows, lake_distinct = lake_counts(lake, f"{replica_ks}.events")
         if figures.status != "done" or lake_distinct != changes:
@@ -320,11 +382,13 @@ def deliver_backlog(
             options, [f"parquet:{scratch / f'lake-log-{round_number}'}"],
             scratch / f"ck-log-{round_number}",
         )  # fmt: skip
+        profile.start(f"log-{round_number}")
         before = cpu()
         began = time.monotonic()
         summary = run_replication(spark, log_plan, once=True, console=quiet(), timeout_s=TIMEOUT_S)
         wall = time.monotonic() - began
         node_cpu = cpu() - before
+        profile.stop(f"log-{round_number}")
         stats = summary.channels[0]
         if stats.status != "done" or stats.rows != changes:
             raise RuntimeError(f"log: status {stats.status}, {stats.rows:,} of {changes:,}")
@@ -591,6 +655,12 @@ def main() -> None:
     parser.add_argument("--lag-seconds", type=float, default=60.0)
     parser.add_argument("--kill-backlog", type=int, default=1_500)
     parser.add_argument("--kill-writes", type=int, default=120)
+    parser.add_argument(
+        "--py-spy",
+        metavar="PATH",
+        help="profile the node processes during phase 1's counted runs with this py-spy "
+        "(the sampling costs CPU: use runs without it for the figures)",
+    )
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--skip-kill", action="store_true")
     parser.add_argument("--edge-address", help="first edge node address (default: a free block)")
@@ -612,14 +682,17 @@ def main() -> None:
             cluster, session = make_session(first)
             spark = local_spark_session("ringflow-bench-replica")
             cpu = NodeCpu(data)
+            profile = NodeProfile(args.py_spy, data, scratch / "profiles")
+            no_profile = NodeProfile(None, data, scratch / "profiles")
             try:
                 print("\n== 1. a backlog delivered: replica-side vs log capture", flush=True)
                 runs: list[Delivery] = []
                 for round_number in range(args.rounds + 1):  # round 0: the warm-up
                     changes = args.warmup_changes if round_number == 0 else args.changes
                     found = deliver_backlog(
-                        spark, args, session, source, scratch, cpu, round_number, changes
-                    )
+                        spark, args, session, source, scratch, cpu, round_number, changes,
+                        profile if round_number > 0 else no_profile,
+                    )  # fmt: skip
                     runs += found if round_number > 0 else []
                 report_deliveries(runs)
                 if not args.skip_lag:
