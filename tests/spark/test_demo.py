@@ -40,6 +40,7 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert result.returncode == 0, output[-6000:]
     assert "kill -9" in output and "restarted" in output
     assert "hints replayed:" in output
+    assert "unreachable since" in output  # the status while the hub is away
     assert "hub node restarted" in output and "caught up" in output
     assert "sends/change" in output
     assert "ringflow cluster stopped" in output

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import threading
 import time
 import uuid
@@ -623,7 +624,7 @@ def _without(table: Table, column: str) -> Table:
     return dataclasses.replace(table, columns=tuple(c for c in table.columns if c.name != column))
 
 
-OUTAGE_S = 20.0
+OUTAGE_S = float(os.environ.get("RINGFLOW_OUTAGE_S", "20"))  # 120: the two minutes
 
 
 def test_a_destination_away_backs_off_while_the_others_go_on_and_it_catches_up(

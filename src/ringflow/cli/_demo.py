@@ -572,7 +572,7 @@ def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> boo
             )
         else:
             console.print(f"every destination caught up {took:.0f}s after the hub came back")
-        replica.show_status(console, stage, "caught up")
+        replica.show_status(console, stage, "caught up", replica.hub_reported(unreachable=False))
     summary = running.summary
     if summary is not None:
         print_replica_summary(console, summary)

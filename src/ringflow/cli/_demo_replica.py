@@ -142,14 +142,26 @@ def replica_job(console: Console, stage: Stage, master: str) -> Iterator[Running
         log.close()
 
 
-def show_status(console: Console, stage: Stage, title: str) -> ReplicationStatus | None:
-    """``ringflow replication status`` now, printed under ``title``."""
+def show_status(
+    console: Console,
+    stage: Stage,
+    title: str,
+    until: Callable[[ReplicationStatus], bool] | None = None,
+    timeout_s: float = 30.0,
+) -> ReplicationStatus | None:
+    """``ringflow replication status``, printed under ``title``; with ``until``, the first look
+    for which it holds (the job reports every few seconds), or the last at the timeout."""
     from ringflow.cli._replication_status import print_status
     from ringflow.pipeline import read_status, status_view
 
     view = status_view(stage.edge.addresses, 9042)
+    deadline = time.monotonic() + timeout_s
     try:
-        status = read_status(view)
+        while True:
+            status = read_status(view)
+            if until is None or until(status) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
     except Exception as error:  # the story goes on without this table
         console.print(f"[yellow]status not available: {error}")
         return None
@@ -160,6 +172,16 @@ def show_status(console: Console, stage: Stage, title: str) -> ReplicationStatus
     return status
 
 
+def hub_reported(unreachable: bool) -> Callable[[ReplicationStatus], bool]:
+    """Whether the hub channel's job has reported it unreachable (or, false: not any more)."""
+
+    def reported(status: ReplicationStatus) -> bool:
+        job = status.jobs.get("hub")
+        return job is not None and job.state.startswith("unreachable") == unreachable
+
+    return reported
+
+
 def hub_outage(console: Console, stage: Stage, since: float) -> Callable[[], None]:
     """What ends the outage: wait until it lasted ``HUB_OUTAGE_S``, show the status, restart."""
 
@@ -168,7 +190,7 @@ def hub_outage(console: Console, stage: Stage, since: float) -> Callable[[], Non
         if left > 0:
             console.print(f"the hub stays away {left:.0f}s more; the other channels go on")
             time.sleep(left)
-        show_status(console, stage, "the hub is away")
+        show_status(console, stage, "the hub is away", hub_reported(unreachable=True))
         stage.hub.start()
         console.print(
             f"[green]hub node restarted[/] after {time.monotonic() - since:.0f}s away: "

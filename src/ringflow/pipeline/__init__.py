@@ -145,9 +145,7 @@ if TYPE_CHECKING:
     from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
     from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._replication_status import (
-        JobReport,
         ReplicationStatus,
-        job_reports,
         plot_status,
         read_status,
         status_view,
@@ -287,9 +285,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ChannelFigures": ("ringflow.pipeline._job_metrics", "ChannelFigures"),
     "JobMetrics": ("ringflow.pipeline._job_metrics", "JobMetrics"),
     "serve_job_metrics": ("ringflow.pipeline._job_metrics", "serve_job_metrics"),
-    "JobReport": ("ringflow.pipeline._replication_status", "JobReport"),
     "ReplicationStatus": ("ringflow.pipeline._replication_status", "ReplicationStatus"),
-    "job_reports": ("ringflow.pipeline._replication_status", "job_reports"),
     "plot_status": ("ringflow.pipeline._replication_status", "plot_status"),
     "read_status": ("ringflow.pipeline._replication_status", "read_status"),
     "status_view": ("ringflow.pipeline._replication_status", "status_view"),
@@ -351,7 +347,6 @@ __all__ = [
     "HubReport",
     "InvalidChange",
     "JobMetrics",
-    "JobReport",
     "LakeDataSource",
     "LiveRow",
     "PipelineConfigError",
@@ -397,7 +392,6 @@ __all__ = [
     "format_duration",
     "from_spark_value",
     "hub_options",
-    "job_reports",
     "lake_options",
     "lake_table",
     "lake_tables",

@@ -6,8 +6,8 @@ the hosts and their liveness, the stored channels, per table the slice starts ea
 holds (``local_slices``), the published copies, seal watermarks and ``sent`` records of those
 starts, the ranks) and hands them to the pure ``replication.channel_backlogs`` and
 ``replication.node_slices``, so the status and the job decide alike. To that it adds what the
-job running each channel last said of it (``system_replication.channel_progress``: state,
-``unreachable since ...``, sends and unique changes, lag).
+job running each channel last said of it (``system_replication.channel_progress``, read by
+``load_channel_progress``: state, ``unreachable since ...``, sends and unique changes, lag).
 
 A node that is down is not asked what it holds: its slices show up once it is back (its copies
 of a range are sent by others meanwhile). Open slices (not sealed yet) are not backlog: they
@@ -26,13 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cassandra import ConsistencyLevel
-from cassandra.query import SimpleStatement
-
+from ringflow.pipeline._channel_store import ChannelProgressRow, load_channel_progress
 from ringflow.pipeline._cluster_client import ClusterOptions
 from ringflow.pipeline._replica_view import ClusterView
 from ringflow.replication import (
-    CHANNEL_PROGRESS_TABLE,
     REPLICATION_KEYSPACE,
     Channel,
     ChannelBacklog,
@@ -40,24 +37,6 @@ from ringflow.replication import (
     channel_backlogs,
     node_slices,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    """A channel's row of ``channel_progress``: what its job last said."""
-
-    job: str
-    state: str
-    unreachable_since_ms: int | None
-    rows: int
-    sends: int
-    unique_changes: int
-    lag_ms: int | None
-    updated_at_ms: int
-
-    @property
-    def sends_per_change(self) -> float | None:
-        return self.sends / self.unique_changes if self.unique_changes else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +54,7 @@ class ReplicationStatus:
     at_ms: int
     channels: list[Channel]
     backlogs: dict[str, ChannelBacklog]
-    jobs: dict[str, JobReport]
+    jobs: dict[str, ChannelProgressRow]
     nodes: list[NodeStatus]
     unreachable_nodes: list[str] = field(default_factory=list)
 
@@ -100,7 +79,9 @@ class ReplicationStatus:
                     "unreachable_since_ms": job.unreachable_since_ms if job else None,
                     "sends": job.sends if job else None,
                     "unique_changes": job.unique_changes if job else None,
-                    "sends_per_change": job.sends_per_change if job else None,
+                    "sends_per_change": (
+                        job.sends / job.unique_changes if job and job.unique_changes else None
+                    ),
                     "lag_s": None if job is None or job.lag_ms is None else job.lag_ms / 1000,
                     "job_updated_at_ms": job.updated_at_ms if job else None,
                 }
@@ -123,33 +104,6 @@ class ReplicationStatus:
             "nodes": nodes,
             "unreachable_nodes": self.unreachable_nodes,
         }
-
-
-_PROGRESS = SimpleStatement(
-    f"SELECT * FROM {REPLICATION_KEYSPACE}.{CHANNEL_PROGRESS_TABLE}",
-    consistency_level=ConsistencyLevel.QUORUM,
-)
-
-
-def _int(value: object) -> int | None:
-    return None if value is None else int(str(value))
-
-
-def job_reports(session: Any) -> dict[str, JobReport]:
-    """Every channel's last job report (``channel_progress``), by channel."""
-    reports = {}
-    for row in session.execute(_PROGRESS):
-        reports[row["channel"]] = JobReport(
-            job=row["job"] or "",
-            state=row["state"] or "",
-            unreachable_since_ms=_int(row["unreachable_since_ms"]),
-            rows=_int(row["rows"]) or 0,
-            sends=_int(row["sends"]) or 0,
-            unique_changes=_int(row["unique_changes"]) or 0,
-            lag_ms=_int(row["lag_ms"]),
-            updated_at_ms=_int(row["updated_at_ms"]) or 0,
-        )
-    return reports
 
 
 def read_status(view: ClusterView, now_ms: int | None = None) -> ReplicationStatus:
@@ -196,7 +150,7 @@ def read_status(view: ClusterView, now_ms: int | None = None) -> ReplicationStat
         at_ms,
         channels,
         backlogs,
-        job_reports(view.session),
+        load_channel_progress(view.session),
         nodes,
         sorted(addresses.get(node, str(node)) for node in unreachable),
     )
@@ -274,5 +228,5 @@ def _backlog_rows(backlogs: Mapping[str, ChannelBacklog], name: str) -> float:
     return float(backlog.rows) if backlog else 0.0
 
 
-def _lag_s(job: JobReport | None) -> float:
+def _lag_s(job: ChannelProgressRow | None) -> float:
     return float("nan") if job is None or job.lag_ms is None else job.lag_ms / 1000
