@@ -193,7 +193,7 @@ def destination(
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
     destination that cannot take ``table`` (DestinationBehind, SchemaConflict) is returned
     ``blocked``; any other problem raises PipelineConfigError. ``dead_letters``: the edge's
-    ``host[,host...][:port]`` where a PostgreSQL sink keeps the rows it refuses."""
+    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses."""
     kind, sink_format, build = _KINDS[_scheme(url)]
     channel = channel or channel_name(url, taken)
     display = redact(url)
@@ -214,7 +214,7 @@ def destination(
         )
     except PipelineConfigError as error:  # drivers' messages may span lines: one line here
         raise PipelineConfigError(" ".join(str(error).split())) from None
-    if kind == "postgres" and dead_letters:
+    if kind in ("postgres", "hub") and dead_letters:
         options = {**options, "dead_letters": dead_letters, "channel": channel}
     return Destination(
         channel, kind, display, sink_format, options, target, url, allow_alter, None, dead_letters

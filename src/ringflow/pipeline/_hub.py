@@ -38,6 +38,15 @@ delete arrives as two rows (start and end bound) that must reach the same task: 
 keeps a stream in one partition; other DataFrames should be repartitioned by ``cdc$stream_id``
 (bounds are paired in log order: stream, time, batch_seq_no). An unpaired bound fails the task.
 
+Dead letters (issue 14 §3, REPLICATION.md decision 8): with ``dead_letters`` (the edge's
+``host[,host...][:port]``) and ``channel``, a task whose requests the hub refuses as invalid
+(``InvalidRequest``, CQL error 0x2200: a statement the hub cannot take, e.g. a column dropped
+on the hub by hand) applies its changes again one by one, each one's statements alone and
+synchronously (idempotent: they carry their write times), keeps the changes the hub still
+refuses in the edge's ``system_replication.dead_letters`` with the reason and commits. It keeps
+at most ``MAX_DEAD_LETTER_CHANGES`` changes for that; a larger task fails as without dead
+letters. Any other error (the hub unreachable, a timeout) fails the task as before.
+
 Configuration errors (unknown or missing option, bad number, unreachable contact points, unknown
 keyspace or table, a target without the source's key or columns) raise
 :class:`PipelineConfigError` before any job starts.
@@ -54,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
@@ -86,6 +95,8 @@ from ringflow.pipeline._changes import (
     table_to_json,
     validate_change,
 )
+from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
+from ringflow.pipeline._dead_letters import dead_letter_options, record_dead_letters
 from ringflow.pipeline._errors import (
     DestinationBehind,
     InvalidChange,
@@ -117,7 +128,9 @@ REQUEST_TIMEOUT_S = 30.0
 _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
+    | {"dead_letters", "channel"}
 )
+MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]+")
 _log = logging.getLogger(__name__)
@@ -141,6 +154,14 @@ class HubConfig:
     grouping: str = DEFAULT_GROUPING
     batch_statements: int = DEFAULT_BATCH_STATEMENTS
     batch_bytes: int = DEFAULT_BATCH_BYTES
+    dead_letters: str = ""
+    channel: str = ""
+
+    @property
+    def dead_letter_options(self) -> ClusterOptions | None:
+        if not self.dead_letters:
+            return None
+        return dead_letter_options(*parse_hosts(self.dead_letters, "dead_letters"))
 
     @property
     def table(self) -> Table:
@@ -181,6 +202,12 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         raise PipelineConfigError(
             f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
         )
+    dead_letters = str(options.get("dead_letters", "")).strip()
+    channel = str(options.get("channel", "")).strip()
+    if dead_letters:
+        parse_hosts(dead_letters, f"{HUB_FORMAT}: dead_letters")
+        if not channel:
+            raise PipelineConfigError(f"{HUB_FORMAT}: dead_letters needs the channel option")
     return HubConfig(
         points,
         _bounded_int(options, "port", DEFAULT_PORT, 65535),
@@ -194,6 +221,8 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         _grouping(options),
         _bounded_int(options, "batch_statements", DEFAULT_BATCH_STATEMENTS, MAX_BATCH_STATEMENTS),
         _bounded_int(options, "batch_bytes", DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES),
+        dead_letters,
+        channel,
     )
 
 
@@ -540,13 +569,14 @@ def apply_to_hub(options: Mapping[str, str], changes: Iterable[Change]) -> HubRe
 
 
 class HubCommitMessage(WriterCommitMessage):
-    """A task's report (:class:`HubReport` fields)."""
+    """A task's report (:class:`HubReport` fields, and the changes kept as dead letters)."""
 
-    def __init__(self, report: HubReport) -> None:
+    def __init__(self, report: HubReport, dead_letters: int = 0) -> None:
         self.changes = report.changes
         self.statements = report.statements
         self.skipped_list_removals = report.skipped_list_removals
         self.requests = report.requests
+        self.dead_letters = dead_letters
 
 
 class _SharedHubs:
@@ -583,16 +613,83 @@ _SHARED = _SharedHubs()
 
 def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessage:
     table = config.table
+    kept: list[Change] | None = [] if config.dead_letters else None
+    session = _SHARED.session(config)
     try:
-        applier = HubApplier(config, _SHARED.session(config))
+        applier = HubApplier(config, session)
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
-                applier.add(change_from_row(table, row), checked=True)
+                change = change_from_row(table, row)
+                if kept is not None:
+                    kept = kept if len(kept) < MAX_DEAD_LETTER_CHANGES else None
+                    if kept is not None:
+                        kept.append(change)
+                applier.add(change, checked=True)
         applier.flush()
         return HubCommitMessage(applier.report)
+    except InvalidRequest:
+        if kept is None or config.dead_letter_options is None:
+            _SHARED.forget(config)
+            raise
     except Exception:
         _SHARED.forget(config)  # the next task connects afresh
         raise
+    return _apply_each(config, session, kept, applier)
+
+
+def apply_each_to_hub(
+    config: HubConfig, session: Session, changes: list[Change]
+) -> list[tuple[Change, str]]:
+    """Apply ``changes`` one by one (a change's statements alone, synchronously; range delete
+    bounds as pairs); those the hub refuses as invalid, with the reason (any other error is
+    raised)."""
+    cql = HubCql(config.table, config.keyspace, config.target)
+    prepared: dict[str, Any] = {}
+    refused: list[tuple[Change, str]] = []
+    now_s = int(time.time())
+    bounds = [c for c in changes if c.operation in RANGE_START_OPERATIONS | RANGE_END_OPERATIONS]
+    units: list[tuple[Change, list[HubStatement]]] = [
+        (change, cql.statements(change, now_s, checked=True))
+        for change in changes
+        if change.operation not in RANGE_START_OPERATIONS | RANGE_END_OPERATIONS
+    ]
+    pairs, alone = pair_range_bounds(cql.table, bounds)
+    units += [(start, cql.range_delete(start, end)) for start, end in pairs]
+    refused += [(bound, "a range delete bound without its pair in this task") for bound in alone]
+    for change, statements in units:
+        try:
+            for statement in statements:
+                found = prepared.get(statement.cql)
+                if found is None:
+                    found = prepared[statement.cql] = session.prepare(statement.cql)
+                session.execute(found, statement.values, timeout=REQUEST_TIMEOUT_S)
+        except InvalidRequest as error:
+            refused.append((change, f"the hub refused it: {error}"))
+    return refused
+
+
+def _apply_each(
+    config: HubConfig, session: Session, changes: list[Change], applier: HubApplier
+) -> HubCommitMessage:
+    """After a refusal: every change again, one by one; the refused ones as dead letters."""
+    options = config.dead_letter_options
+    assert options is not None  # the caller checked
+    try:
+        refused = apply_each_to_hub(config, session, changes)
+    except Exception:
+        _SHARED.forget(config)
+        raise
+    record_dead_letters(options, config.channel, refused)
+    if refused:
+        _log.warning(
+            "%s %s: %d change(s) refused, kept as dead letters of channel %s: %s",
+            HUB_FORMAT,
+            config.where,
+            len(refused),
+            config.channel,
+            refused[0][1],
+        )
+    return HubCommitMessage(applier.report, len(refused))
 
 
 def _log_commit(messages: list[WriterCommitMessage | None], what: str) -> None:

@@ -77,7 +77,12 @@ from ringflow.pipeline._evolution import describe_change, same_columns
 from ringflow.pipeline._job_metrics import ChannelFigures, JobMetrics
 from ringflow.pipeline._replica_coordinator import ChannelProgress, ReplicaCoordinator
 from ringflow.pipeline._replica_offsets import ReplicaOffset, ReplicaOffsetError
-from ringflow.pipeline._replica_plan import ReplicaChannelPlan, ReplicaJobPlan, channel_destination
+from ringflow.pipeline._replica_plan import (
+    ReplicaChannelPlan,
+    ReplicaJobPlan,
+    channel_destination,
+    edge_hosts,
+)
 from ringflow.pipeline._replica_source import (
     REPLICA_FORMAT,
     RingflowReplicaDataSource,
@@ -393,7 +398,9 @@ class ReplicaJob:
             return run.destination
         channel = run.plan.channel
         try:
-            destination = channel_destination(channel, run.table, run.plan.allow_alter)
+            destination = channel_destination(
+                channel, run.table, run.plan.allow_alter, edge_hosts(self.plan.source)
+            )
         except PipelineConfigError as error:
             run.waiting = None
             self._failed(run, coordinator, str(error), at_ms)

@@ -85,11 +85,15 @@ class ReplicaJobPlan:
     permits: int
 
 
-def channel_destination(channel: Channel, table: Table, allow_alter: bool = False) -> Destination:
+def channel_destination(
+    channel: Channel, table: Table, allow_alter: bool = False, dead_letters: str = ""
+) -> Destination:
     """The channel's sink options, checked by the sink (connects, creates a PostgreSQL target,
     makes the lake directory); PipelineConfigError in one line when that fails. A destination
     that cannot take ``table`` (a new column it may not add, a clashing one: DestinationBehind,
-    SchemaConflict, with the statements to run) is returned ``blocked`` with that message."""
+    SchemaConflict, with the statements to run) is returned ``blocked`` with that message.
+    ``dead_letters``: the edge's ``host[,host...][:port]``, where a PostgreSQL or hub sink keeps
+    the changes it refuses as invalid (under the channel's name)."""
     url = channel.destination_url
     try:
         if url.kind is DestinationKind.HUB:
@@ -103,6 +107,8 @@ def channel_destination(channel: Channel, table: Table, allow_alter: bool = Fals
                 consistency=url.consistency or "QUORUM",
                 allow_alter=allow_alter,
             )
+            if dead_letters:
+                options = {**options, "dead_letters": dead_letters, "channel": channel.name}
         elif url.kind is DestinationKind.LAKE:
             path = Path(channel.target).expanduser().absolute()
             try:
@@ -112,6 +118,8 @@ def channel_destination(channel: Channel, table: Table, allow_alter: bool = Fals
             options = lake_options(path, table)
         else:
             options = postgres_options(url.url, channel.target, table, allow_alter=allow_alter)
+            if dead_letters:
+                options = {**options, "dead_letters": dead_letters, "channel": channel.name}
     except (DestinationBehind, SchemaConflict) as error:
         kind = url.kind.value
         display = channel.display_destination
@@ -131,6 +139,11 @@ def channel_destination(channel: Channel, table: Table, allow_alter: bool = Fals
         "",
         allow_alter,
     )
+
+
+def edge_hosts(source: ClusterOptions) -> str:
+    """``host[,host...]:port`` of the edge (where dead letters are kept)."""
+    return f"{','.join(source.contact_points)}:{source.port}"
 
 
 def _source_options(source: str) -> ClusterOptions:
@@ -223,13 +236,18 @@ def plan_replica_job(
         for channel in wanted:
             check_channel(cluster, channel, merged)
         sinks = {
-            c.name: channel_destination(c, _table(cluster, c), may_alter(c.name)) for c in wanted
+            c.name: channel_destination(
+                c, _table(cluster, c), may_alter(c.name), edge_hosts(options)
+            )
+            for c in wanted
         }
         for channel in wanted:
             save_channel(session, channel)
         chosen = _chosen(spec, merged, names, cluster)
         plans = [
-            _channel_plan(cluster, channel, sinks.get(channel.name), may_alter(channel.name))
+            _channel_plan(
+                cluster, channel, sinks.get(channel.name), may_alter(channel.name), options
+            )
             for channel in chosen
         ]
     finally:
@@ -278,13 +296,17 @@ def _chosen(
 
 
 def _channel_plan(
-    cluster: Any, channel: Channel, sink: Destination | None, allow_alter: bool
+    cluster: Any,
+    channel: Channel,
+    sink: Destination | None,
+    allow_alter: bool,
+    source: ClusterOptions,
 ) -> ReplicaChannelPlan:
     table = _table(cluster, channel)
     if sink is not None:
         return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     try:
-        sink = channel_destination(channel, table, allow_alter)
+        sink = channel_destination(channel, table, allow_alter, edge_hosts(source))
         return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     except PipelineConfigError as error:  # a stored channel's destination away: backs off
         return ReplicaChannelPlan(channel, table, None, str(error), allow_alter)

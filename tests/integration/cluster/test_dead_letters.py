@@ -33,6 +33,9 @@ from ringflow.pipeline import (
     record_dead_letters,
     replay_dead_letters,
 )
+from ringflow.pipeline._hub import _write_batches as _write_hub_batches
+from ringflow.pipeline._hub import hub_options
+from ringflow.pipeline._hub import parse_options as parse_hub_options
 from ringflow.pipeline._postgres import _write_batches, parse_options
 from ringflow.schema import INT, TEXT, Table, timeuuid_from_micros
 from tests.integration.cluster.conftest import LocalCluster, wait_until
@@ -170,3 +173,62 @@ def test_replay_and_drop_walk_a_channel_a_page_at_a_time(local_cluster: LocalClu
     assert {d.reason for d in kept} == {"even 0", "even 2", "even 4", "even 6"}
     assert drop_dead_letters(session, "paged", page_size=2) == 4
     assert dead_letters(local_cluster, "paged") == []
+
+
+HUB_SOURCE = Table.create(
+    "shop", "counted", partition_key=[("id", INT)], regular=[("note", TEXT), ("qty", INT)]
+)
+
+
+def test_a_change_the_hub_refuses_is_kept_and_replayed_once_the_hub_is_fixed(
+    local_cluster: LocalCluster,
+) -> None:
+    """The hub sink: an operator dropped a column on the hub after the job checked it; the
+    changes writing that column are refused (InvalidRequest), kept as dead letters, the others
+    applied; once the column is back, ``replay`` applies them. (The edge cluster is the hub
+    too, in a keyspace of its own.)"""
+    first, second, _ = local_cluster.addresses
+    setup = local_cluster.session()
+    for statement in (
+        "CREATE KEYSPACE IF NOT EXISTS shop WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 3}",
+        "CREATE TABLE shop.counted (id int PRIMARY KEY, note text, qty int)",
+        "CREATE KEYSPACE hubside WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        "CREATE TABLE hubside.counted (id int PRIMARY KEY, note text, qty int)",
+    ):
+        setup.execute(statement)
+    assert setup.wait_for_schema_agreement(wait_time=20)
+    options = hub_options([first], "hubside", "counted", HUB_SOURCE, consistency="ONE")
+    config = parse_hub_options({**options, "dead_letters": f"{first},{second}", "channel": "hub"})
+    setup.execute("ALTER TABLE hubside.counted DROP qty")  # the operator, after the check
+    assert setup.wait_for_schema_agreement(wait_time=20)
+
+    def counted(key: int, qty: int | None) -> Change:
+        time = timeuuid_from_micros(1_700_000_000_000_000 + key, key)
+        values: dict[str, object] = {"note": f"n{key}"}
+        if qty is not None:
+            values["qty"] = qty
+        return Change("shop", "counted", CdcOperation.INSERT, time, {"id": key}, values=values)
+
+    changes = [counted(1, None), counted(2, 7), counted(3, None)]
+    rows = [change_to_arrow_row(HUB_SOURCE, c) for c in changes]
+    batches = pa.Table.from_pylist(rows, schema=change_arrow_schema(HUB_SOURCE)).to_batches()
+
+    report = _write_hub_batches(config, iter(batches))
+
+    assert report.dead_letters == 1
+    hub = {row.id: row.note for row in setup.execute("SELECT id, note FROM hubside.counted")}
+    assert hub == {1: "n1", 3: "n3"}
+    (letter,) = dead_letters(local_cluster, "hub")
+    assert "qty" in str(letter["reason"]), letter
+
+    setup.execute("ALTER TABLE hubside.counted ADD qty int")  # the fix
+    assert setup.wait_for_schema_agreement(wait_time=20)
+    to = f"ringflow://{first}:9042/hubside.counted?consistency=ONE"
+    code, out = dead_letters_command("replay", "--source", first, "--channel", "hub", "--to", to)
+    assert code == 0, out
+    assert "1 applied (deleted), 0 refused again (kept)" in out, out
+    row = setup.execute("SELECT note, qty FROM hubside.counted WHERE id = 2").one()
+    assert (row.note, row.qty) == ("n2", 7)
+    assert dead_letters(local_cluster, "hub") == []
