@@ -11,7 +11,8 @@ synchronised metadata's prepare → insert transition (``GenerationNotLoaded`` i
 The shell on a fake node and a real store: the proposer writes the internal rows at ALL, then
 publishes streams before the timestamp row at QUORUM, persists ``system.cdc_local``, and a
 restarted service publishes nothing again; a learner rejects writes while the rows are missing,
-retries, and loads the generation once they arrive.
+retries, and loads the generation once they arrive; a joiner persists and publishes its own
+generation only once joined (a restart before that does not bring it back).
 """
 
 from __future__ import annotations
@@ -531,4 +532,41 @@ def test_the_shell_prepares_then_loads_once_the_rows_arrive(tmp_path: Path) -> N
     stored = load_local_generation(store, NOW_US)
     assert stored is not None and stored.id == generation
     assert TIMESTAMPS_TABLE in [(ks, t) for ks, t, _ in fake.written]
+    store.close()
+
+
+def test_a_joiner_persists_and_publishes_its_generation_only_once_joined(tmp_path: Path) -> None:
+    """Scylla's joiner persists its generation id just before ``bootstrap_state = COMPLETED``
+    and publishes only once bootstrapped. Killed after gossiping its new generation, before any
+    peer heard it, it must come back without it: persisted at once, it was gossiped again from
+    ``system.cdc_local`` after its start had passed, and the writes coordinated in between had
+    gone to the previous generation's streams (wide topology seed 428)."""
+    store = Store(tmp_path / "store.db")
+    ensure_system_tables(store)
+    fake = _FakeCluster(store, LOW)
+    service = _service(fake, SynchronizedCdcMetadata(), rng=random.Random(7))
+    service.start()
+    service.joining()
+    generation = GenerationIdV2(NOW_US // 1000 + 15_000, uuid.UUID(int=77))
+    source = generate_topology_description([-100, 0, 300, 400], lambda _e: (2, 0), random.Random(8))
+    for mutation in internal_mutations(store, generation.uuid, source, NOW_US):
+        store.apply([mutation], now_s=NOW_US // 1_000_000)
+    # what TopologyService._adopt does once the rows are written at ALL
+    service._run(service.decider.on_proposed(generation, fake.clock.now_ms()))
+    assert set(fake.gossiper.announced) == {generation.to_gossip()}
+    assert service.cdc.description_at(generation.timestamp_ms) == source  # operated here
+    assert load_local_generation(store, NOW_US) is None  # not persisted
+    assert fake.written == []  # not published
+    # a restart now: nothing to reload, nothing gossiped
+    restarted = _FakeCluster(store, LOW)
+    initial = load_local_generation(store, NOW_US)
+    again = _service(restarted, SynchronizedCdcMetadata(), rng=random.Random(9), initial=initial)
+    again.start()
+    assert restarted.gossiper.announced == [] and again.decider.loaded is None
+    # had it lived: once joined, persisted, then published (streams before the timestamp row)
+    service.joined()
+    stored = load_local_generation(store, NOW_US)
+    assert stored is not None and stored.id == generation
+    assert [(ks, table) for ks, table, _ in fake.written] == [STREAMS_TABLE, TIMESTAMPS_TABLE]
+    assert generation in service.decider.published
     store.close()

@@ -19,8 +19,11 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    shard counts of all owners from gossip), its rows written at CL=ALL to
    ``system_distributed_everywhere.cdc_generation_descriptions_v2`` (natural + pending replicas:
    every node, itself included), then the timestamp now + 2 ring_delay + leeway. The generation
-   service adopts it (``on_proposed``: gossip ``CDC_GENERATION_ID``, load, persist in
-   ``system.cdc_local``, publish); the other nodes learn it through gossip.
+   service adopts it (``on_proposed``: gossip ``CDC_GENERATION_ID``, load); the other nodes
+   learn it through gossip and publish it. A joiner neither persists it in ``system.cdc_local``
+   nor publishes it before step 5 (``CdcGenerationService.joining``): killed before any peer
+   heard it, it comes back without it (and makes another), as Scylla's joiner does, rather
+   than announce it again once its start has passed (wide topology seed 428).
 4. Streaming (``Streamer``): every keyspace but the local ones, every table (CDC logs included),
    each gained piece from one live current replica (``join_plan``), one session per source at
    once. A failed run is planned again (the sources live then) and retried; after
@@ -30,8 +33,9 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
 5. When the generation operates and the leeway has passed (clock >= its timestamp + leeway: no
    coordinator accepts a write for the previous generation any more, whose vnodes do not refine
    the new ring; ``CdcMetadata`` rule 3 still takes writes up to a leeway old into the previous
-   generation) and it is loaded here, STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data
-   dir records it (a node restarted before that bootstraps again with its saved tokens).
+   generation) and it is loaded here, it is persisted in ``system.cdc_local`` and published,
+   then STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data dir records it (a node
+   restarted before that bootstraps again with its saved tokens).
 
 Decommission (``TopologyService.decommission``, asked through the ``decommission.request`` file
 in the data dir, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
@@ -298,6 +302,8 @@ class TopologyService:
         """Why this node will not join (a token collision), for the log and status."""
         self._announced_version = 0
         """Our gossip version of the last STATUS or removal this change announced."""
+        if joining:  # nothing persisted or published until done (``joining``'s docstring)
+            generations.joining()
         self.streamer.on_restream = self._restream_for_removal
         cluster.tick_listeners.append(self.tick)
 
@@ -452,6 +458,7 @@ class TopologyService:
             _log.info("removenode %s done", self.removing)
             self._enter(Phase.DONE)
         elif self.change == "join":
+            self.generations.joined()  # system.cdc_local first, as Scylla's bootstrap
             self._set_status(NORMAL_STATUS)
             save_bootstrap_state(self.data_dir, "done")
             _log.info(

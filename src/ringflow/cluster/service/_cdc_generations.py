@@ -16,7 +16,8 @@ Pure decisions (no I/O; ``GenerationDecider`` and the functions above it):
   than ours is *prepared* at once (CDC writes that need it fail with ``GenerationNotLoaded``),
   then loaded from the local copy of the internal table, retried with capped exponential backoff
   while the rows are not there (bounded number of attempts). Once loaded it is *activated*
-  (``insert``, persisted in ``system.cdc_local``, gossiped by this node too) and *published*.
+  (``insert``, persisted in ``system.cdc_local``, gossiped by this node too) and *published*;
+  a node still joining the ring persists and publishes only once joined (``joining``).
 * **Catching up after a start.** A node that has peers (seeds other than itself, or rows in
   ``system.peers``) holds CDC writes (``HoldWrites``: they fail with ``GenerationsNotLearnt``,
   which drivers retry on another host) until a tick sees a live, complete peer: its gossip
@@ -617,6 +618,9 @@ class CdcGenerationService:
         """This node has ``CDC_GENERATIONS_V2`` (publishes to the v2 tables); without it, it acts
         as a Scylla 4.3 node: v1 ids only, the v1 streams table."""
         self._seen_v2: dict[uuid.UUID, int] = {}
+        self._joining = False
+        self._deferred: list[GenerationId] = []
+        """Publications asked for while joining, run once joined (``joining``)."""
         if initial is not None and isinstance(initial.id, GenerationIdV2):
             self._seen_v2[initial.id.uuid] = initial.id.timestamp_ms
         if settle_ms is None:
@@ -662,8 +666,39 @@ class CdcGenerationService:
                 self.cdc.hold_writes(action.reason)
             elif isinstance(action, ReleaseWrites):
                 self.cdc.release_writes()
+            elif self._joining:
+                if action.generation not in self._deferred:
+                    self._deferred.append(action.generation)
             else:
                 self._later(action.delay_ms, functools.partial(self._publish, action.generation))
+
+    def joining(self) -> None:
+        """The node is joining the ring (``TopologyService``): until ``joined``, the generations
+        it activates are neither persisted in ``system.cdc_local`` nor published, its own one
+        included. Scylla's joiner persists its generation id only just before it persists
+        ``bootstrap_state = COMPLETED`` ("if we crash now, we will choose a new CDC streams
+        timestamp anyway"), and handles generations (publication) only once bootstrapped: a
+        joiner killed after gossiping its new generation but before any peer heard it comes
+        back without it and makes another, and nobody ever operates the first. Persisted at
+        once, it came back from ``system.cdc_local`` and gossiped it again after its start had
+        passed: the cluster learnt a generation late, and the writes coordinated between its
+        start and then had gone to the previous generation's streams, where a consumer reading
+        generation by generation never looks (issue 22, wide topology seed 428). The other
+        nodes publish a generation as soon as they learn it from gossip."""
+        self._joining = True
+
+    def joined(self) -> None:
+        """The join is done: persist the generation operated here in ``system.cdc_local`` and
+        run the publications held back since ``joining``."""
+        if not self._joining:
+            return
+        self._joining = False
+        loaded = self.decider.loaded
+        if loaded is not None:
+            self._persist(loaded, self.cluster.clock.now_us())
+        deferred, self._deferred = self._deferred, []
+        for generation in deferred:
+            self._publish(generation)
 
     def _later(self, delay_ms: int, callback: Callable[[], None]) -> None:
         if delay_ms <= 0:
@@ -808,9 +843,15 @@ class CdcGenerationService:
         now_us = self.cluster.clock.now_us()
         self.cdc.insert(generation.timestamp_ms, description, now_us)
         self._gossip(generation)
+        if isinstance(generation, GenerationIdV2):
+            self._seen_v2[generation.uuid] = generation.timestamp_ms
+        if not self._joining:
+            self._persist(generation, now_us)
+        _log.info("CDC generation %s loaded", generation.to_gossip())
+
+    def _persist(self, generation: GenerationId, now_us: int) -> None:
+        """``system.cdc_local`` names ``generation`` (what a restart loads and gossips)."""
         generation_uuid = generation.uuid if isinstance(generation, GenerationIdV2) else None
-        if generation_uuid is not None:
-            self._seen_v2[generation_uuid] = generation.timestamp_ms
         row = cdc_local_row(generation.timestamp_ms, generation_uuid, timestamp_us=now_us)
         store = self.cluster.store
 
@@ -822,7 +863,6 @@ class CdcGenerationService:
                 _log.error("persisting CDC generation %s failed", generation, exc_info=error)
 
         self.cluster.offload(persist, done)
-        _log.info("CDC generation %s loaded", generation.to_gossip())
 
     def _publish(self, generation: GenerationId) -> None:
         """v2 tables (streams rows, then the timestamp row) on a node with the v2 feature, for
