@@ -4,13 +4,15 @@ and lag at a steady write rate.
 
 Run with the project venv: ``.venv/bin/python bench/bench_replica.py [--changes N]
 [--rounds R] [--idle-seconds S] [--kill-backlog N] [--kill-writes N] [--rate W] [--lag-seconds S]
-[--skip-kill] [--skip-lag] [--py-spy PATH] [--edge-address A]``; ``--py-spy`` profiles the node
-processes during phase 1's counted runs (own-time and ``ringflow``-frame shares printed per run;
-the sampling costs CPU, so the figures come from runs without it).
+[--hints on|off] [--kill-slice-width-s W] [--kill-slice-count C] [--kill-node-slicing]
+[--skip-backlog] [--skip-lag] [--skip-kill] [--py-spy PATH] [--edge-address A]``; ``--py-spy``
+profiles the node processes during phase 1's counted runs (own-time and ``ringflow``-frame shares
+printed per run; the sampling costs CPU, so the figures come from runs without it).
 
 Set-up, as ``tests/spark/test_replica_transmission.py``: an edge of 3 real ``ringflow`` node
 processes (``ringflow cluster start --nodes 3``, gossip every 200 ms, 2 vnodes per node, slices
-1 s x 3, hints off: ``--max-hint-window-ms 1 --hint-dispatch-interval-ms 3600000``), one
+1 s x 3, hints off: ``--max-hint-window-ms 1 --hint-dispatch-interval-ms 3600000``, or with
+``--hints on`` the nodes' default hint settings: kept 3 h, replayed every second), one
 keyspace per phase (``SimpleStrategy`` RF 3) with ``bench_pipeline``'s CDC table ``events (pk int,
 ck int, v text, n bigint, PRIMARY KEY (pk, ck))`` and workload (80% inserts, 15% updates, 5% row
 deletes), Parquet lakes as destinations, Spark ``local[2]``. The replica-side jobs are
@@ -18,16 +20,16 @@ deletes), Parquet lakes as destinations, Spark ``local[2]``. The replica-side jo
 channels created by :func:`plan_replica_job` before the writes (a table without a collecting
 channel drops its slices at once). Phases, in this order:
 
-1. **Backlog delivery, replica-side vs log capture** (``--rounds`` rounds, default 2, the order
-   of the two runs reversed every other round, after a round 0 of ``--warmup-changes``, default
-   500, not counted: the session's first Python data source reads start Spark's Python
-   workers). Per round, ``--changes`` changes (default 5,000) are written at QUORUM (64 in
-   flight) to keyspace ``rsteadyN``, whose lake channel exists (``lake``), and the same workload
-   to keyspace ``rlogN`` (no channel). Once every node has sealed and published the slices, an
-   idle baseline of the 3 node processes' CPU is taken (``--idle-seconds``, default 10); then
-   each run delivers its whole backlog to a fresh lake (``--once``), the node CPU
-   (``/proc/<pid>/stat`` utime + stime of the 3 node processes) read around the run only, so
-   the writes are excluded; "net" subtracts the idle rate x the run's time:
+1. **Backlog delivery, replica-side vs log capture** (``--skip-backlog`` to skip; ``--rounds``
+   rounds, default 2, the order of the two runs reversed every other round, after a round 0 of
+   ``--warmup-changes``, default 500, not counted: the session's first Python data source reads
+   start Spark's Python workers). Per round, ``--changes`` changes (default 5,000) are written at
+   QUORUM (64 in flight) to keyspace ``rsteadyN``, whose lake channel exists (``lake``), and the
+   same workload to keyspace ``rlogN`` (no channel). Once every node has sealed and published the
+   slices, an idle baseline of the 3 node processes' CPU is taken (``--idle-seconds``, default 10);
+   then each run delivers its whole backlog to a fresh lake (``--once``), the node CPU
+   (``/proc/<pid>/stat`` utime + stime of the 3 node processes) read around the run only, so the
+   writes are excluded; "net" subtracts the idle rate x the run's time:
 
    - **replica**: all nodes up; sends per unique change from the job's summary
      (``ChannelSummary.sends / unique``: change rows handed to the sink / distinct row digests),
@@ -56,7 +58,13 @@ channel drops its slices at once). Phases, in this order:
    (each retried until acknowledged); after 3 committed batches the second node is SIGKILLed
    (``ringflow cluster kill``), ``--kill-writes`` more writes (default 120), restarted and UP,
    as many writes again, then the job runs until caught up. Sends per unique change from the
-   job's summary, and in the lake (target at most 1.05).
+   job's summary, and in the lake (target at most 1.05); then, from ``system_replication.slices``
+   and ``sent``, the in-sequence slices whose copies differ, the out-of-sequence copies by node
+   and the rows of the copies sent, by kind. The table's slicing is its channel's,
+   ``--kill-slice-width-s`` x ``--kill-slice-count`` (default 1 s x 3); the nodes slice by
+   their default (1 s x 3) until they have read the channel (every 2 s), and so does the
+   restarted node for its first seconds (printed: when its ``status.json`` first shows the
+   channel's slicing); ``--kill-node-slicing`` makes phase 3's slicing the nodes' default too.
 
 No figure is asserted: this is a measurement. Cleanup: ``ringflow cluster stop``, then SIGKILL of
 any node pid left.
@@ -67,6 +75,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
+import json
 import os
 import platform
 import shutil
@@ -109,9 +118,13 @@ WINDOW_MS = SLICE_WIDTH_S * SLICE_COUNT * 1000
 WIDTH_MS = SLICE_WIDTH_S * 1000
 LAG_TARGET_S = (SLICE_COUNT + 1) * SLICE_WIDTH_S + 5
 NODE_OPTIONS = (
-    "--slice-width-s", str(SLICE_WIDTH_S), "--slice-count", str(SLICE_COUNT),
-    "--num-tokens", "2", "--max-hint-window-ms", "1", "--hint-dispatch-interval-ms", "3600000",
+    "--slice-width-s", str(SLICE_WIDTH_S), "--slice-count", str(SLICE_COUNT), "--num-tokens", "2",
 )  # fmt: skip
+HINTS_OFF = ("--max-hint-window-ms", "1", "--hint-dispatch-interval-ms", "3600000")
+"""``--hints off``; ``on`` passes no hint option: the node's defaults (hints kept for a replica
+down up to 3 h, replayed every second once it is UP and agrees on the schema)."""
+CHANNEL_WATCH_S = 2.0
+"""A node reads the channels (so a table's slicing) every 2 s (``_channel_watch``)."""
 PERMITS = 128
 CONFIDENCE_MS = 2_000
 QUERY_WINDOW_MS = 30_000
@@ -485,13 +498,17 @@ class JobThread:
         return self.result[0]
 
 
-def channel_plan(source: str, scratch: Path, keyspace: str, lake: Path) -> Any:
-    """Channel ``lake`` pointed at ``<keyspace>.events`` -> ``lake``."""
+def channel_plan(
+    source: str, scratch: Path, keyspace: str, lake: Path,
+    slicing: tuple[int, int] = (SLICE_WIDTH_S, SLICE_COUNT),
+) -> Any:  # fmt: skip
+    """Channel ``lake`` pointed at ``<keyspace>.events`` -> ``lake``, sliced ``slicing``
+    (width s, count)."""
     spec = ChannelSpec(
         f"{keyspace}.events",
         (f"parquet:{lake}",),
-        slice_width_s=SLICE_WIDTH_S,
-        slice_count=SLICE_COUNT,
+        slice_width_s=slicing[0],
+        slice_count=slicing[1],
     )
     return plan_replica_job(source, scratch / f"checkpoints-{keyspace}", spec, permits=PERMITS)
 
@@ -592,19 +609,117 @@ class RetryingWriter:
         return time.time_ns() // 1_000_000
 
 
+@dataclass(slots=True)
+class CopyFigures:
+    """Copies of a table's slices published by the nodes (``system_replication.slices``) and
+    those the job sent (``system_replication.sent`` of the channel), by kind."""
+
+    oos_copies: Counter[str]
+    """Out-of-sequence copies by node address."""
+    oos_rows: Counter[str]
+    in_sequence_keys: int
+    mismatched_keys: int
+    mismatched_rows: int
+    """Rows of every copy of the in-sequence slices whose copies' digests differ."""
+    sent_rows: Counter[str]
+    """Rows of the copies the job sent: "in sequence", "out of sequence"."""
+
+
+def copy_figures(
+    session: Session, keyspace: str, channel: str, names: dict[Any, str]
+) -> CopyFigures:
+    """Read once the job caught up (both tables keep their rows 7 days)."""
+
+    def scan(table: str) -> list[Any]:
+        statement = SimpleStatement(
+            f"SELECT * FROM system_replication.{table}", consistency_level=QUORUM, fetch_size=2000
+        )
+        return [
+            row
+            for row in session.execute(statement)
+            if (row.keyspace_name, row.table_name) == (keyspace, TABLE_NAME)
+        ]
+
+    copies: dict[tuple[Any, ...], dict[Any, Any]] = {}
+    for row in scan("slices"):
+        key = (row.slice_start_ms, row.range_start, row.range_end, row.out_of_sequence)
+        copies.setdefault(key, {})[row.node] = row
+    oos_copies: Counter[str] = Counter()
+    oos_rows: Counter[str] = Counter()
+    in_sequence = mismatched = mismatched_rows = 0
+    for key, by_node in copies.items():
+        if key[3]:
+            for node, row in by_node.items():
+                oos_copies[names.get(node, str(node))] += 1
+                oos_rows[names.get(node, str(node))] += row.row_count
+            continue
+        in_sequence += 1
+        if len({row.digest for row in by_node.values()}) > 1:
+            mismatched += 1
+            mismatched_rows += sum(row.row_count for row in by_node.values())
+    sent_rows: Counter[str] = Counter()
+    for row in scan("sent"):
+        if row.channel != channel:
+            continue
+        key = (row.slice_start_ms, row.range_start, row.range_end, row.out_of_sequence)
+        published = copies.get(key, {}).get(row.node)
+        kind = "out of sequence" if row.out_of_sequence else "in sequence"
+        sent_rows[kind] += published.row_count if published is not None else 0
+    return CopyFigures(oos_copies, oos_rows, in_sequence, mismatched, mismatched_rows, sent_rows)
+
+
+def node_names(session: Session) -> dict[Any, str]:
+    """Host id -> address, from the driver's metadata."""
+    return {host.host_id: host.address for host in session.cluster.metadata.all_hosts()}
+
+
+class SlicedAt:
+    """When a restarted node's ``status.json`` first shows ``table`` sliced by its channel
+    (until then the node slices it by its default), watched in a thread for up to 120 s."""
+
+    def __init__(self, node_dir: Path | None, table: str) -> None:
+        self.seen_s: float | None = None
+        if node_dir is None:
+            return
+        self._path, self._table, self._began = node_dir / "status.json", table, time.monotonic()
+        threading.Thread(target=self._watch, name="sliced-at", daemon=True).start()
+
+    def _watch(self) -> None:
+        while time.monotonic() - self._began < 120:
+            try:
+                document = json.loads(self._path.read_text())
+                if self._table in document["capture"]["channels"]["sliced_by_channels"]:
+                    self.seen_s = time.monotonic() - self._began
+                    return
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            time.sleep(0.1)
+
+
 def run_kill(
     spark: Any, args: argparse.Namespace, session: Session, source: str, scratch: Path,
     data: Path, addresses: list[str],
 ) -> None:  # fmt: skip
+    slicing = (args.kill_slice_width_s, args.kill_slice_count)
+    window_ms = slicing[0] * slicing[1] * 1000
+    width_ms = slicing[0] * 1000
+    default = "the same" if args.kill_node_slicing else f"{SLICE_WIDTH_S} s x {SLICE_COUNT}"
+    print(
+        f"hints {args.hints}; table rkill.events sliced {slicing[0]} s x {slicing[1]} (its "
+        f"channel; window {window_ms / 1000:.0f} s; the nodes' default {default})",
+        flush=True,
+    )
     create_keyspace(session, "rkill")
     lake = scratch / "lake-kill"
-    plan = channel_plan(source, scratch, "rkill", lake)
+    plan = channel_plan(source, scratch, "rkill", lake, slicing)
+    time.sleep(2 * CHANNEL_WATCH_S + 1)  # every node slices the table as its channel says
     writer = KeyspaceWriter(session, "rkill")
     preload(writer, 0, args.kill_backlog)
     runner = JobThread(spark, plan)
     victim = addresses[1]
     began = time.monotonic()
     writes: RetryingWriter | None = None
+    sliced_at = SlicedAt(None, "")
 
     def phase(text: str) -> None:
         count = writes.count if writes is not None else 0
@@ -619,13 +734,16 @@ def run_kill(
         phase(f"{victim} killed")
         writes.wait_for_more(args.kill_writes, "writes with a node down")
         ringflow("cluster", "restart", victim, "--data", str(data))
+        sliced_at = SlicedAt(data / f"node{addresses.index(victim) + 1}", "rkill.events")
         ringflow("cluster", "start", "--data", str(data), "--timeout", "90", timeout_s=150)
         phase(f"{victim} restarted and UP")
         writes.wait_for_more(args.kill_writes, "writes after the restart")
         last_ms = writes.stop()
         phase("writes stopped")
         runner.wait(
-            lambda: runner.job.caught_up(last_ms + WINDOW_MS + WIDTH_MS), "the job caught up"
+            lambda: runner.job.caught_up(last_ms + window_ms + width_ms),
+            "the job caught up",
+            WAIT_S + window_ms / 1000,
         )
         phase("caught up")
     finally:
@@ -643,6 +761,21 @@ def run_kill(
         f"target <= 1.05",
         flush=True,
     )
+    found = copy_figures(session, "rkill", "lake", node_names(session))
+    print(
+        f"copies: {found.in_sequence_keys:,} in-sequence slices, {found.mismatched_keys} of "
+        f"them with differing copies ({found.mismatched_rows:,} rows over their copies); "
+        f"out-of-sequence copies by node {dict(found.oos_copies)} holding "
+        f"{dict(found.oos_rows)} rows (victim {victim}); rows of the copies sent: "
+        f"{dict(found.sent_rows)}",
+        flush=True,
+    )
+    if sliced_at.seen_s is not None:
+        print(
+            f"  the restarted victim sliced the table as its channel says {sliced_at.seen_s:.1f} "
+            "s after the restart command (its status.json; before that: the node's default)",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -661,6 +794,24 @@ def main() -> None:
         help="profile the node processes during phase 1's counted runs with this py-spy "
         "(the sampling costs CPU: use runs without it for the figures)",
     )
+    parser.add_argument(
+        "--hints",
+        choices=("on", "off"),
+        default="off",
+        help="off (default): hints off on the nodes (--max-hint-window-ms 1 "
+        "--hint-dispatch-interval-ms 3600000); on: the nodes' default hint settings",
+    )
+    parser.add_argument(
+        "--kill-slice-width-s", type=int, default=SLICE_WIDTH_S, help="phase 3's slicing"
+    )
+    parser.add_argument("--kill-slice-count", type=int, default=SLICE_COUNT)
+    parser.add_argument(
+        "--kill-node-slicing",
+        action="store_true",
+        help="the nodes' default slicing (--slice-width-s/--slice-count) is phase 3's too, "
+        "so the restarted node slices the table the same before it has read the channels",
+    )
+    parser.add_argument("--skip-backlog", action="store_true", help="skip phase 1")
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--skip-kill", action="store_true")
     parser.add_argument("--edge-address", help="first edge node address (default: a free block)")
@@ -677,7 +828,12 @@ def main() -> None:
     data = scratch / "edge"
     started = time.monotonic()
     try:
-        with local_cluster(data, 3, first, NODE_OPTIONS):
+        options = NODE_OPTIONS + (HINTS_OFF if args.hints == "off" else ())
+        if args.kill_node_slicing:
+            slicing = ("--slice-width-s", str(args.kill_slice_width_s))
+            slicing += ("--slice-count", str(args.kill_slice_count))
+            options = slicing + options[4:]
+        with local_cluster(data, 3, first, options):
             source = ",".join(addresses)
             cluster, session = make_session(first)
             spark = local_spark_session("ringflow-bench-replica")
@@ -685,16 +841,17 @@ def main() -> None:
             profile = NodeProfile(args.py_spy, data, scratch / "profiles")
             no_profile = NodeProfile(None, data, scratch / "profiles")
             try:
-                print("\n== 1. a backlog delivered: replica-side vs log capture", flush=True)
-                runs: list[Delivery] = []
-                for round_number in range(args.rounds + 1):  # round 0: the warm-up
-                    changes = args.warmup_changes if round_number == 0 else args.changes
-                    found = deliver_backlog(
-                        spark, args, session, source, scratch, cpu, round_number, changes,
-                        profile if round_number > 0 else no_profile,
-                    )  # fmt: skip
-                    runs += found if round_number > 0 else []
-                report_deliveries(runs)
+                if not args.skip_backlog:
+                    print("\n== 1. a backlog delivered: replica-side vs log capture", flush=True)
+                    runs: list[Delivery] = []
+                    for round_number in range(args.rounds + 1):  # round 0: the warm-up
+                        changes = args.warmup_changes if round_number == 0 else args.changes
+                        found = deliver_backlog(
+                            spark, args, session, source, scratch, cpu, round_number, changes,
+                            profile if round_number > 0 else no_profile,
+                        )  # fmt: skip
+                        runs += found if round_number > 0 else []
+                    report_deliveries(runs)
                 if not args.skip_lag:
                     print(f"\n== 2. lag at {args.rate} writes/s", flush=True)
                     run_lag(spark, args, session, source, scratch, cpu)
