@@ -2,7 +2,7 @@
 written to, through an edge node's crash and a hub outage (``ringflow demo``, issue 14 §3).
 
 1. Three channels are created as a user does (``ringflow replication channel create``): the hub
-   (priority 90), the Parquet lake (50) and PostgreSQL (30), each slicing the table in 2 s x 2
+   (priority 90), the Parquet lake (50) and PostgreSQL (30), each slicing the table in 5 s x 4
    slices.
 2. ``ringflow replicate --capture replica --continuous`` starts in this process (its own thread,
    its log in ``job.log``), before the workload: every node captures what it stores, the job
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from ringflow.cli._demo import Stage
     from ringflow.pipeline import ReplicationStatus
 
-SLICE_WIDTH_S = 2
-SLICE_COUNT = 2
+SLICE_WIDTH_S = 5
+SLICE_COUNT = 4  # a 20 s window: longer than the edge node's outage and its hints' replay
 HUB_OUTAGE_S = 15.0
 SAMPLE_EVERY_S = 2.0
 SAMPLES_KEPT = 2000

@@ -9,6 +9,11 @@ inside its transactions. Rules:
   bytes, and its seal time; ``sealed_through_ms`` moves to ``now_ms`` (never
   back) and is kept in ``_meta``. The capture queue is settled first, so every row of the slice
   is counted.
+* **Table slicing** (``save_table_settings``/``load_table_settings``): the per-table slicing the
+  node applies (its channels') is kept in ``_meta`` too, so a store opened again slices each
+  table as it did before the restart from its first row on, not by the node's default until
+  the channels are read again (hinted rows arriving meanwhile would go to other slices than
+  their replicas' and their copies would differ: extra sends).
 * **Read**: slices by filters in key order (``list_slices``), a slice's rows in arrival order a
   page at a time (``slice_rows``), each row checked against its digest on the way out.
 * **Drop** (``drop_slice``): a sealed slice's rows and state, once it is sent everywhere (who
@@ -21,14 +26,15 @@ inside its transactions. Rules:
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
-from ringflow.errors import InvalidRequest
-from ringflow.replication import SliceKey, slice_digest
+from ringflow.errors import InvalidRequest, RingflowError
+from ringflow.replication import SliceKey, SliceSettings, slice_digest
 from ringflow.storage._capture import (
     CanonicalRow,
     CaptureConfig,
@@ -70,6 +76,7 @@ from ringflow.storage._sqlite_layout import (
 _log = logging.getLogger(__name__)
 
 SEALED_THROUGH_KEY: Final = "capture_sealed_through_ms"
+TABLE_SETTINGS_KEY: Final = "capture_table_settings"
 _DROP_PAGE = 64
 SliceRecord = tuple[int, CapturedSlice]
 """A slice and its ``sid``."""
@@ -110,8 +117,38 @@ def settle_queue(connection: sqlite3.Connection) -> None:
     connection.execute(CLEAR_CAPTURE_QUEUE)
 
 
+def save_table_settings(
+    connection: sqlite3.Connection, table_settings: Mapping[tuple[str, str], SliceSettings]
+) -> None:
+    """Keep the per-table slicing in ``_meta`` (module docstring)."""
+    entries = [
+        [keyspace, table, settings.slice_width_s, settings.slice_count]
+        for (keyspace, table), settings in sorted(table_settings.items())
+    ]
+    connection.execute(UPSERT_META, (TABLE_SETTINGS_KEY, json.dumps(entries)))
+
+
+def load_table_settings(connection: sqlite3.Connection) -> dict[tuple[str, str], SliceSettings]:
+    """The per-table slicing kept by :func:`save_table_settings` (empty when none, or when what
+    is kept does not read: logged, the node's default applies until its channels are read)."""
+    found = connection.execute(SELECT_META, (TABLE_SETTINGS_KEY,)).fetchone()
+    if found is None:
+        return {}
+    try:
+        return {
+            (str(keyspace), str(table)): SliceSettings(int(width), int(count))
+            for keyspace, table, width, count in json.loads(found[0])
+        }
+    except (ValueError, TypeError, RingflowError) as error:
+        _log.warning("the capture's kept table slicing does not read (ignored): %s", error)
+        return {}
+
+
 def load_recorder(connection: sqlite3.Connection, config: CaptureConfig) -> CaptureRecorder:
-    """The recorder of a store opened again: totals, next sequence and seal horizon from SQL."""
+    """The recorder of a store opened again: totals, next sequence and seal horizon from SQL;
+    the kept table slicing when ``config`` names none."""
+    if not config.table_settings:
+        config = replace(config, table_settings=load_table_settings(connection))
     (last_seq,) = connection.execute(MAX_CAPTURE_SEQ).fetchone()
     found = connection.execute(SELECT_META, (SEALED_THROUGH_KEY,)).fetchone()
     sealed_through_ms = 0 if found is None else int(found[0])

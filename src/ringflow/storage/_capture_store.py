@@ -233,13 +233,22 @@ class StoreCapture:
 
     def update_settings(self, table_settings: Mapping[tuple[str, str], SliceSettings]) -> None:
         """Slice tables by ``table_settings`` from now on (others by the config's default),
-        keeping everything else of the capture (counters, recent rows, open slices)."""
+        keeping everything else of the capture (counters, recent rows, open slices); kept in the
+        store, so a restart slices them so from its first row on."""
         settings = dict(table_settings)
         if not all(isinstance(value, SliceSettings) for value in settings.values()):
             raise InvalidRequest(f"table settings must be SliceSettings: {settings!r:.200}")
         with self._lock:
             recorder = self._enabled()
+            with self._transaction() as connection:
+                slices.save_table_settings(connection, settings)
             recorder.config = dataclasses.replace(recorder.config, table_settings=settings)
+
+    def table_settings(self) -> dict[tuple[str, str], SliceSettings]:
+        """The per-table slicing in force (kept across restarts; empty when disabled)."""
+        with self._lock:
+            recorder = self.recorder
+            return {} if recorder is None else dict(recorder.config.table_settings)
 
     def drop(self, key: SliceKey) -> bool:
         """Delete sealed slice ``key`` and its rows; False if the store does not hold it,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.errors import InvalidRequest
-from ringflow.replication import SliceKey, slice_digest
+from ringflow.replication import SliceKey, SliceSettings, slice_digest
 from ringflow.schema import Mutation, Row
 from ringflow.storage import CaptureConfig, StorageFailure, Store
 from tests.unit.storage._capture_helpers import (
@@ -203,3 +203,29 @@ def test_capture_settings_are_checked() -> None:
         CaptureConfig("node", resolve, Clock())  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest, match="callables"):
         CaptureConfig(NODE, None, Clock())  # type: ignore[arg-type]
+
+
+def test_the_tables_slicing_is_kept_across_a_restart(tmp_path: Path) -> None:
+    """The slicing a node's channels set for a table is kept in the store: opened again with the
+    node's default, the store slices that table as before from its first row on (hinted rows
+    arriving before the node reads its channels again land in the slices their replicas use);
+    a config naming table slicing of its own wins."""
+    clock = Clock()
+    store = capture_store(tmp_path, clock)
+    channels = {("ks", "orders"): SliceSettings(slice_width_s=10, slice_count=4)}
+    store.capture.update_settings(channels)
+    store.close()
+
+    again = capture_store(tmp_path, clock)  # the node's default: 1 s x 2
+    assert again.capture.table_settings() == channels
+    apply_writes(again, [0], TS_US)
+    (captured,) = again.capture.slices()
+    assert captured.key.slice_start_ms == (TS_US // 1000) // 10_000 * 10_000  # a 10 s slice
+    assert captured.due_ms == captured.key.slice_start_ms + 40_000
+    again.close()
+
+    own = Store(tmp_path / "node.sqlite", synchronous="NORMAL")
+    mine = {("ks", "orders"): SliceSettings(slice_width_s=2, slice_count=2)}
+    own.capture.enable(CaptureConfig(NODE, resolve, clock, table_settings=mine))
+    assert own.capture.table_settings() == mine
+    own.close()

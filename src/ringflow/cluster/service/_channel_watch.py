@@ -8,7 +8,8 @@ slices it the same way; a table without a channel keeps the node's default (``--
 ``--slice-count``). The settings apply to rows captured from then on (``StoreCapture.
 update_settings``, on the storage thread): a row a replica captured just before its read and
 another just after may land in slices of different widths, which costs a digest mismatch (a
-send of each copy), never a loss.
+send of each copy), never a loss. The store keeps the slicing, so a restarted node slices as
+before from its first row on, not by its default until its first read.
 
 A failed read changes nothing (the last settings stay; logged on the first failure of a run
 and counted). Channels that disagree on a table's slicing (``channel create`` refuses that)
@@ -88,6 +89,8 @@ class ChannelWatch:
         self._rounds = PeriodicRounds(cluster.clock, interval_ms, self._round, "channel watch")
 
     def start(self) -> None:
+        # the slicing the store kept from before a restart is in force until the first read
+        self.table_settings = self._cluster.store.capture.table_settings()
         self._rounds.start()
 
     def stop(self) -> None:
