@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
-from ringflow.cli._replicate_replica import add_replica_options, check_log_mode, run_replica
+from ringflow.cli._replicate_replica import (
+    add_replica_options,
+    alter_destinations,
+    check_log_mode,
+    run_replica,
+)
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -150,11 +155,7 @@ def run(arguments: argparse.Namespace) -> int:
         query_window_ms=arguments.query_window_ms,
         max_window_ms=arguments.max_window_ms,
     )
-    alter: bool | list[str] = False
-    if arguments.alter_destinations == "all":
-        alter = True
-    elif arguments.alter_destinations:
-        alter = [name.strip() for name in arguments.alter_destinations.split(",") if name.strip()]
+    alter = alter_destinations(arguments.alter_destinations)
     plan = plan_replication(options, arguments.to, arguments.checkpoint, alter_destinations=alter)
     console.print(f"source {arguments.table} at {arguments.source}; channels:")
     for destination in plan.destinations:

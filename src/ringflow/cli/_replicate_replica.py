@@ -76,6 +76,13 @@ def check_log_mode(arguments: argparse.Namespace) -> None:
             raise PipelineConfigError(f"{flag} needs --capture replica")
 
 
+def alter_destinations(text: str | None) -> bool | list[str]:
+    """``--alter-destinations``: True for all channels (``all``), else the channels named."""
+    if text == "all":
+        return True
+    return [name.strip() for name in text.split(",") if name.strip()] if text else False
+
+
 def run_replica(arguments: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -107,11 +114,7 @@ def run_replica(arguments: argparse.Namespace) -> int:
         slice_count=arguments.slice_count,
     )
     permits = DEFAULT_PERMITS if arguments.permits is None else arguments.permits
-    alter: bool | list[str] = False
-    if arguments.alter_destinations == "all":
-        alter = True
-    elif arguments.alter_destinations:
-        alter = [name.strip() for name in arguments.alter_destinations.split(",") if name.strip()]
+    alter = alter_destinations(arguments.alter_destinations)
     plan = plan_replica_job(
         arguments.source, arguments.checkpoint, spec, permits=permits, alter_destinations=alter
     )

@@ -44,8 +44,13 @@ from cassandra.query import SimpleStatement
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline._changes import Change
-from ringflow.pipeline._cluster_client import ClusterOptions, forget_session, shared_session
-from ringflow.pipeline._errors import InvalidChange
+from ringflow.pipeline._cluster_client import (
+    ClusterOptions,
+    forget_session,
+    parse_hosts,
+    shared_session,
+)
+from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
 from ringflow.replication import DEAD_LETTERS_TABLE, REPLICATION_KEYSPACE
 from ringflow.schema import Duration, timeuuid_from_micros, timeuuid_to_micros
 
@@ -204,6 +209,18 @@ class DeadLetter:
     @property
     def change(self) -> Change:
         return change_from_json(self.change_json)
+
+
+def dead_letter_settings(options: Mapping[str, str], sink: str) -> tuple[str, str]:
+    """A sink's ``dead_letters`` (the edge's ``host[,host...][:port]``, or "") and ``channel``
+    options, checked: PipelineConfigError for bad hosts or dead letters without a channel."""
+    dead_letters = str(options.get("dead_letters", "")).strip()
+    channel = str(options.get("channel", "")).strip()
+    if dead_letters:
+        parse_hosts(dead_letters, f"{sink}: dead_letters")
+        if not channel:
+            raise PipelineConfigError(f"{sink}: dead_letters needs the channel option")
+    return dead_letters, channel
 
 
 def dead_letter_options(hosts: Sequence[str], port: int) -> ClusterOptions:

@@ -96,7 +96,11 @@ from ringflow.pipeline._changes import (
     validate_change,
 )
 from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
-from ringflow.pipeline._dead_letters import dead_letter_options, record_dead_letters
+from ringflow.pipeline._dead_letters import (
+    dead_letter_options,
+    dead_letter_settings,
+    record_dead_letters,
+)
 from ringflow.pipeline._errors import (
     DestinationBehind,
     InvalidChange,
@@ -202,12 +206,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         raise PipelineConfigError(
             f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
         )
-    dead_letters = str(options.get("dead_letters", "")).strip()
-    channel = str(options.get("channel", "")).strip()
-    if dead_letters:
-        parse_hosts(dead_letters, f"{HUB_FORMAT}: dead_letters")
-        if not channel:
-            raise PipelineConfigError(f"{HUB_FORMAT}: dead_letters needs the channel option")
+    dead_letters, channel = dead_letter_settings(options, HUB_FORMAT)
     return HubConfig(
         points,
         _bounded_int(options, "port", DEFAULT_PORT, 65535),

@@ -80,7 +80,11 @@ from ringflow.pipeline._changes import (
     validate_change,
 )
 from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
-from ringflow.pipeline._dead_letters import dead_letter_options, record_dead_letters
+from ringflow.pipeline._dead_letters import (
+    dead_letter_options,
+    dead_letter_settings,
+    record_dead_letters,
+)
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError
 from ringflow.pipeline._evolution import same_columns, union_table
 from ringflow.pipeline._lake import task_context
@@ -188,12 +192,7 @@ def parse_options(options: Mapping[str, str]) -> PostgresConfig:
     allow = str(options.get("allow_alter", "false")).strip().lower()
     if allow not in ("true", "false"):
         raise PipelineConfigError(f"allow_alter must be true or false, got {allow!r}")
-    dead_letters = str(options.get("dead_letters", "")).strip()
-    channel = str(options.get("channel", "")).strip()
-    if dead_letters:
-        parse_hosts(dead_letters, f"{POSTGRES_FORMAT}: dead_letters")
-        if not channel:
-            raise PipelineConfigError(f"{POSTGRES_FORMAT}: dead_letters needs the channel option")
+    dead_letters, channel = dead_letter_settings(options, POSTGRES_FORMAT)
     return PostgresConfig(
         url,
         str(options["table"]),

@@ -90,7 +90,7 @@ from ringflow.pipeline._replica_source import (
 )
 from ringflow.pipeline._replica_view import ClusterView
 from ringflow.pipeline._spark_conf import SparkSettings, spark_settings
-from ringflow.pipeline._spark_session import register_data_sources
+from ringflow.pipeline._spark_session import query_progress, register_data_sources
 from ringflow.replication import DestinationBackoff, format_utc
 from ringflow.schema import Table
 
@@ -465,7 +465,7 @@ class ReplicaJob:
 
     def _fold_progress(self, run: ChannelRun, coordinator: ReplicaCoordinator, at_ms: int) -> None:
         """New batches of the query: rows, and their commits told to the coordinator."""
-        for entry in _progress_entries(run.query):
+        for entry in query_progress(run.query):
             batch = int(entry.get("batchId", -1))
             sources = entry.get("sources") or []
             if batch in run.seen_batches or not sources:
@@ -543,14 +543,6 @@ class ReplicaJob:
                 )
             )
         return ReplicaSummary(tuple(channels), seconds, self.once, interrupted)
-
-
-def _progress_entries(query: Any) -> list[dict[str, Any]]:
-    entries = []
-    for progress in query.recentProgress or []:
-        text = getattr(progress, "json", None)
-        entries.append(json.loads(text) if isinstance(text, str) else dict(progress))
-    return entries
 
 
 def _offset(value: Any) -> ReplicaOffset | None:

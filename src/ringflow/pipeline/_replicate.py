@@ -85,7 +85,7 @@ from ringflow.pipeline._replicate_channels import (
     follow_source,
 )
 from ringflow.pipeline._spark_conf import SparkSettings
-from ringflow.pipeline._spark_session import register_data_sources
+from ringflow.pipeline._spark_session import query_progress, register_data_sources
 from ringflow.replication import DestinationBackoff
 
 DEFAULT_TRIGGER = "1 second"
@@ -150,14 +150,6 @@ class ReplicationSummary:
     @property
     def ok(self) -> bool:
         return all(c.status in ("done", "stopped") for c in self.channels)
-
-
-def _progress_entries(query: Any) -> list[dict[str, Any]]:
-    entries = []
-    for progress in query.recentProgress or []:
-        text = getattr(progress, "json", None)
-        entries.append(json.loads(text) if isinstance(text, str) else dict(progress))
-    return entries
 
 
 def _watermark(offset: Any) -> int | None:
@@ -423,7 +415,7 @@ class _Runner:
         assert query is not None  # only channels with a query are polled here
         active = query.isActive  # before reading progress: a final batch is never missed
         batches = len(stats.seen)
-        update_stats(stats, _progress_entries(query))
+        update_stats(stats, query_progress(query))
         backoff = self.backoffs[run.channel]
         if len(stats.seen) > batches and backoff.next_attempt_ms is not None:
             backoff.succeeded(self._now_ms())

@@ -16,6 +16,7 @@ pyspark rather than the source-only ``pyspark.zip``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -23,6 +24,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -187,3 +189,12 @@ def local_spark_session(
     """A (possibly existing) local SparkSession: :func:`spark_session` with ``master`` and
     ``conf`` as the user's settings."""
     return spark_session(app_name, spark_settings(master, conf or {}))
+
+
+def query_progress(query: Any) -> list[dict[str, Any]]:
+    """A streaming query's ``recentProgress`` entries as plain dicts."""
+    entries = []
+    for progress in query.recentProgress or []:
+        text = getattr(progress, "json", None)
+        entries.append(json.loads(text) if isinstance(text, str) else dict(progress))
+    return entries
