@@ -619,10 +619,10 @@ def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessag
         for batch in batches:
             for row in pa.Table.from_batches([batch]).to_pylist():
                 change = change_from_row(table, row)
+                if kept is not None and len(kept) >= MAX_DEAD_LETTER_CHANGES:
+                    kept = None  # too many to apply one by one: fails as without dead letters
                 if kept is not None:
-                    kept = kept if len(kept) < MAX_DEAD_LETTER_CHANGES else None
-                    if kept is not None:
-                        kept.append(change)
+                    kept.append(change)
                 applier.add(change, checked=True)
         applier.flush()
         return HubCommitMessage(applier.report)

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,10 @@ def _summed(
         ranks: dict[uuid.UUID, tuple[int, ...]] = {}
         for entry in entries:
             ranks[entry.node] = tuple(
-                max(a, b) for a, b in _zip_longest(ranks.get(entry.node, ()), entry.active_by_rank)
+                max(a, b)
+                for a, b in zip_longest(
+                    ranks.get(entry.node, ()), entry.active_by_rank, fillvalue=0
+                )
             )
             counts = copies.setdefault(entry.node, [0, 0, 0])
             counts[0] += entry.matched
@@ -175,16 +179,11 @@ def _summed(
             counts[2] += entry.out_of_sequence
         for node, by_rank in ranks.items():
             total = active.setdefault(node, [])
-            total[:] = [a + b for a, b in _zip_longest(total, by_rank)]
+            total[:] = [a + b for a, b in zip_longest(total, by_rank, fillvalue=0)]
     return {
         node: NodeSlices(node, node in live, tuple(active.get(node, ())), *copies[node])
         for node in copies
     }
-
-
-def _zip_longest(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, int]]:
-    size = max(len(a), len(b))
-    return [(a[i] if i < len(a) else 0, b[i] if i < len(b) else 0) for i in range(size)]
 
 
 def status_view(hosts: Sequence[str], port: int) -> ClusterView:
