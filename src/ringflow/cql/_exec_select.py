@@ -2,9 +2,10 @@
 
 Rules:
 
-* Partition keys restricted by ``=``/``IN`` are read partition by partition, in ring order (token,
-  then key bytes), each over its clustering slices in clustering order (reversed for an ``ORDER
-  BY`` against the table's order); anything else is a token-range scan in ring order.
+* Partition keys restricted by ``=``/``IN`` are read partition by partition, in the order of their
+  values (sorted by type and de-duplicated, as Cassandra does), each over its clustering slices in
+  clustering order (reversed for an ``ORDER BY`` against the table's order); anything else is a
+  token-range scan in ring order.
 * A page holds at most ``page_size`` rows (capped by ``ExecutorLimits.max_page_size_rows``);
   no page size means one unpaged answer, refused past ``max_unpaged_rows``. Each page examines at
   most ``max_rows_examined_per_page`` stored rows (filtering, per-partition limits), so a page
@@ -24,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -54,6 +56,7 @@ from ringflow.schema import (
     ClusteringOrder,
     ColumnKind,
     Table,
+    compare,
     encode_clustering,
 )
 from ringflow.storage import ResultRow, ScanPage, StoreLimits
@@ -340,15 +343,26 @@ def _reverse(statement: SelectStatement, table: Table, restrictions: Restriction
 
 
 def _sorted_keys(table: Table, restrictions: Restrictions) -> tuple[Key, ...]:
+    """The restricted partition keys in Cassandra's order: sorted by the key columns' types and
+    de-duplicated (``StatementRestrictions`` builds them with the table's partition key
+    comparator), not in ring order; those outside a ``token()`` restriction are left out."""
     keys = restrictions.partition_keys or ()
     tokens = restrictions.token_range
-    positioned = []
-    for key in dict.fromkeys(keys):
-        token = partition_token(table, key)
-        if tokens is None or tokens.contains(token):
-            positioned.append((token, b"".join(key), key))
-    positioned.sort(key=lambda item: (item[0], item[1]))
-    return tuple(key for _, _, key in positioned)
+    kept = [
+        key
+        for key in dict.fromkeys(keys)
+        if tokens is None or tokens.contains(partition_token(table, key))
+    ]
+    columns = table.partition_key_columns
+
+    def by_value(left: Key, right: Key) -> int:
+        for column, a, b in zip(columns, left, right, strict=True):
+            order = compare(column.type.frozen_form(), a, b)
+            if order:
+                return order
+        return 0
+
+    return tuple(sorted(kept, key=functools.cmp_to_key(by_value)))
 
 
 def _plan(

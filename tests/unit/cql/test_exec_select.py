@@ -58,7 +58,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExecNode]:
 
 RING_ORDER = sorted((1, 2, 3, 4), key=token_of)
 KEYED_ORDER = [k for k in RING_ORDER if k != 4]
-ONE_AND_THREE = [(k, 11) for k in KEYED_ORDER if k != 2]
+ONE_AND_THREE = [(1, 11), (3, 11)]
+"""``k IN (3, 1)``: partitions in the order of the key values (Cassandra), not the ring's."""
 
 SELECT_CASES = [
     ("SELECT a, b, v FROM t WHERE k = 1",
@@ -189,6 +190,31 @@ def test_time_functions(node: ExecNode) -> None:
 def test_in_marker_binds_a_list(node: ExecNode) -> None:
     rows = node.ok("SELECT DISTINCT k FROM t WHERE k IN ?", value(ListType(INT, True), [2, 3, 2]))
     assert sorted(rows) == [(2,), (3,)]
+
+
+def test_in_on_the_partition_key_answers_in_key_order(node: ExecNode) -> None:
+    """Cassandra sorts and de-duplicates ``IN`` partition keys by value: the ring's order of
+    1, 2, 4, 3 must not show through (it did before)."""
+    assert sorted(RING_ORDER) != RING_ORDER
+    rows = node.ok("SELECT DISTINCT k FROM t WHERE k IN (4, 3, 1, 3, 2)")
+    assert rows == [(1,), (2,), (3,), (4,)]
+    bound = value(ListType(INT, True), [4, 3, 1, 3])
+    assert node.ok("SELECT DISTINCT k FROM t WHERE k IN ?", bound) == [(1,), (3,), (4,)]
+    paged, pages = node.all_pages(
+        "SELECT k, a, b FROM t WHERE k IN (4, 3, 1) AND a = 1", page_size=2
+    )
+    assert [r[0] for r in paged] == [1, 1, 1, 3, 3, 3] and pages >= 3
+
+
+def test_in_on_a_compound_partition_key_sorts_by_each_component(tmp_path: Path) -> None:
+    node = node_with_keyspace(tmp_path)
+    node.ok("CREATE TABLE c (a text, b int, v int, PRIMARY KEY ((a, b)))")
+    for a in ("x", "y", "ab"):
+        for b in (-5, 2, 10):
+            node.ok(f"INSERT INTO c (a, b, v) VALUES ('{a}', {b}, 0)")
+    rows = node.ok("SELECT a, b FROM c WHERE a IN ('y', 'ab', 'x') AND b IN (10, -5, 2)")
+    assert rows == [(a, b) for a in ("ab", "x", "y") for b in (-5, 2, 10)]
+    node.close()
 
 
 SELECT_ERRORS = [
