@@ -560,6 +560,9 @@ def _described_schema(store: Store, now_s: int) -> SchemaState:
     _load_types(store, keyspaces, now_s)
     tables = _load_tables(store, keyspaces, now_s)
     dropped = _load_dropped(store, tables, now_s)
+    for (keyspace, table_name, column), record in sorted(dropped.items()):
+        key = (keyspace, table_name)
+        tables[key] = tables[key].with_dropped_column(column, record.dropped_at_us)
     state = SchemaState(keyspaces=keyspaces, tables=tables, dropped_columns=dropped)
     state.validate()
     return state

@@ -413,7 +413,8 @@ def _drop_column(state: SchemaState, migration: Migration) -> SchemaState:
         )
     columns = tuple(c for c in table.columns if c.name != column.name)
     dropped = DroppedColumn(column.name, column.type, migration.timestamp_us)
-    changed = _with_table(state, dataclasses.replace(table, columns=columns))
+    without = dataclasses.replace(table, columns=columns)
+    changed = _with_table(state, without.with_dropped_column(column.name, dropped.dropped_at_us))
     key = (table.keyspace, table.name, column.name)
     return dataclasses.replace(changed, dropped_columns={**state.dropped_columns, key: dropped})
 

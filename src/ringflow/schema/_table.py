@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from ringflow.schema._errors import SchemaError
@@ -159,6 +159,10 @@ class Table:
     columns: tuple[Column, ...]
     options: TableOptions = field(default_factory=TableOptions)
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    dropped_columns: tuple[tuple[str, int], ...] = ()
+    """``(column name, dropped at µs)`` of the columns dropped from this table, by name: a cell
+    of that name written at or before that time is gone, even once the column is added again
+    (Cassandra ``TableMetadata.droppedColumns``, ``system_schema.dropped_columns``)."""
     _by_name: Mapping[str, Column] = field(init=False, compare=False, repr=False)
     _by_kind: Mapping[ColumnKind, tuple[Column, ...]] = field(init=False, compare=False, repr=False)
 
@@ -249,6 +253,13 @@ class Table:
 
     def has_column(self, name: str) -> bool:
         return name in self._by_name
+
+    def with_dropped_column(self, name: str, dropped_at_us: int) -> Table:
+        """This table with ``name`` recorded as dropped at ``dropped_at_us`` (a later drop of
+        the same name replaces the earlier record, as Cassandra's does)."""
+        kept = {column: at for column, at in self.dropped_columns if column != name}
+        kept[name] = dropped_at_us
+        return replace(self, dropped_columns=tuple(sorted(kept.items())))
 
     @property
     def cdc_log_name(self) -> str:

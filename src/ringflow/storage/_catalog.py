@@ -11,7 +11,7 @@ rows are stored packed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
@@ -105,6 +105,9 @@ class TableInfo:
     """``ck`` of a full, store-built clustering (see :func:`_trusted_row_key`)."""
     token_of_key: Callable[[bytes], int] | None = None
     """``token_of_key_bytes`` for the table's name, with the partitioner chosen once."""
+    dropped_at_us: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Columns of the table that were dropped and added again: their cells written at or
+    before the drop are never read (``Table.dropped_columns``)."""
 
     @classmethod
     def of(cls, tid: int, table: Table, packed_rows: bool = False) -> TableInfo:
@@ -132,6 +135,9 @@ class TableInfo:
             token_of_key=cdc_partitioner_token
             if is_cdc_log_table_name(table.name)
             else partial(token_of_key_bytes, table.name),
+            dropped_at_us=MappingProxyType(
+                {name: at for name, at in table.dropped_columns if table.has_column(name)}
+            ),
         )
 
     @property

@@ -219,6 +219,8 @@ def _build_row(
         row = _merged(versions, Row(clustering, liveness, deletion, cells) if per_cell else None)
     else:
         row = Row(clustering, liveness, deletion, cells)
+    if info.dropped_at_us:
+        row = _without_dropped_cells(row, info.dropped_at_us)
     if budget is not None and tombstones:
         budget.add(tombstones)
     if len(row.clustering) != (0 if ck == STATIC_CK else info.clustering_arity):
@@ -228,6 +230,30 @@ def _build_row(
         raise InternalError(message)  # the message is built only when it fails
     canonical = (len(packed) == 1 and not per_cell) if info.packed_rows else not packed
     return StoredRow(ck, row, canonical)
+
+
+def _without_dropped_cells(row: Row, dropped_at_us: Mapping[str, int]) -> Row:
+    """``row`` without the cells (and collection tombstones) of re-added columns written at or
+    before their drop: Cassandra skips them at every read (``BTreeRow.filter`` with the
+    table's dropped columns), so compaction, streaming and repair never bring them back."""
+    if not any(name in dropped_at_us for name in row.cells):
+        return row
+    cells: dict[str, ColumnData] = {}
+    for name, data in row.cells.items():
+        at = dropped_at_us.get(name)
+        if at is None:
+            cells[name] = data
+        elif isinstance(data, Cell):
+            if data.timestamp_us > at:
+                cells[name] = data
+        else:
+            kept = tuple(cell for cell in data.cells if cell.timestamp_us > at)
+            deletion = data.deletion
+            if deletion is not None and deletion.marked_for_delete_at_us <= at:
+                deletion = None
+            if kept or deletion is not None:
+                cells[name] = ComplexColumn(kept, deletion)
+    return Row(row.clustering, row.liveness, row.deletion, cells)
 
 
 def _corrupt(info: TableInfo, ck: bytes, error: MutationDecodeError) -> InternalError:
@@ -453,6 +479,11 @@ def _uniform_live(
         raise InternalError(message)  # the message is built only when it fails
     if not values.keys() <= known.keys():
         values = {name: value for name, value in values.items() if name in known}
+    if info.dropped_at_us:
+        dropped = info.dropped_at_us
+        values = {
+            n: v for n, v in values.items() if timestamp_us > dropped.get(n, timestamp_us - 1)
+        }
     if deletion_s != NO_DELETION_TIME and (ttl_s == 0 or deletion_s <= now_s):
         if budget is not None and values:
             budget.add(len(values))  # every cell is a tombstone or expired

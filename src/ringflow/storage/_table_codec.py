@@ -94,6 +94,7 @@ def table_to_record(table: Table, packed_rows: bool = False) -> str:
             "gc_grace_seconds": options.gc_grace_seconds,
             "comment": options.comment,
             "packed_rows": packed_rows,
+            "dropped_columns": [list(dropped) for dropped in table.dropped_columns],
         },
         sort_keys=True,
     )
@@ -115,5 +116,6 @@ def table_from_record(record: str) -> tuple[Table, bool]:
         data["gc_grace_seconds"],
         data["comment"],
     )
-    table = Table(data["keyspace"], data["name"], columns, options, uuid.UUID(data["id"]))
+    dropped = tuple((str(name), int(at_us)) for name, at_us in data.get("dropped_columns", ()))
+    table = Table(data["keyspace"], data["name"], columns, options, uuid.UUID(data["id"]), dropped)
     return table, bool(data.get("packed_rows", False))

@@ -20,6 +20,7 @@ from ringflow.cql._results import (
     VoidResult,
 )
 from ringflow.errors import ErrorCode
+from ringflow.ring import MIN_TOKEN
 from ringflow.schema import ClusteringOrder, ColumnKind
 from tests.unit.cql._exec_harness import KEYSPACE_CQL, ExecNode, node_with_keyspace
 
@@ -293,6 +294,43 @@ def test_dropped_column_is_recorded(node: ExecNode) -> None:
         "SELECT column_name, type FROM system_schema.dropped_columns WHERE keyspace_name = 'ks'"
     )
     assert rows == [("v", "int")]
+
+
+def test_a_column_dropped_and_added_again_never_shows_its_old_cells(tmp_path: Path) -> None:
+    """Cassandra keeps the drop time (system_schema.dropped_columns) and skips that column's
+    cells written at or before it, also once the column is added again: at read, after a
+    restart, after compaction and in the raw partitions streaming and repair move. Before,
+    the old values came back with the column."""
+    node = node_with_keyspace(tmp_path)
+    node.ok(
+        "CREATE TABLE r (k int, c int, v int, w int, s int static, m map<int, int>, "
+        "PRIMARY KEY (k, c))"
+    )
+    node.ok("INSERT INTO r (k, c, v, w, s, m) VALUES (1, 1, 5, 6, 7, {1: 1})")
+    node.ok("INSERT INTO r (k, c, v) VALUES (1, 2, 8) USING TIMESTAMP 1")
+    node.clock.advance(1)
+    for column in ("v", "s", "m"):
+        node.ok(f"ALTER TABLE r DROP {column}")
+    node.clock.advance(1)
+    node.ok("ALTER TABLE r ADD v int")
+    node.ok("ALTER TABLE r ADD s int static")
+    node.ok("ALTER TABLE r ADD m map<int, int>")
+    query = "SELECT c, v, w, s, m FROM ks.r WHERE k = 1"
+    assert node.ok(query) == [(1, None, 6, None, None), (2, None, None, None, None)]
+    node.ok("UPDATE r SET v = 9, m = m + {3: 3} WHERE k = 1 AND c = 1")
+    node.ok("INSERT INTO r (k, c, v) VALUES (1, 3, 4) USING TIMESTAMP 2")  # before the drop
+    expected = [(1, 9, 6, None, {3: 3}), (2, None, None, None, None), (3, None, None, None, None)]
+    assert node.ok(query) == expected
+    node.restart()
+    assert node.ok(query) == expected
+    node.store.compact(("ks", "r"), now_s=node.clock.now_us // 1_000_000)
+    assert node.ok(query) == expected
+    page = node.store.scan_mutations(("ks", "r"), MIN_TOKEN, MIN_TOKEN, page_size=10)
+    (streamed,) = page.mutations
+    old = [(name, data) for row in streamed.rows for name, data in row.cells.items()]
+    assert sorted(name for name, _ in old) == ["m", "v", "w"]  # only what was written after
+    assert node.processor.internal_errors == 0
+    node.close()
 
 
 # --- types and truncate --------------------------------------------------------------------------
