@@ -74,6 +74,7 @@ from ringflow.schema import (
     covering_deletions,
     encode_clustering,
     list_values,
+    reconcile_cells,
     shadow_row,
     timeuuid_from_micros,
 )
@@ -188,7 +189,13 @@ class _RowWrites:
                 deletion is None or data.deletion.supersedes(deletion)
             ):
                 deletion = data.deletion
-            by_path = {cell.path: cell for cell in (*prior.cells, *data.cells)}
+            # Two operations on one element in one statement (``SET m[2] = 9, m[2] = 6``)
+            # write two cells with one timestamp: they reconcile as any two versions do
+            # (the tombstone, else the greater value), whatever their order in the statement.
+            by_path: dict[bytes | None, Cell] = {}
+            for cell in (*prior.cells, *data.cells):
+                seen = by_path.get(cell.path)
+                by_path[cell.path] = cell if seen is None else reconcile_cells(seen, cell)
             cells = tuple(by_path[path] for path in sorted(by_path, key=lambda p: p or b""))
             self.cells[column.name] = ComplexColumn(cells, deletion)
         else:

@@ -404,3 +404,25 @@ def test_bad_literals_are_invalid(node: ExecNode, cql_type: str, literal: str) -
     node.ok(f"CREATE TABLE IF NOT EXISTS lit (k int PRIMARY KEY, x {cql_type})")
     error = node.error(f"INSERT INTO lit (k, x) VALUES (1, {literal})")
     assert error.code == ErrorCode.INVALID, error
+
+
+def test_two_operations_on_one_collection_element_reconcile_as_cassandra_does(
+    tmp_path: Path,
+) -> None:
+    """One statement writes both cells with one timestamp: the tombstone wins, else the greater
+    value, in whatever order the statement names them (Cassandra ``Cells.reconcile``). Before,
+    the last operation named won."""
+    node = node_with_keyspace(tmp_path)
+    node.ok("CREATE TYPE pair (a int, b int)")
+    node.ok("CREATE TABLE e (k int PRIMARY KEY, m map<int, int>, l list<int>, s set<int>, u pair)")
+    node.ok("UPDATE e SET m[2] = 9, m[2] = 6 WHERE k = 1")
+    node.ok("UPDATE e SET m[3] = 6, m[3] = 9 WHERE k = 1")
+    node.ok("UPDATE e SET m = m + {4: 1}, m[4] = 0 WHERE k = 1")
+    node.ok("UPDATE e SET m[5] = 1, m = m - {5} WHERE k = 1")
+    node.ok("UPDATE e SET l = [1, 2, 3], u = {a: 0, b: 0} WHERE k = 1")
+    node.ok("UPDATE e SET l[0] = 5, l[0] = 7, u.a = 4, u.a = 3 WHERE k = 1")
+    node.ok("UPDATE e SET s = s + {1}, s = s - {1}, s = s + {2} WHERE k = 1")
+    assert node.ok("SELECT m, l, s, u FROM e WHERE k = 1") == [
+        ({2: 9, 3: 9, 4: 1}, [7, 2, 3], {2}, {"a": 4, "b": 0})
+    ]
+    node.close()
