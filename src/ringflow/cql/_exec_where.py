@@ -159,6 +159,10 @@ class _Builder:
     filters: list[RowFilter] = field(default_factory=list)
     token: TokenBounds | None = None
     restricted: set[str] = field(default_factory=set)
+    by_tuple: set[str] = field(default_factory=set)
+    """Columns restricted by a multi-column (tuple) relation, ``(c) > (1)`` included."""
+    by_column: set[str] = field(default_factory=set)
+    """Columns restricted by a single-column relation (``=``, ``IN`` or a slice)."""
 
     def value(self, term: Term, column: Column) -> bytes:
         return required_bytes(
@@ -240,6 +244,7 @@ def _add_relation(builder: _Builder, relation: Relation) -> None:
         else:
             builder.eq[column.name] = (builder.value(_single(relation.value), column),)
         builder.restricted.add(column.name)
+        builder.by_column.add(column.name)
         return
     if relation.operator in _SLICE_OPERATORS:
         if column.name in builder.eq:
@@ -250,6 +255,7 @@ def _add_relation(builder: _Builder, relation: Relation) -> None:
         bound = builder.value(_single(relation.value), column)
         builder.slices.setdefault((column.name,), []).append((relation.operator, (bound,)))
         builder.restricted.add(column.name)
+        builder.by_column.add(column.name)
         return
     _add_contains(builder, relation, column)
 
@@ -364,6 +370,7 @@ def _add_multi(builder: _Builder, relation: MultiColumnRelation) -> None:
             f"Unsupported operator {relation.operator.value} in a multi-column relation"
         )
     builder.restricted.update(relation.columns)
+    builder.by_tuple.update(relation.columns)
 
 
 def _multi_in(
@@ -397,10 +404,7 @@ def _product(value_lists: Sequence[Sequence[Key]], limit: int, what: str) -> tup
 
 
 def _check_mixed(builder: _Builder) -> None:
-    multi_keys = [*builder.multi_eq, *(key for key in builder.slices if len(key) > 1)]
-    multi = {name for key in multi_keys for name in key}
-    single = set(builder.eq) | {key[0] for key in builder.slices if len(key) == 1}
-    mixed = sorted(multi & single)
+    mixed = sorted(builder.by_tuple & builder.by_column)
     if mixed:
         raise InvalidRequest(
             "Mixing single column relations and multi column relations on clustering columns is "
@@ -471,8 +475,10 @@ def _clustering(builder: _Builder, keyed: bool, filters: list[RowFilter]) -> Clu
     while keyed and position < len(columns):
         name = columns[position].name
         multi = next((k for k in builder.multi_eq if k[0] == name), None)
-        slice_key = next((k for k in builder.slices if k[0] == name and len(k) > 1), None)
-        slice_key = slice_key or ((name,) if (name,) in builder.slices else None)
+        # Bounds of different arity (``(a, b) > (0, 1) AND (a, b, c) <= (1, 1, 0)``) are one
+        # slice over the longest tuple of columns, each bound a prefix of it.
+        slice_keys = sorted((k for k in builder.slices if k[0] == name), key=len)
+        slice_key = slice_keys[-1] if slice_keys else None
         if name in builder.eq:
             lists.append([(v,) for v in builder.eq[name]])
             used.add(name)
@@ -487,7 +493,7 @@ def _clustering(builder: _Builder, keyed: bool, filters: list[RowFilter]) -> Clu
                 raise InvalidRequest(
                     "multi-column slices over clustering columns of mixed order are not supported"
                 )
-            lower, upper = _slice_bounds(builder.slices[slice_key])
+            lower, upper = _slice_bounds(b for k in slice_keys for b in builder.slices[k])
             used.update(slice_key)
             break
         else:

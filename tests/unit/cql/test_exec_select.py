@@ -8,6 +8,7 @@ per-partition limit, LIMIT); filtering needs ALLOW FILTERING; bad paging states 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,6 +215,43 @@ def test_in_on_a_compound_partition_key_sorts_by_each_component(tmp_path: Path) 
             node.ok(f"INSERT INTO c (a, b, v) VALUES ('{a}', {b}, 0)")
     rows = node.ok("SELECT a, b FROM c WHERE a IN ('y', 'ab', 'x') AND b IN (10, -5, 2)")
     assert rows == [(a, b) for a in ("ab", "x", "y") for b in (-5, 2, 10)]
+    node.close()
+
+
+MULTI_SLICES = [
+    ("(v1, v2) > (0, 1)", "(v1, v2, v3) <= (1, 1, 0)"),
+    ("(v1, v2, v3) > (0, 1, 1)", "(v1, v2) <= (1, 0)"),
+    ("(v1) >= (1)", "(v1, v2, v3) < (2, 0, 1)"),
+    ("(v1, v2, v3) >= (0, 2, 2)", "(v1) < (2)"),
+    ("(v1, v2) >= (1, 1)", "(v1, v2) <= (2, 0)"),
+]
+
+
+@pytest.mark.parametrize(("lower", "upper"), MULTI_SLICES)
+def test_multi_column_slices_with_bounds_of_different_arity(
+    tmp_path_factory: pytest.TempPathFactory, lower: str, upper: str
+) -> None:
+    """Each bound limits the rows by its own prefix of the clustering (Cassandra merges the
+    two into one slice); before, the bound of the shorter tuple was the only one applied."""
+    node = node_with_keyspace(tmp_path_factory.mktemp("multi"))
+    node.ok("CREATE TABLE m (k int, v1 int, v2 int, v3 int, PRIMARY KEY (k, v1, v2, v3))")
+    every = list(itertools.product(range(3), repeat=3))
+    for v1, v2, v3 in every:
+        node.ok(f"INSERT INTO m (k, v1, v2, v3) VALUES (0, {v1}, {v2}, {v3})")
+
+    def holds(bound: str, row: tuple[int, ...]) -> bool:
+        columns, rest = bound.split(") ", 1)
+        operator, values = rest.split(" ", 1)
+        width = columns.count(",") + 1
+        limit = tuple(int(v) for v in values.strip("()").split(","))
+        return {">": row[:width] > limit, ">=": row[:width] >= limit,
+                "<": row[:width] < limit, "<=": row[:width] <= limit}[operator]  # fmt: skip
+
+    expected = [row for row in every if holds(lower, row) and holds(upper, row)]
+    assert expected and len(expected) < len(every)
+    for first, second in ((lower, upper), (upper, lower)):
+        query = f"SELECT v1, v2, v3 FROM m WHERE k = 0 AND {first} AND {second}"
+        assert node.ok(query) == expected
     node.close()
 
 
