@@ -286,9 +286,15 @@ def _delete_specs(statement: DeleteStatement, table: Table) -> MarkerSpecs:
     collector = _SpecCollector(table)
     for target in statement.targets:
         if isinstance(target, DeleteElement):
-            cql_type = table.column(target.column).type
-            key_type = cql_type.key if isinstance(cql_type, MapType) else INT
-            collector.term(target.key, f"key({target.column})", key_type)
+            # Cassandra's ElementDeletion: a list index ``idx(l)``, a set element
+            # ``value(s)``, a map key ``key(m)``.
+            name, cql_type = target.column, table.column(target.column).type
+            if isinstance(cql_type, MapType):
+                collector.term(target.key, f"key({name})", cql_type.key)
+            elif isinstance(cql_type, SetType):
+                collector.term(target.key, f"value({name})", cql_type.element)
+            else:
+                collector.term(target.key, f"idx({name})", INT)
     collector.using(statement.using)
     for relation in statement.where:
         collector.relation(relation)

@@ -655,16 +655,20 @@ def _delete_target(
         path, _ = _field_path(column, target.field)
         return ComplexColumn((params.cell(None, path),))
     assert isinstance(target, DeleteElement)
-    if isinstance(cql_type, MapType) and cql_type.is_multicell:
-        key = required_bytes(target.key, cql_type.key, column.name, context.statement)
-        return ComplexColumn((params.cell(None, key),))
-    if isinstance(cql_type, ListType) and cql_type.is_multicell:
+    # Cassandra's Operation.ElementDeletion: by index for a list, by element for a set, by key
+    # for a map; refused for other columns with its messages.
+    if not isinstance(cql_type, ListType | SetType | MapType):
+        raise InvalidRequest(f"Invalid deletion operation for non collection column {column.name}")
+    if not cql_type.is_multicell:
+        raise InvalidRequest(
+            f"Invalid deletion operation for frozen collection column {column.name}"
+        )
+    if isinstance(cql_type, ListType):
         path = _list_index_path(target.key, column, row, context)
-        return ComplexColumn((params.cell(None, path),))
-    raise InvalidRequest(
-        f"Invalid operation (DELETE {column.name}[?]) for column {column.name} of type "
-        f"{cql_type.cql_name()}: only non-frozen lists and maps allow element deletion"
-    )
+    else:
+        element = cql_type.key if isinstance(cql_type, MapType) else cql_type.element
+        path = required_bytes(target.key, element, column.name, context.statement)
+    return ComplexColumn((params.cell(None, path),))
 
 
 # --- read-before-write ---------------------------------------------------------------------------

@@ -80,6 +80,8 @@ WRITE_CASES = [
      "UPDATE t SET m = m + {'z': 26} WHERE k = 1 AND c = 1", "m", ({"a": 1, "z": 26},)),
     (["INSERT INTO t (k, c, m) VALUES (1, 1, {'a': 1, 'b': 2})"],
      "DELETE m['a'] FROM t WHERE k = 1 AND c = 1", "m", ({"b": 2},)),
+    (["INSERT INTO t (k, c, s) VALUES (1, 1, {'a', 'b'})"],
+     "DELETE s['a'] FROM t WHERE k = 1 AND c = 1", "s", (frozenset({"b"}),)),
     (["INSERT INTO t (k, c, m) VALUES (1, 1, {'a': 1})"],
      "UPDATE t SET m = {} WHERE k = 1 AND c = 1",
      "m", (None,)),
@@ -247,7 +249,10 @@ WRITE_ERRORS = [
     ("UPDATE t SET v = 'a' WHERE token(k) > 0", "token function cannot be used"),
     ("UPDATE t SET v = 'a' WHERE k = 1 AND c = 1 IF EXISTS", "not supported"),
     ("DELETE k FROM t WHERE k = 1 AND c = 1", "should not be a PRIMARY KEY part"),
-    ("DELETE s['a'] FROM t WHERE k = 1 AND c = 1", "only non-frozen lists and maps"),
+    (
+        "DELETE v['a'] FROM t WHERE k = 1 AND c = 1",
+        "deletion operation for non collection column v",
+    ),
     ("DELETE v FROM t WHERE k = 1", "Some clustering keys are missing: c"),
     ("DELETE FROM t WHERE k > 1", "Only EQ and IN relation are supported on the partition key"),
     ("INSERT INTO system.local (key) VALUES ('x')", "system keyspace is not user-modifiable"),
@@ -426,3 +431,14 @@ def test_two_operations_on_one_collection_element_reconcile_as_cassandra_does(
         ({2: 9, 3: 9, 4: 1}, [7, 2, 3], {2}, {"a": 4, "b": 0})
     ]
     node.close()
+
+
+def test_a_set_element_deleted_by_bind_marker_binds_the_element_type(node: ExecNode) -> None:
+    """``DELETE s[?]`` binds ``value(s)`` of the set's element type (Cassandra's
+    ``Sets.valueSpecOf``); it was prepared as an int and refused at execution."""
+    node.ok("INSERT INTO t (k, c, s, l) VALUES (1, 1, {'a', 'b'}, [4, 5])")
+    prepared = node.prepare("DELETE s[?], l[?] FROM t WHERE k = 1 AND c = 1")
+    specs = [(c.name, c.type) for c in prepared.bind_metadata.columns]
+    assert specs == [("value(s)", TEXT), ("idx(l)", INT)]
+    node.execute(prepared.statement_id, [value(TEXT, "a"), value(INT, 1)])
+    assert node.ok("SELECT s, l FROM t WHERE k = 1 AND c = 1") == [(frozenset({"b"}), [4])]

@@ -61,6 +61,8 @@ BIND_CASES = [
     ("UPDATE t SET m[?] = ?, l = l + ?, s = s - ? WHERE a = ? AND b = ? AND c = ? AND d = ?",
      [("key(m)", TEXT), ("value(m)", INT), ("l", ListType(INT)), ("s", SetType(INT)),
       ("a", INT), ("b", TEXT), ("c", INT), ("d", INT)], (5, 4)),
+    ("DELETE s[?], l[?] FROM t WHERE a = 1 AND b = 'x' AND c = 1 AND d = 1",
+     [("value(s)", INT), ("idx(l)", INT)], ()),
     ("DELETE m[?] FROM t WHERE a = ? AND b IN ? AND c = ? AND d = ?",
      [("key(m)", TEXT), ("a", INT), ("in(b)", ListType(TEXT, True)), ("c", INT), ("d", INT)], ()),
     ("UPDATE t SET m = m - ? WHERE a = 1 AND b = 'x' AND c = 1 AND d = 1",
