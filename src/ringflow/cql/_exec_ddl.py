@@ -11,10 +11,13 @@ re-expressed):
   versions from the coordinator's timestamps) applied to the state; the outcome carries the
   migrations so that the processor stores them with the ``system_schema`` rows.
 * Replication maps are validated with ``ringflow.ring.replication_strategy`` (ConfigurationError,
-  0x2300, on a bad one); unknown keyspace or table options are Invalid. Cassandra table options
-  ringflow does not model (compaction, caching, compression, bloom filter, ...) are accepted and
-  ignored, so schemas exported by cqlsh ``DESCRIBE`` load; ``system_schema`` shows ringflow's
-  fixed values for them.
+  0x2300, on a bad one); unknown keyspace or table options are Invalid. Cassandra's
+  storage-engine table properties (compaction, caching, compression, bloom filter, index
+  intervals, ...; ``ENGINE_PROPERTY_KINDS``) are validated by ``TableParams``' rules
+  (ConfigurationError, 0x2300), kept with the table and shown in ``system_schema.tables``,
+  though the SQLite store has nothing they tune; the read repair chances (removed in Cassandra
+  4), ``additional_write_policy``, ``read_repair``, ``paxos_grace_seconds`` and
+  ``tombstone_gc`` are accepted and ignored, so schemas exported by cqlsh ``DESCRIBE`` load.
 * ``cdc = {'enabled': true, ...}`` on CREATE or ALTER creates ``<table>_scylla_cdc_log``
   (``ringflow.cdc`` schema) in the same statement; later ADD/DROP/WITH on the base keep the log's
   columns in step while CDC is on; disabling CDC keeps the log table (as Scylla); DROP TABLE
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,10 +75,11 @@ from ringflow.cql._results import (
     SchemaChangeType,
     VoidResult,
 )
-from ringflow.errors import InvalidRequest
+from ringflow.errors import ConfigurationError, InvalidRequest
 from ringflow.ring import replication_strategy
 from ringflow.schema import (
     CDC_LOG_SUFFIX,
+    ENGINE_PROPERTY_KINDS,
     NATIVE_TYPE_NAMES,
     AddColumn,
     AlterKeyspace,
@@ -95,6 +100,7 @@ from ringflow.schema import (
     ListType,
     MapType,
     Migration,
+    PropertyValue,
     SchemaAlreadyExists,
     SchemaState,
     SetType,
@@ -102,24 +108,25 @@ from ringflow.schema import (
     TableOptions,
     TupleType,
     UserType,
+    engine_overrides,
 )
 from ringflow.schema import SchemaChange as Change
 from ringflow.schema._system_rows import replication_map
 
-_MODELLED_OPTIONS = frozenset({"cdc", "default_time_to_live", "gc_grace_seconds", "comment"})
+_MIN_BLOOM_FILTER_FP_CHANCE = 6.71e-05  # Cassandra's BloomCalculations minimum
+_SPECULATIVE_RETRY = re.compile(
+    r"(?i)(ALWAYS|NONE|NEVER|\d+(\.\d+)?(P|PERCENTILE|MS)|"
+    r"(MIN|MAX)\(\s*\d+(\.\d+)?(P|PERCENTILE|MS)\s*,\s*\d+(\.\d+)?(P|PERCENTILE|MS)\s*\))"
+)
+"""Cassandra 4's speculative retry forms: ``99p``, ``99PERCENTILE``, ``50ms``, ``ALWAYS``,
+``NONE``, ``MIN(99p,50ms)``, ``MAX(...)``."""
+_MODELLED_OPTIONS = frozenset(
+    {"cdc", "default_time_to_live", "gc_grace_seconds", "comment", *ENGINE_PROPERTY_KINDS}
+)
 _IGNORED_OPTIONS = frozenset(
     {
-        "bloom_filter_fp_chance",
-        "caching",
-        "compaction",
-        "compression",
-        "crc_check_chance",
         "dclocal_read_repair_chance",
         "read_repair_chance",
-        "speculative_retry",
-        "memtable_flush_period_in_ms",
-        "min_index_interval",
-        "max_index_interval",
         "additional_write_policy",
         "read_repair",
         "paxos_grace_seconds",
@@ -234,6 +241,7 @@ def table_options(properties: Properties, base: TableOptions) -> TableOptions:
         base.gc_grace_seconds,
         base.comment,
     )
+    engine: dict[str, PropertyValue] = dict(base.engine)
     for item in properties.items:
         name, value = item.name, item.value
         if name == "cdc":
@@ -244,9 +252,72 @@ def table_options(properties: Properties, base: TableOptions) -> TableOptions:
             gc_grace = _int_option(name, value)
         elif name == "comment":
             comment = _text(value)
+        elif name in ENGINE_PROPERTY_KINDS:
+            engine[name] = _engine_property(name, value)
         elif name not in _IGNORED_OPTIONS:
             raise InvalidRequest(f"Unknown property '{name}'")
-    return TableOptions(cdc, ttl, gc_grace, comment)
+    check_engine_properties(engine)
+    return TableOptions(cdc, ttl, gc_grace, comment, engine_overrides("", engine))
+
+
+def _engine_property(name: str, value: OptionValue) -> PropertyValue:
+    kind = ENGINE_PROPERTY_KINDS[name]
+    if kind == "map":
+        return tuple(sorted(_map_option(name, value).items()))
+    if kind == "int":
+        return _int_option(name, value)
+    text = _text(value)
+    if kind == "text":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        message = f"Invalid value for property '{name}': {text!r} is not a number"
+        raise InvalidRequest(message) from None
+
+
+def check_engine_properties(engine: Mapping[str, PropertyValue]) -> None:
+    """Cassandra's ``TableParams.validate`` rules and messages (ConfigurationException,
+    0x2300) for the storage-engine properties a statement sets."""
+
+    def number(name: str, default: float) -> float:
+        value = engine.get(name, default)
+        assert isinstance(value, int | float)
+        return value
+
+    fp_chance = number("bloom_filter_fp_chance", 0.01)
+    if not _MIN_BLOOM_FILTER_FP_CHANCE < fp_chance <= 1.0:
+        raise ConfigurationError(
+            f"bloom_filter_fp_chance must be larger than {_MIN_BLOOM_FILTER_FP_CHANCE} and less "
+            f"than or equal to 1.0 (got {fp_chance})"
+        )
+    crc = number("crc_check_chance", 1.0)
+    if not 0.0 <= crc <= 1.0:
+        raise ConfigurationError(
+            "crc_check_chance must be larger than or equal to 0 and smaller than or equal to "
+            f"1.0 (got {crc})"
+        )
+    low, high = int(number("min_index_interval", 128)), int(number("max_index_interval", 2048))
+    if low < 1:
+        raise ConfigurationError(
+            f"min_index_interval must be greater than or equal to 1 (got {low})"
+        )
+    if high < low:
+        raise ConfigurationError(
+            f"max_index_interval must be greater than or equal to min_index_interval ({low}) "
+            f"(got {high})"
+        )
+    period = int(number("memtable_flush_period_in_ms", 0))
+    if period < 0:
+        raise ConfigurationError(
+            f"memtable_flush_period_in_ms must be greater than or equal to 0 (got {period})"
+        )
+    retry = engine.get("speculative_retry")
+    if isinstance(retry, str) and not _SPECULATIVE_RETRY.fullmatch(retry):
+        raise ConfigurationError(f"Invalid value {retry} for option 'speculative_retry'")
+    compaction = dict(engine.get("compaction", ()) or ())  # type: ignore[arg-type]
+    if "compaction" in engine and "class" not in compaction:
+        raise ConfigurationError("Missing sub-option 'class' for the 'compaction' option.")
 
 
 def _keyspace_options(

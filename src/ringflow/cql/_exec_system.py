@@ -75,6 +75,7 @@ from ringflow.replication import (
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import (
     CDC_LOG_SUFFIX,
+    ENGINE_PROPERTY_KINDS,
     GENESIS_VERSION,
     CdcOptions,
     ClusteringOrder,
@@ -91,6 +92,7 @@ from ringflow.schema import (
     TableOptions,
     UserType,
     deserialize,
+    engine_overrides,
     parse_type,
 )
 from ringflow.schema._system_rows import (
@@ -399,6 +401,10 @@ def _table_from_rows(
         int(str(_text_of(table_row, tables, "default_time_to_live") or 0)),
         int(str(_text_of(table_row, tables, "gc_grace_seconds") or 0)),
         str(_text_of(table_row, tables, "comment") or ""),
+        engine_overrides(
+            str(_text_of(table_row, tables, "table_name")),
+            {name: _text_of(table_row, tables, name) for name in ENGINE_PROPERTY_KINDS},
+        ),
     )
     table_id = _text_of(table_row, tables, "id")
     assert isinstance(table_id, uuid.UUID)

@@ -76,6 +76,7 @@ from ringflow.schema._table import (
     Column,
     ColumnKind,
     Keyspace,
+    PropertyValue,
     Table,
     TableOptions,
 )
@@ -124,6 +125,18 @@ _FIXED_TABLE_OPTIONS: Mapping[str, object] = {
     "read_repair_chance": 0.0,
     "speculative_retry": "99.0PERCENTILE",
 }
+_ENGINE_DEFAULTS: Mapping[str, PropertyValue] = {
+    "bloom_filter_fp_chance": 0.01,
+    "caching": tuple(sorted(DEFAULT_CACHING.items())),
+    "compaction": tuple(sorted(DEFAULT_COMPACTION.items())),
+    "compression": tuple(sorted(DEFAULT_COMPRESSION.items())),
+    "crc_check_chance": 1.0,
+    "max_index_interval": 2048,
+    "memtable_flush_period_in_ms": 0,
+    "min_index_interval": 128,
+    "speculative_retry": "99.0PERCENTILE",
+}
+"""What a user table shows for each storage-engine property nobody set."""
 _COMPOUND_FLAGS = frozenset({"compound"})
 _INT32_LE = struct.Struct("<i")
 
@@ -440,6 +453,10 @@ def _table_row(table: Table, compaction: CompactionFor) -> dict[str, object]:
         "flags": _COMPOUND_FLAGS,
         "gc_grace_seconds": table.options.gc_grace_seconds,
         "id": table.id,
+        **{
+            name: dict(value) if isinstance(value, tuple) else value
+            for name, value in table.options.engine
+        },
     }
 
 
@@ -708,11 +725,49 @@ def _options_body(options: TableOptions) -> object:
         options.default_time_to_live_s,
         options.gc_grace_seconds,
         options.comment,
+        [
+            [name, list(value) if isinstance(value, tuple) else value]
+            for name, value in options.engine
+        ],
     ]
 
 
+def engine_value(value: Any) -> PropertyValue:
+    """A storage-engine property's value as a body or record holds it (a map as pairs)."""
+    if isinstance(value, list | tuple):
+        return tuple(sorted((str(key), str(item)) for key, item in value))
+    if isinstance(value, dict):
+        return tuple(sorted((str(key), str(item)) for key, item in value.items()))
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SchemaError(f"bad table property value {value!r}")
+    return value
+
+
+def engine_overrides(
+    table_name: str, values: Mapping[str, object]
+) -> tuple[tuple[str, PropertyValue], ...]:
+    """The storage-engine properties among ``values`` (a statement's, or a
+    ``system_schema.tables`` row's) that differ from what a table shows by default, by name: a
+    property set to its default is not recorded, so a table reads back equal to the one its
+    DDL built. A CDC log table's caching and compaction follow its base and are not read."""
+    found = []
+    for name, default in _ENGINE_DEFAULTS.items():
+        raw = values.get(name)
+        if raw is None or (
+            name in ("caching", "compaction") and table_name.endswith(CDC_LOG_SUFFIX)
+        ):
+            continue
+        value = engine_value(raw)
+        if value != default:
+            found.append((name, value))
+    return tuple(found)
+
+
 def _options_from(data: Any) -> TableOptions:
-    return TableOptions(CdcOptions.from_map(data[0]), int(data[1]), int(data[2]), str(data[3]))
+    engine = tuple((str(name), engine_value(value)) for name, value in (data[4:5] or [[]])[0])
+    return TableOptions(
+        CdcOptions.from_map(data[0]), int(data[1]), int(data[2]), str(data[3]), engine
+    )
 
 
 def _table_body(table: Table) -> object:

@@ -120,12 +120,40 @@ def _parse_ttl(value: str) -> int:
     return ttl_s
 
 
+PropertyValue = float | int | str | tuple[tuple[str, str], ...]
+"""A storage-engine property's value: a number, a text, or a text map as sorted pairs."""
+
+ENGINE_PROPERTY_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        "bloom_filter_fp_chance": "double",
+        "caching": "map",
+        "compaction": "map",
+        "compression": "map",
+        "crc_check_chance": "double",
+        "max_index_interval": "int",
+        "memtable_flush_period_in_ms": "int",
+        "min_index_interval": "int",
+        "speculative_retry": "text",
+    }
+)
+"""Cassandra's table properties that tune its storage engine (``TableParams``): ringflow keeps
+what a user sets, shows it in ``system_schema.tables`` and keeps it across restarts and peers,
+though its SQLite store has no bloom filter, index summary or SSTable compression to apply
+them to."""
+
+
 @dataclass(frozen=True, slots=True)
 class TableOptions:
     cdc: CdcOptions = field(default_factory=CdcOptions)
     default_time_to_live_s: int = 0
     gc_grace_seconds: int = DEFAULT_GC_GRACE_SECONDS
     comment: str = ""
+    engine: tuple[tuple[str, PropertyValue], ...] = ()
+    """The storage-engine properties set by the user (``ENGINE_PROPERTY_KINDS``), by name."""
+
+    def engine_property(self, name: str) -> PropertyValue | None:
+        """The value the user set for ``name``, or None (the table shows the default)."""
+        return next((value for key, value in self.engine if key == name), None)
 
     def __post_init__(self) -> None:
         if not 0 <= self.default_time_to_live_s <= MAX_TTL_SECONDS:
@@ -135,6 +163,9 @@ class TableOptions:
             )
         if self.gc_grace_seconds < 0:
             raise SchemaError(f"gc_grace_seconds must be >= 0, got {self.gc_grace_seconds}")
+        unknown = sorted(name for name, _ in self.engine if name not in ENGINE_PROPERTY_KINDS)
+        if unknown:
+            raise SchemaError(f"unknown table properties {unknown}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from ringflow.schema import (
     TableOptions,
     TupleType,
     UserType,
+    engine_value,
 )
 
 TABLE_RECORD_VERSION = 1
@@ -93,6 +94,7 @@ def table_to_record(table: Table, packed_rows: bool = False) -> str:
             "default_time_to_live_s": options.default_time_to_live_s,
             "gc_grace_seconds": options.gc_grace_seconds,
             "comment": options.comment,
+            "engine": [[name, value] for name, value in options.engine],
             "packed_rows": packed_rows,
             "dropped_columns": [list(dropped) for dropped in table.dropped_columns],
         },
@@ -115,6 +117,7 @@ def table_from_record(record: str) -> tuple[Table, bool]:
         data["default_time_to_live_s"],
         data["gc_grace_seconds"],
         data["comment"],
+        tuple((str(name), engine_value(value)) for name, value in data.get("engine", ())),
     )
     dropped = tuple((str(name), int(at_us)) for name, at_us in data.get("dropped_columns", ()))
     table = Table(data["keyspace"], data["name"], columns, options, uuid.UUID(data["id"]), dropped)

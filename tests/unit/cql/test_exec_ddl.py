@@ -333,6 +333,69 @@ def test_a_column_dropped_and_added_again_never_shows_its_old_cells(tmp_path: Pa
     node.close()
 
 
+ENGINE_COLUMNS = (
+    "bloom_filter_fp_chance, caching, compaction, compression, crc_check_chance, "
+    "max_index_interval, memtable_flush_period_in_ms, min_index_interval, speculative_retry"
+)
+
+
+def test_storage_engine_table_properties_are_kept_and_shown(tmp_path: Path) -> None:
+    """CREATE/ALTER ... WITH min_index_interval (and the other TableParams) show back in
+    system_schema.tables and survive a restart; before, they were accepted and dropped."""
+    node = node_with_keyspace(tmp_path)
+    node.ok("CREATE TABLE p (k int PRIMARY KEY) WITH min_index_interval = 64")
+    node.ok(
+        "ALTER TABLE p WITH max_index_interval = 1024 AND bloom_filter_fp_chance = 0.1 "
+        "AND caching = {'keys': 'NONE', 'rows_per_partition': 'ALL'} AND crc_check_chance = 0.5 "
+        "AND compaction = {'class': 'LeveledCompactionStrategy', 'sstable_size_in_mb': 160} "
+        "AND compression = {'class': 'LZ4Compressor'} AND speculative_retry = '99p' "
+        "AND memtable_flush_period_in_ms = 10"
+    )
+    query = (
+        f"SELECT {ENGINE_COLUMNS} FROM system_schema.tables WHERE table_name = 'p' ALLOW FILTERING"
+    )
+    expected = [
+        (
+            0.1,
+            {"keys": "NONE", "rows_per_partition": "ALL"},
+            {"class": "LeveledCompactionStrategy", "sstable_size_in_mb": "160"},
+            {"class": "LZ4Compressor"},
+            0.5,
+            1024,
+            10,
+            64,
+            "99p",
+        )
+    ]
+    assert node.ok(query) == expected
+    node.restart()
+    assert node.ok(query) == expected
+    node.ok("CREATE TABLE ks.q (k int PRIMARY KEY)")  # defaults unchanged
+    (defaults,) = node.ok(query.replace("'p'", "'q'"))
+    assert defaults[5:] == (2048, 0, 128, "99.0PERCENTILE")
+    node.close()
+
+
+ENGINE_ERRORS = [
+    ("min_index_interval = 0", "min_index_interval must be greater than or equal to 1 (got 0)"),
+    ("max_index_interval = 10", "max_index_interval must be greater than or equal to"),
+    ("bloom_filter_fp_chance = 2", "bloom_filter_fp_chance must be larger than"),
+    ("crc_check_chance = 1.5", "crc_check_chance must be larger than or equal to 0"),
+    ("memtable_flush_period_in_ms = -1", "memtable_flush_period_in_ms must be greater than"),
+    ("speculative_retry = 'sometimes'", "Invalid value sometimes for option 'speculative_retry'"),
+    ("compaction = {'x': 'y'}", "Missing sub-option 'class' for the 'compaction' option"),
+]
+
+
+@pytest.mark.parametrize(("option", "message"), ENGINE_ERRORS)
+def test_bad_storage_engine_properties_are_configuration_errors(
+    node: ExecNode, option: str, message: str
+) -> None:
+    node.ok("CREATE TABLE IF NOT EXISTS e (k int PRIMARY KEY)")
+    error = node.error(f"ALTER TABLE e WITH {option}")
+    assert error.code == ErrorCode.CONFIG_ERROR and message in error.message, error
+
+
 # --- types and truncate --------------------------------------------------------------------------
 
 
