@@ -207,6 +207,26 @@ class FrameDecoder:
         """Bytes held and not yet returned as frames."""
         return len(self._buffer) - self._start
 
+    @property
+    def wanted_size(self) -> int:
+        """Bytes the buffer will hold once the frame at its head is complete: the buffered
+        bytes, or more when a header announces a body not yet all here (budgets reserve it)."""
+        buffered = self.buffered_size
+        if self._broken is not None or self._discard_remaining or buffered < HEADER_SIZE:
+            return buffered
+        first = self._buffer[self._start]
+        if first & _VERSION_MASK < _FIRST_NINE_BYTE_HEADER_VERSION:
+            return buffered
+        length: int = _HEADER.unpack_from(self._buffer, self._start)[4]
+        if not 0 <= length <= self.max_frame_size:
+            return buffered
+        return max(buffered, HEADER_SIZE + length)
+
+    @property
+    def frame_in_progress(self) -> bool:
+        """Whether part of a frame has arrived and the rest has not (a body timeout runs)."""
+        return self.buffered_size > 0 or self._discard_remaining > 0
+
     def feed(self, data: bytes) -> None:
         if self._broken is not None:
             return
@@ -229,7 +249,8 @@ class FrameDecoder:
         end = body_start + header.body_length
         if len(self._buffer) < end:
             return None
-        body = bytes(self._buffer[body_start:end])
+        with memoryview(self._buffer) as view:
+            body = bytes(view[body_start:end])  # one copy: a slice of the bytearray is another
         self._consume(end - self._start)
         return Frame(header, body)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cql._server import ServerLimits
+from ringflow.cql import ServerLimits
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, TokenMetadata, allocate_random, check_sharding
 

@@ -274,7 +274,9 @@ def test_connections_over_the_limit_get_overloaded_then_closed() -> None:
         first.close()
         second.close()
 
-    server, _backend = run_with_server(body, max_connections=1)
+    server, _backend = run_with_server(
+        body, max_concurrent_connections=1, max_concurrent_connections_per_ip=1
+    )
     assert server.stats.connections_refused == 1
 
 
@@ -322,7 +324,7 @@ def test_close_lets_statements_in_flight_finish() -> None:
 @pytest.mark.parametrize(
     "limits",
     [
-        {"max_connections": 0},
+        {"max_concurrent_connections": 0},
         {"max_pending_requests": -1},
         {"max_frame_size": 1.5},
         {"max_frame_size": 2**31},
