@@ -72,6 +72,13 @@ def register(subcommands: Subcommands) -> None:
     register_node(actions)  # add, decommission
 
 
+SWITCH_INTERVAL_S = 0.001
+"""The GIL switch interval of a node process (Python's default is 5 ms). The event loop and
+the storage worker share the GIL; while the loop is busy (a client streaming a large frame),
+every GIL hand-off to the worker waited up to 5 ms, so each small request of every other
+client paid several of those (issue 16 bench, ``bench/bench_hostile.py``)."""
+
+
 def run_start(arguments: argparse.Namespace) -> int:
     timings = given_timings(arguments)
     capture = given_capture(arguments)
@@ -82,6 +89,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"{flags}: timing and capture options configure a cluster node (give --seeds)"
         )
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
