@@ -180,6 +180,11 @@ class ServerConnection:
         return self._decoder.wanted_size + self._request_bytes
 
     @property
+    def missing_bytes(self) -> int:
+        """Bytes the frame being read still needs (0 when no header announces more)."""
+        return self._decoder.wanted_size - self._decoder.buffered_size
+
+    @property
     def frame_in_progress(self) -> bool:
         """Part of a frame is here and the rest is not."""
         return self._decoder.frame_in_progress

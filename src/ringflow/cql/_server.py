@@ -103,6 +103,9 @@ Statement = Query | Prepare | Execute | Batch
 SessionT = TypeVar("SessionT")
 
 READ_CHUNK_BYTES = 64 * 1024
+_BULK_READ_BYTES = 1024 * 1024
+"""Largest read while a frame's body is due: whatever the stream holds (its buffer is bounded
+by ``READ_CHUNK_BYTES``), in fewer, larger steps."""
 _REFUSAL_WAIT_S = 2.0
 """How long a refused connection may take to send the request its refusal answers."""
 _LISTEN_BACKLOG = 1024
@@ -410,7 +413,8 @@ class CqlServer(Generic[SessionT]):
         while True:
             timeout, what = self._read_timeout(client)
             try:
-                return await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), timeout)
+                size = min(max(client.connection.missing_bytes, READ_CHUNK_BYTES), _BULK_READ_BYTES)
+                return await asyncio.wait_for(reader.read(size), timeout)
             except ConnectionError:
                 return b""
             except TimeoutError:
