@@ -105,11 +105,13 @@ def is_open(sock: socket.socket) -> bool:
     """Whether the server still holds ``sock`` open (no EOF or reset waiting to be read)."""
     sock.setblocking(False)
     try:
-        return sock.recv(1) != b""
+        while sock.recv(65536):
+            pass  # answers already sent (READY, or the refusal before the close)
     except BlockingIOError:
         return True
     except ConnectionError:
-        return False
+        pass
+    return False
 
 
 def assert_no_silent_task_deaths(node: NodeProcess) -> None:
@@ -168,16 +170,24 @@ def test_two_thousand_connections_from_one_client_do_not_lock_another_out(
         hostile: list[socket.socket] = []
         try:
             for _ in range(2000):
-                hostile.append(raw_socket(node, hostile_source))
+                sock = raw_socket(node, hostile_source)
+                sock.sendall(STARTUP)  # a driver's connections are started ones
+                hostile.append(sock)
             cluster = make_cluster(node)
             try:
                 row = cluster.connect().execute("SELECT key FROM system.local", timeout=10).one()
                 assert row.key == "local"
             finally:
                 cluster.shutdown()
-            # The node keeps at most its per-address share of the hostile connections open.
-            time.sleep(3.0)  # refused connections wait at most 2 s for a request to answer
-            assert sum(is_open(sock) for sock in hostile) == 256
+            # The node keeps at most its per-address share of the hostile connections open
+            # (a refused one is answered Overloaded and closed; a connection whose handshake
+            # the kernel is still completing may be refused a little later).
+            deadline = time.monotonic() + 20.0
+            open_count = sum(is_open(sock) for sock in hostile)
+            while open_count > 256 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                open_count = sum(is_open(sock) for sock in hostile)
+            assert 0 < open_count <= 256
         finally:
             for sock in hostile:
                 sock.close()
