@@ -16,11 +16,20 @@ Theory of operation (``doc/native_protocol_v4.spec`` §2.1, §2.3, §4.1.1, §5)
   unexpected message or a refused STARTUP becomes a non-fatal ``ProtocolErrorEvent`` (ERROR
   0x000A) and the connection carries on. Too many requests in flight (``max_in_flight``)
   gives an Overloaded (0x1001) event for that stream.
+* A header announcing a body over ``max_frame_size`` gives a *fatal* ``ProtocolErrorEvent``
+  ("Request is too big ..."): answered, then the connection closed; the body is never
+  buffered (issue 16).
 * A header that cannot be trusted (garbage length, any version but 4) gives a *fatal*
   ``ProtocolErrorEvent``: the shell sends ``send(event.error, event.stream_id)`` (framed in the
   client's own version, which is what drivers need to downgrade from v5 to v4) and closes;
   ``next_event`` then only returns ``ConnectionClosed``.
-* A request is "in flight" from its ``RequestEvent`` until ``send`` answers its stream.
+* A request is "in flight" from its ``RequestEvent`` until ``send`` answers its stream;
+  ``held_bytes`` counts its frame until then, plus the frame being read (its announced size
+  from the header on), for the shell's request-data budget.
+* ``send`` always produces a frame for a request: an answer the wire cannot carry (a [string]
+  over 65,535 bytes) is refitted (``_refit``: texts truncated, or InvalidRequest) and counted
+  in ``refitted_answers``; only when nothing encodes (an EVENT) does it raise
+  ``AnswerNotEncodable``.
 
 Rule: everything that decides a transition lives in this file; the codec modules only
 turn bytes into messages and back.
