@@ -13,6 +13,12 @@ import argparse
 from ringflow.cql import ServerLimits
 from ringflow.node import NATIVE_TRANSPORT_OPTIONS, server_limits
 
+SWITCH_INTERVAL_S = 0.001
+"""The GIL switch interval of a node process (Python's default is 5 ms). The event loop and
+the storage worker share the GIL; while the loop is busy (a client streaming a large frame),
+every GIL hand-off to the worker waited up to 5 ms, so each small request of every other
+client paid several of those (issue 16 bench, ``bench/bench_hostile.py``)."""
+
 _METAVARS = {"count": "N", "size": "SIZE", "duration": "DURATION"}
 
 
@@ -41,3 +47,21 @@ def given_native_limits(arguments: argparse.Namespace) -> ServerLimits | None:
         if getattr(arguments, name, None) is not None
     }
     return server_limits(given) if given else None
+
+
+def given_native_options(arguments: argparse.Namespace) -> dict[str, str]:
+    """The native transport options given, as given (validated), to save in a cluster layout."""
+    given = {
+        name: str(getattr(arguments, name))
+        for name in NATIVE_TRANSPORT_OPTIONS
+        if getattr(arguments, name, None) is not None
+    }
+    server_limits(dict(given))
+    return given
+
+
+def native_arguments(options: object) -> list[str]:
+    """Saved native transport options as a node command line (``run-node``)."""
+    if not isinstance(options, dict):
+        return []
+    return [part for name, value in sorted(options.items()) for part in (_flag(name), str(value))]

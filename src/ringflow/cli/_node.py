@@ -32,7 +32,11 @@ from ringflow.cli._cluster import (
     given_capture,
     given_timings,
 )
-from ringflow.cli._native_options import add_native_options, given_native_limits
+from ringflow.cli._native_options import (
+    SWITCH_INTERVAL_S,
+    add_native_options,
+    given_native_limits,
+)
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
 
@@ -70,13 +74,6 @@ def register(subcommands: Subcommands) -> None:
     from ringflow.cli._topology import register_node
 
     register_node(actions)  # add, decommission
-
-
-SWITCH_INTERVAL_S = 0.001
-"""The GIL switch interval of a node process (Python's default is 5 ms). The event loop and
-the storage worker share the GIL; while the loop is busy (a client streaming a large frame),
-every GIL hand-off to the worker waited up to 5 ms, so each small request of every other
-client paid several of those (issue 16 bench, ``bench/bench_hostile.py``)."""
 
 
 def run_start(arguments: argparse.Namespace) -> int:

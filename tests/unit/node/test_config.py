@@ -7,6 +7,7 @@ a changed cluster name, DC, rack, vnode count or sharding; omitted options come 
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 import random
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.cli import main
+from ringflow.cli._native_options import given_native_options, native_arguments
 from ringflow.cql import ServerLimits
 from ringflow.errors import ConfigurationError
 from ringflow.node import (
@@ -211,3 +213,20 @@ def test_bad_native_transport_options_are_configuration_errors(
 ) -> None:
     with pytest.raises(ConfigurationError, match=rule):
         server_limits(options)
+
+
+def test_cli_native_transport_options_are_checked_and_forwarded_to_cluster_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["node", "start", "--address", "127.0.0.1", "--data", str(tmp_path)]
+    code = main([*arguments, "--native-transport-max-frame-size", "64MiB"])
+    assert code == 2
+    assert "must fit max_request_data_in_flight_per_ip" in capsys.readouterr().err
+    namespace = argparse.Namespace(
+        native_transport_max_frame_size="1MiB", native_transport_idle_timeout="30s"
+    )
+    saved = given_native_options(namespace)
+    assert native_arguments(saved) == [
+        *("--native-transport-idle-timeout", "30s"),
+        *("--native-transport-max-frame-size", "1MiB"),
+    ]
