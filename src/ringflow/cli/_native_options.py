@@ -19,7 +19,7 @@ the storage worker share the GIL; while the loop is busy (a client streaming a l
 every GIL hand-off to the worker waited up to 5 ms, so each small request of every other
 client paid several of those (issue 16 bench, ``bench/bench_hostile.py``)."""
 
-_METAVARS = {"count": "N", "size": "SIZE", "duration": "DURATION"}
+_METAVARS = {"count": "N", "size": "SIZE", "duration": "DURATION", "flag": "true|false"}
 
 
 def _flag(name: str) -> str:

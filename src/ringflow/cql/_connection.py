@@ -293,6 +293,15 @@ class ServerConnection:
                 continue
         raise AnswerNotEncodable(f"{type(response).__name__} on stream {stream_id}: {failure}")
 
+    def refuse_head_frame(self, message: str) -> ProtocolErrorEvent | None:
+        """Refuse the frame being read with Overloaded (0x1001) and skip its body (Cassandra's
+        ``native_transport_throw_on_overload``); ``None`` when no frame is being read."""
+        header = self._decoder.skip_head_frame()
+        if header is None:
+            return None
+        self._story.append(f"{self._state.value}: overloaded on stream {header.stream_id}")
+        return ProtocolErrorEvent(header.stream_id, ErrorResponse(ErrorCode.OVERLOADED, message))
+
     def validate(self) -> None:
         """Check the connection's invariants (run after every test step)."""
         invariant(

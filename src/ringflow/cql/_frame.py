@@ -286,6 +286,22 @@ class FrameDecoder:
         self._consume(end - self._start)
         return Frame(header, body)
 
+    def skip_head_frame(self) -> FrameHeader | None:
+        """Drop the incomplete frame at the head, its body as it arrives (never buffered), and
+        return its header; ``None`` when no header is waiting for its body."""
+        large = self._large_header
+        if large is not None:
+            self._discard_remaining = large.body_length - len(self._large_body)
+            self._large_header, self._large_body = None, bytearray()
+            return large
+        if self._broken is not None or self._discard_remaining:
+            return None
+        header = self._peek_header()
+        if header is None or self.buffered_size >= header.size + header.body_length:
+            return None
+        self._skip_body(header.size, header.body_length)
+        return header
+
     def _consume(self, size: int) -> None:
         self._start += size
         if self._start == len(self._buffer):

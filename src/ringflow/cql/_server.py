@@ -364,6 +364,17 @@ class CqlServer(Generic[SessionT]):
             return
         paused = False
         while not self.budget.try_reserve(client.address, need):
+            if self.limits.throw_on_overload:
+                refusal = client.connection.refuse_head_frame(
+                    "Request data in flight is over the node's budget "
+                    f"(native_transport_max_request_data_in_flight "
+                    f"{self.limits.max_request_data_in_flight}, per ip "
+                    f"{self.limits.max_request_data_in_flight_per_ip})"
+                )
+                if refusal is not None:
+                    self.stats.frames_overloaded += 1
+                    await self._send(client, refusal.error, refusal.stream_id)
+                    return
             if not paused:
                 paused = True
                 self.stats.reads_paused += 1

@@ -21,8 +21,10 @@ Defaults, and why they differ from Cassandra's where they do (issue 16):
   (Cassandra: a tenth and a fortieth of the heap): bytes of request frames being read, held
   or executed. Over the budget the server stops reading from the connection (back-pressure,
   as Cassandra does unless ``native_transport_throw_on_overload``); it resumes when answers
-  release bytes. A frame must fit the per-address budget, so ``max_frame_size`` plus the
-  header is at most ``max_request_data_in_flight_per_ip``.
+  release bytes; with ``throw_on_overload`` (Cassandra's
+  ``native_transport_throw_on_overload``, default false) the frame is answered Overloaded
+  (0x1001) at once and its body skipped instead. A frame must fit the per-address budget,
+  so ``max_frame_size`` plus the header is at most ``max_request_data_in_flight_per_ip``.
 * ``max_frame_size`` = 16 MiB (Cassandra's ``native_transport_max_frame_size`` default; the
   protocol's own ceiling is 256 MiB). A header announcing more is answered with a protocol
   error (0x000A) and the connection closed; the body is never buffered.
@@ -48,6 +50,7 @@ DEFAULT_MAX_REQUEST_DATA_IN_FLIGHT_PER_IP = 32 * MIB
 DEFAULT_NATIVE_MAX_FRAME_SIZE = 16 * MIB
 _FRAME_SIZE_CEILING = 2**31 - 1
 _MAY_BE_ZERO = frozenset({"idle_timeout_s"})
+_FLAGS = frozenset({"throw_on_overload"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,8 @@ class ServerLimits:
     max_request_data_in_flight_per_ip: int = DEFAULT_MAX_REQUEST_DATA_IN_FLIGHT_PER_IP
     max_frame_size: int = DEFAULT_NATIVE_MAX_FRAME_SIZE
     frame_body_timeout_s: float = 60.0
+    throw_on_overload: bool = False
+    """Over the budget, answer a frame Overloaded and skip its body instead of pausing."""
     max_in_flight_per_connection: int = DEFAULT_MAX_IN_FLIGHT
     max_pending_requests: int = 1024
     startup_timeout_s: float = 30.0
@@ -72,6 +77,10 @@ class ServerLimits:
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
+            if name in _FLAGS:
+                if not isinstance(value, bool):
+                    raise ConfigurationError(f"ServerLimits.{name} must be a bool, got {value!r}")
+                continue
             low_ok = value >= 0 if name in _MAY_BE_ZERO else value > 0
             if not isinstance(value, int | float) or isinstance(value, bool) or not low_ok:
                 rule = "at least 0" if name in _MAY_BE_ZERO else "positive"
@@ -133,3 +142,5 @@ class ServerStats:
     events_pushed: int = 0
     reads_paused: int = 0
     """Times a connection stopped being read because the request-data budget was full."""
+    frames_overloaded: int = 0
+    """Frames answered Overloaded over the budget (``throw_on_overload``)."""

@@ -19,7 +19,7 @@ Rules:
   (``NATIVE_TRANSPORT_OPTIONS``: ``native_transport_max_concurrent_connections``,
   ``..._per_ip``, ``native_transport_idle_timeout``,
   ``native_transport_max_request_data_in_flight``, ``..._per_ip``,
-  ``native_transport_max_frame_size``, and ringflow's own
+  ``native_transport_max_frame_size``, ``native_transport_throw_on_overload``, and ringflow's own
   ``native_transport_frame_body_timeout``); sizes accept ``B``/``KiB``/``MiB``/``GiB`` and
   durations ``ms``/``s``/``m`` as Cassandra's ``DataStorageSpec``/``DurationSpec`` do, a bare
   number being bytes or milliseconds. Defaults and why: ``ringflow.cql._server_limits``.
@@ -96,6 +96,7 @@ NATIVE_TRANSPORT_OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "native_transport_max_frame_size": ("max_frame_size", "size"),
     "native_transport_frame_body_timeout": ("frame_body_timeout_s", "duration"),
+    "native_transport_throw_on_overload": ("throw_on_overload", "flag"),
 }
 """Cassandra's option name -> (``ServerLimits`` field, kind of value)."""
 
@@ -124,9 +125,19 @@ def parse_duration_s(what: str, value: object) -> float:
     return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
 
 
+def parse_flag(what: str, value: object) -> bool:
+    """A yaml-style boolean: ``true``/``false`` (any case) or a bool."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigurationError(f"{what} must be true or false, got {value!r}")
+    return text == "true"
+
+
 def server_limits(options: dict[str, object]) -> ServerLimits:
     """``ServerLimits`` from Cassandra-named native transport options (the rest default)."""
-    fields: dict[str, int | float] = {}
+    fields: dict[str, int | float | bool] = {}
     for name, value in options.items():
         if name not in NATIVE_TRANSPORT_OPTIONS:
             known = ", ".join(sorted(NATIVE_TRANSPORT_OPTIONS))
@@ -136,6 +147,8 @@ def server_limits(options: dict[str, object]) -> ServerLimits:
             fields[field_name] = parse_size(name, value)
         elif kind == "duration":
             fields[field_name] = parse_duration_s(name, value)
+        elif kind == "flag":
+            fields[field_name] = parse_flag(name, value)
         else:
             if isinstance(value, str) and value.strip().isdigit():
                 value = int(value)

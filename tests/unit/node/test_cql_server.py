@@ -458,3 +458,44 @@ def test_idle_connections_and_stalled_frames_are_closed() -> None:
     server, backend = run_with_server(body, idle_timeout_s=0.3, frame_body_timeout_s=0.3)
     assert server.stats.connections_timed_out == 2
     assert backend.executed == []
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-frame", "large-frame"])
+def test_throw_on_overload_answers_overloaded_skips_the_body_and_goes_on(large: bool) -> None:
+    """A frame whose header arrives while the budget is full is answered at once; (a frame
+    that arrives whole in one read is already in memory: it is served, and reading pauses)."""
+    padding = 2 * 1024 * 1024 if large else 1500  # large: a body gathered apart (>= 1 MiB)
+    budget = padding + 700
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        backend.gate.clear()
+        client = await Client.connect(server.port)
+        await client.start()
+        client.send(query("WAIT"), 1)
+        client.send(query("big " + "y" * padding), 2)  # held behind WAIT
+        await asyncio.sleep(0.1)
+        refused = encode_message(query("big " + "z" * padding), 3)
+        client.writer.write(refused[:20])  # its header: over the budget, so refused
+        await asyncio.sleep(0.1)
+        client.writer.write(refused[20:])  # the body is skipped as it arrives
+        client.send(query("after"), 4)
+        refusal = await client.receive()
+        assert refusal.stream_id == 3
+        assert isinstance(refusal.message, ErrorResponse)
+        assert refusal.message.code == ErrorCode.OVERLOADED
+        assert "native_transport_max_request_data_in_flight" in refusal.message.message
+        backend.gate.set()
+        answers = {(await client.receive()).stream_id for _ in range(3)}
+        assert answers == {1, 2, 4}
+        client.close()
+
+    server, backend = run_with_server(
+        body,
+        max_frame_size=budget - 100,
+        max_request_data_in_flight=budget,
+        max_request_data_in_flight_per_ip=budget,
+        throw_on_overload=True,
+    )
+    assert [text[:5] for text in backend.executed] == ["WAIT", "big y", "after"]
+    assert server.stats.frames_overloaded == 1 and server.stats.reads_paused == 0
+    assert server.budget.total == 0
