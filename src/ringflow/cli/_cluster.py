@@ -41,6 +41,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
+from ringflow.cli._native_options import (
+    SWITCH_INTERVAL_S,
+    add_native_options,
+    given_native_limits,
+    given_native_options,
+    native_arguments,
+)
 from ringflow.cluster.service._settings import (
     CAPTURE_OPTIONS,
     CAPTURE_POLICIES,
@@ -90,6 +97,7 @@ def register(subcommands: Subcommands) -> None:
     )
     add_timing_options(start)
     add_capture_options(start)
+    add_native_options(start)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -127,6 +135,7 @@ def register(subcommands: Subcommands) -> None:
     node.add_argument("--seeds", required=True, help="comma-separated seed addresses")
     add_timing_options(node)
     add_capture_options(node)
+    add_native_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
@@ -358,6 +367,7 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
         "nodes": nodes,
         "timings": given_timings(arguments),
         "capture": given_capture(arguments),
+        "native": given_native_options(arguments),
     }
     data.mkdir(parents=True, exist_ok=True)
     (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
@@ -430,6 +440,7 @@ def _spawn(
         ",".join(_seeds(_nodes(layout))),
         *timing_arguments(_layout_timings(layout)),
         *capture_arguments(layout_capture(layout)),
+        *native_arguments(layout.get("native")),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -494,11 +505,17 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     data: Path = arguments.data
     timings = given_timings(arguments)
     capture = given_capture(arguments)
+    native = given_native_options(arguments)
     if (data / LAYOUT_FILE).exists():
         layout = _load_layout(data)
-        if timings or capture:  # new settings for the nodes started from now on
+        if timings or capture or native:  # new settings for the nodes started from now on
             layout["timings"] = {**_layout_timings(layout), **timings}
             layout["capture"] = {**layout_capture(layout), **capture}
+            saved_native = layout.get("native")
+            layout["native"] = {
+                **(saved_native if isinstance(saved_native, dict) else {}),
+                **native,
+            }
             (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     else:
         layout = _create(data, arguments)
@@ -651,7 +668,12 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = node_config(address=arguments.address, data_dir=arguments.data)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    config = node_config(
+        address=arguments.address,
+        data_dir=arguments.data,
+        limits=given_native_limits(arguments),
+    )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(given_timings(arguments))
     capture = CaptureSettings.of(given_capture(arguments))

@@ -11,6 +11,9 @@ With ``--seeds`` the node runs as a cluster node (gossip with the seeds, coordin
 writes), and accepts the node timing and replica capture options (``--write-timeout-ms``,
 ``--slice-width-s`` ..., see ``ringflow cluster start``); without seeds it is a single node,
 which has no use for them (usage error).
+
+The native transport limits take Cassandra's names (``--native-transport-max-concurrent-
+connections-per-ip 256``, ``--native-transport-idle-timeout 30s``, ... see ``_native_options``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ from ringflow.cli._cluster import (
     add_timing_options,
     given_capture,
     given_timings,
+)
+from ringflow.cli._native_options import (
+    SWITCH_INTERVAL_S,
+    add_native_options,
+    given_native_limits,
 )
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
@@ -61,6 +69,7 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument("--seeds", help="comma-separated seed addresses: run as a cluster node")
     add_timing_options(start)
     add_capture_options(start)
+    add_native_options(start)
     start.set_defaults(handler=run_start)
     from ringflow.cli._topology import register_node
 
@@ -77,6 +86,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"{flags}: timing and capture options configure a cluster node (give --seeds)"
         )
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -90,6 +100,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         rack=arguments.rack,
         shard_count=arguments.shards,
         ignore_msb=arguments.ignore_msb,
+        limits=given_native_limits(arguments),
     )
 
     def announce(line: str) -> None:

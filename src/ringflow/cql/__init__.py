@@ -95,9 +95,11 @@ from ringflow.cql._bind import (
     PreparedStatement,
     prepared_id,
 )
+from ringflow.cql._budget import RequestDataBudget
 from ringflow.cql._connection import (
     DEFAULT_MAX_IN_FLIGHT,
     NEED_DATA,
+    AnswerNotEncodable,
     ConnectionClosed,
     ConnectionEvent,
     ConnectionState,
@@ -169,6 +171,7 @@ from ringflow.cql._parser import (
     parse_statement,
     parse_statements,
 )
+from ringflow.cql._refit import refit, truncate_text
 from ringflow.cql._requests import (
     AuthResponse,
     Batch,
@@ -220,9 +223,8 @@ from ringflow.cql._server import (
     Backend,
     CqlServer,
     Handled,
-    ServerLimits,
-    ServerStats,
 )
+from ringflow.cql._server_limits import ServerLimits, ServerStats
 from ringflow.cql._wire import (
     UNSET,
     Consistency,
@@ -253,6 +255,7 @@ __all__ = [
     "AlterTableAction",
     "AlterTableProperties",
     "AlterTableStatement",
+    "AnswerNotEncodable",
     "AnyErrorResponse",
     "Assignment",
     "AuthChallenge",
@@ -361,6 +364,7 @@ __all__ = [
     "RemoveFrom",
     "RenameColumns",
     "Request",
+    "RequestDataBudget",
     "RequestEvent",
     "Response",
     "Result",
@@ -431,8 +435,10 @@ __all__ = [
     "prepared_id",
     "quote_name",
     "read_option_type",
+    "refit",
     "resolve_type",
     "response_for_error",
+    "truncate_text",
     "unsupported_version_message",
     "write_option_type",
 ]

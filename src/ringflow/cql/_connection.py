@@ -16,11 +16,20 @@ Theory of operation (``doc/native_protocol_v4.spec`` §2.1, §2.3, §4.1.1, §5)
   unexpected message or a refused STARTUP becomes a non-fatal ``ProtocolErrorEvent`` (ERROR
   0x000A) and the connection carries on. Too many requests in flight (``max_in_flight``)
   gives an Overloaded (0x1001) event for that stream.
+* A header announcing a body over ``max_frame_size`` gives a *fatal* ``ProtocolErrorEvent``
+  ("Request is too big ..."): answered, then the connection closed; the body is never
+  buffered (issue 16).
 * A header that cannot be trusted (garbage length, any version but 4) gives a *fatal*
   ``ProtocolErrorEvent``: the shell sends ``send(event.error, event.stream_id)`` (framed in the
   client's own version, which is what drivers need to downgrade from v5 to v4) and closes;
   ``next_event`` then only returns ``ConnectionClosed``.
-* A request is "in flight" from its ``RequestEvent`` until ``send`` answers its stream.
+* A request is "in flight" from its ``RequestEvent`` until ``send`` answers its stream;
+  ``held_bytes`` counts its frame until then, plus the frame being read (its announced size
+  from the header on), for the shell's request-data budget.
+* ``send`` always produces a frame for a request: an answer the wire cannot carry (a [string]
+  over 65,535 bytes) is refitted (``_refit``: texts truncated, or InvalidRequest) and counted
+  in ``refitted_answers``; only when nothing encodes (an EVENT) does it raise
+  ``AnswerNotEncodable``.
 
 Rule: everything that decides a transition lives in this file; the codec modules only
 turn bytes into messages and back.
@@ -43,9 +52,11 @@ from ringflow.cql._frame import (
     Frame,
     FrameDecoder,
     FrameError,
+    FrameTooLarge,
     Opcode,
 )
 from ringflow.cql._messages import Compression, decode_message, encode_message, opcode_name
+from ringflow.cql._refit import refit, truncate_text, truncate_texts
 from ringflow.cql._requests import Request, Startup
 from ringflow.cql._responses import Response
 from ringflow.cql._wire import LocalProtocolError
@@ -98,6 +109,11 @@ class NeedData(Enum):
 NEED_DATA = NeedData.NEED_DATA
 
 
+class AnswerNotEncodable(LocalProtocolError):
+    """``send`` found no answer the wire can carry (an EVENT too large to push, or a bug):
+    the shell drops a push, and closes the connection for an answer to a request."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestEvent:
     """A decoded request for the executor; answer it with ``send(response, stream_id)``."""
@@ -145,10 +161,14 @@ class ServerConnection:
         self._state = ConnectionState.EXPECTING_STARTUP
         self._compression: Compression | None = None
         self._in_flight: set[int] = set()
+        self._request_sizes: dict[int, int] = {}
+        self._request_bytes = 0
         self._reply_versions: dict[int, int] = {}
         self._eof = False
         self._story: deque[str] = deque(maxlen=_STORY_LENGTH)
         self.protocol_error_count = 0
+        self.refitted_answers = 0
+        """Answers the wire could not carry as built, sent refitted (``_refit``)."""
 
     @property
     def state(self) -> ConnectionState:
@@ -161,6 +181,22 @@ class ServerConnection:
     @property
     def in_flight(self) -> frozenset[int]:
         return frozenset(self._in_flight)
+
+    @property
+    def held_bytes(self) -> int:
+        """Request bytes this connection holds: the frame being read (its announced size once
+        its header is here) plus the frames of requests not yet answered."""
+        return self._decoder.wanted_size + self._request_bytes
+
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes the frame being read still needs (0 when no header announces more)."""
+        return self._decoder.wanted_size - self._decoder.buffered_size
+
+    @property
+    def frame_in_progress(self) -> bool:
+        """Part of a frame is here and the rest is not."""
+        return self._decoder.frame_in_progress
 
     def story(self) -> tuple[str, ...]:
         """The last transitions and refusals, oldest first, for error messages and debugging."""
@@ -207,15 +243,64 @@ class ServerConnection:
         version = self._reply_versions.pop(stream_id, PROTOCOL_VERSION)
         compression = self._compression if version == PROTOCOL_VERSION else None
         self._in_flight.discard(stream_id)
-        return encode_message(
-            response,
-            stream_id,
-            version=version,
-            compression=compression,
-            tracing_id=tracing_id,
-            warnings=warnings,
-            custom_payload=custom_payload,
-        )
+        self._release(stream_id)
+        try:
+            return encode_message(
+                response,
+                stream_id,
+                version=version,
+                compression=compression,
+                tracing_id=tracing_id,
+                warnings=warnings,
+                custom_payload=custom_payload,
+            )
+        except LocalProtocolError as failure:
+            return self._send_refitted(response, stream_id, failure, version, warnings)
+
+    def _send_refitted(
+        self,
+        response: Response,
+        stream_id: int,
+        failure: LocalProtocolError,
+        version: int,
+        warnings: Sequence[str],
+    ) -> bytes:
+        """The answer for a ``response`` the wire cannot carry (``_refit``), or
+        ``AnswerNotEncodable`` when there is none: the shell then closes the connection."""
+        self.refitted_answers += 1
+        self._story.append(f"{self._state.value}: stream {stream_id} refitted: {failure}")
+        compression = self._compression if version == PROTOCOL_VERSION else None
+        kept_warnings = truncate_texts(warnings)
+        candidates: list[tuple[Response, Sequence[str]]] = []
+        if kept_warnings != tuple(warnings):
+            candidates.append((response, kept_warnings))  # the warnings were what did not fit
+        fitted = refit(response, failure)
+        if fitted is not None:
+            fallback = ErrorResponse(
+                ErrorCode.SERVER_ERROR, truncate_text(f"Cannot encode the answer: {failure}")
+            )
+            candidates += [(fitted, kept_warnings), (fallback, ())]
+        for candidate, candidate_warnings in candidates:
+            try:
+                return encode_message(
+                    candidate,
+                    stream_id,
+                    version=version,
+                    compression=compression,
+                    warnings=candidate_warnings,
+                )
+            except LocalProtocolError:
+                continue
+        raise AnswerNotEncodable(f"{type(response).__name__} on stream {stream_id}: {failure}")
+
+    def refuse_head_frame(self, message: str) -> ProtocolErrorEvent | None:
+        """Refuse the frame being read with Overloaded (0x1001) and skip its body (Cassandra's
+        ``native_transport_throw_on_overload``); ``None`` when no frame is being read."""
+        header = self._decoder.skip_head_frame()
+        if header is None:
+            return None
+        self._story.append(f"{self._state.value}: overloaded on stream {header.stream_id}")
+        return ProtocolErrorEvent(header.stream_id, ErrorResponse(ErrorCode.OVERLOADED, message))
 
     def validate(self) -> None:
         """Check the connection's invariants (run after every test step)."""
@@ -226,6 +311,11 @@ class ServerConnection:
         invariant(
             self._compression is None or self._state is not ConnectionState.EXPECTING_STARTUP,
             "compression negotiated before STARTUP",
+        )
+        invariant(
+            self._request_sizes.keys() <= self._in_flight
+            and sum(self._request_sizes.values()) == self._request_bytes,
+            f"request bytes {self._request_bytes} disagree with {self._request_sizes}",
         )
         invariant(
             all(version != PROTOCOL_VERSION for version in self._reply_versions.values()),
@@ -264,7 +354,13 @@ class ServerConnection:
                 return self._refuse(stream_id, refusal)
         self._move(_TRANSITIONS.get((self._state, opcode), self._state), opcode.name)
         self._in_flight.add(stream_id)
+        size = header.size + header.body_length
+        self._request_sizes[stream_id] = size
+        self._request_bytes += size
         return RequestEvent(stream_id, request, decoded.tracing, decoded.custom_payload)
+
+    def _release(self, stream_id: int) -> None:
+        self._request_bytes -= self._request_sizes.pop(stream_id, 0)
 
     def _negotiate(self, startup: Startup) -> str | None:
         """Check STARTUP's options and turn on compression; return a refusal or ``None``."""
@@ -307,10 +403,13 @@ class ServerConnection:
         self._story.append(f"{self._state.value}: bad frame on stream {error.stream_id}: {error}")
         if error.version != PROTOCOL_VERSION:
             self._reply_versions[error.stream_id] = error.version
-        if error.fatal:
+        # A frame over the limit is answered, then the connection closed (its body is never
+        # buffered): a client that sends one is broken or hostile.
+        fatal = error.fatal or isinstance(error, FrameTooLarge)
+        if fatal:
             self._move(ConnectionState.CLOSED, "fatal frame error")
         reply = ErrorResponse(ErrorCode.PROTOCOL_ERROR, error.message)
-        return ProtocolErrorEvent(error.stream_id, reply, error.fatal)
+        return ProtocolErrorEvent(error.stream_id, reply, fatal)
 
     def _move(self, state: ConnectionState, cause: str) -> None:
         if state is not self._state:

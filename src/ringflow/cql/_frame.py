@@ -5,6 +5,9 @@ opcode, length) and §5 (compression), reliability-and-style.md §A5.1.
 
 Rules:
 
+* A body of ``LARGE_BODY_SIZE`` or more is gathered in a buffer of its own and handed out as
+  that ``bytearray`` (``Frame.body``), never copied whole: a 100 MB copy holds the GIL long
+  enough to stall every other client of the node (issue 16).
 * The decoder buffers at most one header plus ``max_frame_size`` body bytes. A header that
   announces a longer body is refused at once (``FrameTooLarge``) and its body is skipped as it
   arrives, never buffered, so the connection keeps its frame boundary and can go on.
@@ -45,6 +48,7 @@ _HEADER = struct.Struct(">BBhBi")
 _LEGACY_HEADER = struct.Struct(">BBbBi")
 _LZ4_LENGTH = struct.Struct(">i")
 _LZ4_MAX_RATIO = 255
+LARGE_BODY_SIZE = 1024 * 1024
 
 
 class Opcode(IntEnum):
@@ -140,10 +144,11 @@ class FrameHeader:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """A header and its body exactly as received (still compressed if the flag says so)."""
+    """A header and its body exactly as received (still compressed if the flag says so); a
+    large body is the decoder's own ``bytearray`` (read it, do not keep it around)."""
 
     header: FrameHeader
-    body: bytes
+    body: bytes | bytearray
 
 
 class FrameError(ProtocolViolation):
@@ -182,6 +187,8 @@ class FrameDecoder:
         "_broken",
         "_buffer",
         "_discard_remaining",
+        "_large_body",
+        "_large_header",
         "_start",
         "expected_version",
         "max_frame_size",
@@ -201,11 +208,38 @@ class FrameDecoder:
         self._start = 0
         self._discard_remaining = 0
         self._broken: FrameError | None = None
+        self._large_header: FrameHeader | None = None
+        self._large_body = bytearray()
 
     @property
     def buffered_size(self) -> int:
         """Bytes held and not yet returned as frames."""
-        return len(self._buffer) - self._start
+        return len(self._large_body) + len(self._buffer) - self._start
+
+    @property
+    def wanted_size(self) -> int:
+        """Bytes the buffer will hold once the frame at its head is complete: the buffered
+        bytes, or more when a header announces a body not yet all here (budgets reserve it)."""
+        buffered = self.buffered_size
+        large = self._large_header
+        if large is not None:
+            return large.size + large.body_length + len(self._buffer) - self._start
+        if self._broken is not None or self._discard_remaining or buffered < HEADER_SIZE:
+            return buffered
+        first = self._buffer[self._start]
+        if first & _VERSION_MASK < _FIRST_NINE_BYTE_HEADER_VERSION:
+            return buffered
+        length: int = _HEADER.unpack_from(self._buffer, self._start)[4]
+        if not 0 <= length <= self.max_frame_size:
+            return buffered
+        return max(buffered, HEADER_SIZE + length)
+
+    @property
+    def frame_in_progress(self) -> bool:
+        """Whether part of a frame has arrived and the rest has not (a body timeout runs)."""
+        return (
+            self.buffered_size > 0 or self._discard_remaining > 0 or self._large_header is not None
+        )
 
     def feed(self, data: bytes) -> None:
         if self._broken is not None:
@@ -214,12 +248,26 @@ class FrameDecoder:
             skipped = min(self._discard_remaining, len(data))
             self._discard_remaining -= skipped
             data = data[skipped:]
-        self._buffer += data
+        large = self._large_header
+        if large is not None:
+            missing = large.body_length - len(self._large_body)
+            with memoryview(data) as view:
+                self._large_body += view[:missing]
+            data = data[missing:]
+        if data:
+            self._buffer += data
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, ``None`` if more bytes are needed, or raise ``FrameError``."""
         if self._broken is not None:
             raise self._broken
+        large = self._large_header
+        if large is not None:
+            if len(self._large_body) < large.body_length:
+                return None
+            frame = Frame(large, self._large_body)  # handed out, not copied
+            self._large_header, self._large_body = None, bytearray()
+            return frame
         if self._discard_remaining:
             return None
         header = self._peek_header()
@@ -228,10 +276,31 @@ class FrameDecoder:
         body_start = self._start + header.size
         end = body_start + header.body_length
         if len(self._buffer) < end:
+            if header.body_length >= LARGE_BODY_SIZE:
+                self._large_header = header
+                self._large_body = bytearray(self._buffer[body_start:])
+                self._consume(len(self._buffer) - self._start)
             return None
-        body = bytes(self._buffer[body_start:end])
+        with memoryview(self._buffer) as view:
+            body = bytes(view[body_start:end])  # one copy: a slice of the bytearray is another
         self._consume(end - self._start)
         return Frame(header, body)
+
+    def skip_head_frame(self) -> FrameHeader | None:
+        """Drop the incomplete frame at the head, its body as it arrives (never buffered), and
+        return its header; ``None`` when no header is waiting for its body."""
+        large = self._large_header
+        if large is not None:
+            self._discard_remaining = large.body_length - len(self._large_body)
+            self._large_header, self._large_body = None, bytearray()
+            return large
+        if self._broken is not None or self._discard_remaining:
+            return None
+        header = self._peek_header()
+        if header is None or self.buffered_size >= header.size + header.body_length:
+            return None
+        self._skip_body(header.size, header.body_length)
+        return header
 
     def _consume(self, size: int) -> None:
         self._start += size
@@ -301,7 +370,7 @@ def compress_lz4(body: bytes) -> bytes:
     return _LZ4_LENGTH.pack(len(body)) + block
 
 
-def decompress_lz4(body: bytes, max_size: int) -> bytes:
+def decompress_lz4(body: bytes | bytearray, max_size: int) -> bytes:
     """Inverse of ``compress_lz4``; refuses an announced size over ``max_size`` before inflating."""
     if len(body) < _LZ4_LENGTH.size:
         raise ProtocolViolation(f"LZ4 body of {len(body)} bytes has no length prefix")

@@ -90,8 +90,10 @@ class Reader:
 
     __slots__ = ("_data", "_offset")
 
-    def __init__(self, data: bytes, offset: int = 0) -> None:
-        self._data = data
+    def __init__(self, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        # A large frame body arrives as a bytearray (``FrameDecoder``): read it through a
+        # memoryview, so only the parts taken are copied (into ``bytes``).
+        self._data: bytes | memoryview = data if isinstance(data, bytes) else memoryview(data)
         self._offset = offset
 
     @property
@@ -110,7 +112,8 @@ class Reader:
             )
         start = self._offset
         self._offset = start + size
-        return self._data[start : self._offset]
+        taken = self._data[start : self._offset]
+        return taken if isinstance(taken, bytes) else bytes(taken)
 
     def _unpack(self, packer: struct.Struct, what: str) -> int:
         value: int = packer.unpack(self._take(packer.size, what))[0]

@@ -15,6 +15,14 @@ Rules:
   connection per shard (it keeps opening connections until the server has reported every shard
   id, since no shard-aware port is advertised), so the default is 1: one connection per client,
   one stream per vnode. ``ignore_msb`` defaults to Scylla's 12.
+* Native transport limits (``ServerLimits``) take Cassandra's ``cassandra.yaml`` names
+  (``NATIVE_TRANSPORT_OPTIONS``: ``native_transport_max_concurrent_connections``,
+  ``..._per_ip``, ``native_transport_idle_timeout``,
+  ``native_transport_max_request_data_in_flight``, ``..._per_ip``,
+  ``native_transport_max_frame_size``, ``native_transport_throw_on_overload``, and ringflow's own
+  ``native_transport_frame_body_timeout``); sizes accept ``B``/``KiB``/``MiB``/``GiB`` and
+  durations ``ms``/``s``/``m`` as Cassandra's ``DataStorageSpec``/``DurationSpec`` do, a bare
+  number being bytes or milliseconds. Defaults and why: ``ringflow.cql._server_limits``.
 * Identity is persisted once, atomically (temp file, fsync, rename, fsync of the directory), the
   first time the node starts. On a restart the saved host id and tokens are used, and a cluster
   name, DC, rack, vnode count or sharding that differs from the saved one is refused: a node
@@ -36,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cql._server import ServerLimits
+from ringflow.cql import ServerLimits
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, TokenMetadata, allocate_random, check_sharding
 
@@ -67,6 +75,85 @@ def _check_name(what: str, value: object) -> str:
             f"'.', '_', ':' or '-', starting with a letter or digit; got {value!r}"
         )
     return value
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*")
+_DURATION_UNITS_S = {None: 0.001, "ms": 0.001, "s": 1.0, "m": 60.0}
+
+NATIVE_TRANSPORT_OPTIONS: dict[str, tuple[str, str]] = {
+    "native_transport_max_concurrent_connections": ("max_concurrent_connections", "count"),
+    "native_transport_max_concurrent_connections_per_ip": (
+        "max_concurrent_connections_per_ip",
+        "count",
+    ),
+    "native_transport_idle_timeout": ("idle_timeout_s", "duration"),
+    "native_transport_max_request_data_in_flight": ("max_request_data_in_flight", "size"),
+    "native_transport_max_request_data_in_flight_per_ip": (
+        "max_request_data_in_flight_per_ip",
+        "size",
+    ),
+    "native_transport_max_frame_size": ("max_frame_size", "size"),
+    "native_transport_frame_body_timeout": ("frame_body_timeout_s", "duration"),
+    "native_transport_throw_on_overload": ("throw_on_overload", "flag"),
+}
+"""Cassandra's option name -> (``ServerLimits`` field, kind of value)."""
+
+
+def parse_size(what: str, value: object) -> int:
+    """Bytes from ``16MiB``, ``64KiB``, ``100`` (bytes) or an int."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.fullmatch(str(value))
+    if match is None:
+        raise ConfigurationError(
+            f"{what} must be a size such as 16MiB, 512KiB or 1048576 (bytes), got {value!r}"
+        )
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def parse_duration_s(what: str, value: object) -> float:
+    """Seconds from ``500ms``, ``30s``, ``2m``, ``1000`` (milliseconds) or a number of ms."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) / 1000
+    match = _DURATION.fullmatch(str(value))
+    if match is None:
+        raise ConfigurationError(
+            f"{what} must be a duration such as 500ms, 30s, 2m or 1000 (ms), got {value!r}"
+        )
+    return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
+
+
+def parse_flag(what: str, value: object) -> bool:
+    """A yaml-style boolean: ``true``/``false`` (any case) or a bool."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigurationError(f"{what} must be true or false, got {value!r}")
+    return text == "true"
+
+
+def server_limits(options: dict[str, object]) -> ServerLimits:
+    """``ServerLimits`` from Cassandra-named native transport options (the rest default)."""
+    fields: dict[str, int | float | bool] = {}
+    for name, value in options.items():
+        if name not in NATIVE_TRANSPORT_OPTIONS:
+            known = ", ".join(sorted(NATIVE_TRANSPORT_OPTIONS))
+            raise ConfigurationError(f"unknown native transport option {name!r} (known: {known})")
+        field_name, kind = NATIVE_TRANSPORT_OPTIONS[name]
+        if kind == "size":
+            fields[field_name] = parse_size(name, value)
+        elif kind == "duration":
+            fields[field_name] = parse_duration_s(name, value)
+        elif kind == "flag":
+            fields[field_name] = parse_flag(name, value)
+        else:
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value)
+            fields[field_name] = _check_int(name, value, 1, 2**31 - 1)
+    return ServerLimits(**fields)  # type: ignore[arg-type]
 
 
 def _check_int(what: str, value: object, low: int, high: int) -> int:

@@ -245,24 +245,45 @@ def test_garbage_header_is_fatal_and_closes() -> None:
     connection.validate()
 
 
-def test_frame_too_large_is_skipped_without_buffering_and_the_connection_goes_on() -> None:
+def test_frame_too_large_is_refused_without_buffering_and_the_connection_closes() -> None:
+    """Issue 16: a frame over the limit is answered with a protocol error and the connection
+    closed; neither its body nor anything after it is buffered."""
     connection = ready_connection(max_frame_size=1024)
     big = driver_frame(QueryMessage("x" * 5000, 1), 21)
     following = driver_frame(OptionsMessage(), 22)
     events: list[ConnectionEvent] = []
     for byte in big + following:
         connection.receive_data(bytes([byte]))
-        while (event := connection.next_event()) is not NEED_DATA:
+        event = connection.next_event()
+        if event is not NEED_DATA and not isinstance(event, ConnectionClosed):
             events.append(event)
         assert connection._decoder.buffered_size <= 9 + 1024
-    assert len(events) == 2
+        assert connection.held_bytes <= 9 + 1024
+    assert len(events) == 1
     first = refusal(events[0])
     assert first.stream_id == 21
-    assert not first.fatal
+    assert first.fatal
     assert first.error.message == (
         f"Request is too big: length {len(big) - 9} exceeds maximum allowed length 1024"
     )
-    assert events[1] == RequestEvent(22, Options())
+    assert connection.state is ConnectionState.CLOSED
+    assert isinstance(connection.next_event(), ConnectionClosed)
+    connection.validate()
+
+
+def test_held_bytes_count_an_announced_frame_and_requests_until_answered() -> None:
+    connection = ready_connection()
+    frame = driver_frame(QueryMessage("SELECT 1", ConsistencyLevel.ONE), 5)
+    connection.receive_data(frame[:12])
+    assert connection.next_event() is NEED_DATA
+    assert connection.held_bytes == len(frame), "the whole announced frame, from its header on"
+    assert connection.frame_in_progress
+    connection.receive_data(frame[12:])
+    assert isinstance(connection.next_event(), RequestEvent)
+    assert connection.held_bytes == len(frame), "held while the request is in flight"
+    assert not connection.frame_in_progress
+    connection.send(VoidResult(), 5)
+    assert connection.held_bytes == 0
     connection.validate()
 
 

@@ -222,3 +222,29 @@ def test_writer_refuses_what_the_notation_cannot_carry() -> None:
 def test_count_refuses_more_items_than_the_body_can_hold() -> None:
     with pytest.raises(ProtocolViolation, match="count 1000"):
         Reader(struct.pack(">i", 1000) + b"\x00" * 10).read_count("row", 4)
+
+
+def test_a_large_body_is_gathered_apart_and_handed_out_whole_in_order() -> None:
+    """Issue 16: a body of a MiB or more is never copied whole; the frames around it keep
+    their order, and the decoder announces the large frame's size from its header on."""
+    large_body = bytes(range(256)) * 8192  # 2 MiB
+    small = FrameHeader(4, 0, 2, 0x05, 3).encode() + b"abc"
+    stream = FrameHeader(4, 0, 1, 0x07, len(large_body)).encode() + large_body + small
+    decoder = FrameDecoder()
+    frames = []
+    for offset in range(0, len(stream), 70_001):
+        decoder.feed(stream[offset : offset + 70_001])
+        if offset == 0:
+            assert decoder.wanted_size == 9 + len(large_body)
+            assert decoder.frame_in_progress
+        while (frame := decoder.next_frame()) is not None:
+            frames.append(frame)
+        assert decoder.buffered_size <= len(large_body) + 9 + 70_001
+    assert [frame.header.stream_id for frame in frames] == [1, 2]
+    assert bytes(frames[0].body) == large_body and isinstance(frames[0].body, bytearray)
+    assert frames[1].body == b"abc"
+    assert decoder.buffered_size == 0 and decoder.wanted_size == 0
+    assert not decoder.frame_in_progress
+    reader = Reader(frames[0].body)
+    taken = reader.read_raw(4, "test")
+    assert taken == large_body[:4] and type(taken) is bytes

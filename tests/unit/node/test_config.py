@@ -7,6 +7,7 @@ a changed cluster name, DC, rack, vnode count or sharding; omitted options come 
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 import random
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from ringflow.cli import main
+from ringflow.cli._native_options import given_native_options, native_arguments
+from ringflow.cql import ServerLimits
 from ringflow.errors import ConfigurationError
 from ringflow.node import (
     DEFAULT_IGNORE_MSB,
@@ -28,6 +31,7 @@ from ringflow.node import (
     node_config,
     prepare_data_dir,
     save_record,
+    server_limits,
 )
 
 
@@ -166,3 +170,63 @@ def test_cli_reports_a_bad_setting_as_a_usage_error(
     assert code == 2
     assert "address must be an IPv4 loopback address" in capsys.readouterr().err
     assert main(["node"]) == 2
+
+
+def test_native_transport_options_take_cassandra_names_sizes_and_durations() -> None:
+    limits = server_limits(
+        {
+            "native_transport_max_concurrent_connections": 100,
+            "native_transport_max_concurrent_connections_per_ip": "10",
+            "native_transport_idle_timeout": "1500ms",
+            "native_transport_max_request_data_in_flight": "64MiB",
+            "native_transport_max_request_data_in_flight_per_ip": "16MiB",
+            "native_transport_max_frame_size": "8MiB",
+            "native_transport_frame_body_timeout": "2m",
+        }
+    )
+    assert limits == ServerLimits(
+        max_concurrent_connections=100,
+        max_concurrent_connections_per_ip=10,
+        idle_timeout_s=1.5,
+        max_request_data_in_flight=64 * 2**20,
+        max_request_data_in_flight_per_ip=16 * 2**20,
+        max_frame_size=8 * 2**20,
+        frame_body_timeout_s=120.0,
+    )
+    assert server_limits({"native_transport_idle_timeout": 2000}).idle_timeout_s == 2.0
+    assert server_limits({}) == ServerLimits()
+
+
+@pytest.mark.parametrize(
+    "options,rule",
+    [
+        ({"native_transport_max_frame_size": "16 MB"}, "must be a size"),
+        ({"native_transport_idle_timeout": "soon"}, "must be a duration"),
+        ({"native_transport_max_concurrent_connections": 0}, "integer in 1"),
+        ({"native_transport_max_threads": 4}, "unknown native transport option"),
+        ({"native_transport_max_frame_size": "64MiB"}, "must fit max_request_data_in_flight"),
+        ({"native_transport_max_concurrent_connections_per_ip": 2048}, "must be at most"),
+    ],
+)
+def test_bad_native_transport_options_are_configuration_errors(
+    options: dict[str, object], rule: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=rule):
+        server_limits(options)
+
+
+def test_cli_native_transport_options_are_checked_and_forwarded_to_cluster_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["node", "start", "--address", "127.0.0.1", "--data", str(tmp_path)]
+    code = main([*arguments, "--native-transport-max-frame-size", "64MiB"])
+    assert code == 2
+    assert "must fit max_request_data_in_flight_per_ip" in capsys.readouterr().err
+    namespace = argparse.Namespace(
+        native_transport_max_frame_size="1MiB", native_transport_idle_timeout="30s"
+    )
+    saved = given_native_options(namespace)
+    assert native_arguments(saved) == [
+        *("--native-transport-idle-timeout", "30s"),
+        *("--native-transport-max-frame-size", "1MiB"),
+    ]

@@ -274,7 +274,9 @@ def test_connections_over_the_limit_get_overloaded_then_closed() -> None:
         first.close()
         second.close()
 
-    server, _backend = run_with_server(body, max_connections=1)
+    server, _backend = run_with_server(
+        body, max_concurrent_connections=1, max_concurrent_connections_per_ip=1
+    )
     assert server.stats.connections_refused == 1
 
 
@@ -322,7 +324,7 @@ def test_close_lets_statements_in_flight_finish() -> None:
 @pytest.mark.parametrize(
     "limits",
     [
-        {"max_connections": 0},
+        {"max_concurrent_connections": 0},
         {"max_pending_requests": -1},
         {"max_frame_size": 1.5},
         {"max_frame_size": 2**31},
@@ -332,3 +334,168 @@ def test_close_lets_statements_in_flight_finish() -> None:
 def test_bad_limits_are_configuration_errors(limits: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError, match=next(iter(limits))):
         ServerLimits(**limits)  # type: ignore[arg-type]
+
+
+# --- issue 16: answers that do not fit, shares, budgets, timeouts -----------------------------
+
+LONG_TEXT = "x" * 70_000
+
+
+@dataclass
+class LongAnswers(FakeBackend):
+    """Answers "LONG ERROR" with an error message, and "LONG CREATE" with a schema change,
+    whose texts are over the 65,535-byte [string] limit."""
+
+    def handle(self, session: FakeSession, statement: Statement) -> Response:
+        assert isinstance(statement, Query)
+        if statement.query == "LONG ERROR":
+            return ErrorResponse(ErrorCode.INVALID, "no keyspace " + LONG_TEXT)
+        if statement.query == "LONG CREATE":
+            change = SchemaChange(SchemaChangeType.CREATED, SchemaChangeTarget.KEYSPACE, LONG_TEXT)
+            return SchemaChangeResult(change)
+        return super().handle(session, statement)
+
+
+def test_answers_too_long_are_refitted_counted_and_the_connection_goes_on() -> None:
+    backend = LongAnswers()
+    worker = concurrent.futures.ThreadPoolExecutor(1)
+    server = CqlServer(backend, worker, host="127.0.0.1", port=0)
+
+    async def main() -> None:
+        await server.start()
+        try:
+            client, listener = await Client.connect(server.port), await Client.connect(server.port)
+            await client.start()
+            await listener.start()
+            assert await listener.request(Register((EventType.SCHEMA_CHANGE,)), 2) == Ready()
+            error = await client.request(query("LONG ERROR"), 1)
+            assert isinstance(error, ErrorResponse) and error.code == ErrorCode.INVALID
+            assert error.message.startswith("no keyspace xxx") and "[truncated " in error.message
+            invalid = await client.request(query("LONG CREATE"), 2)
+            assert isinstance(invalid, ErrorResponse) and invalid.code == ErrorCode.INVALID
+            assert await client.request(query("a"), 3) == VoidResult()
+            assert await listener.request(query("a"), 4) == VoidResult(), "no push came first"
+            client.close()
+            listener.close()
+        finally:
+            await server.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker.shutdown(wait=True)
+    assert server.stats.refitted_answers == 2
+    assert server.stats.connection_failures == 0
+
+
+async def connect_from(port: int, source: str) -> Client:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    return Client(reader, writer)
+
+
+def test_each_client_address_gets_its_share_of_connections() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        greedy = [await connect_from(server.port, "127.0.0.2") for _ in range(2)]
+        for client in greedy:
+            await client.start()
+        refused = await connect_from(server.port, "127.0.0.2")
+        refusal = await refused.request(Options(), 1)
+        assert isinstance(refusal, ErrorResponse) and refusal.code == ErrorCode.OVERLOADED
+        assert "from 127.0.0.2" in refusal.message and "per_ip" in refusal.message
+        assert await refused.closed()
+        other = await connect_from(server.port, "127.0.0.3")
+        await other.start()
+        assert await other.request(query("a"), 2) == VoidResult()
+        for client in [*greedy, refused, other]:
+            client.close()
+
+    server, _backend = run_with_server(
+        body, max_concurrent_connections=4, max_concurrent_connections_per_ip=2
+    )
+    assert server.stats.connections_refused == 1
+
+
+def test_a_full_request_budget_pauses_reading_until_answers_release_it() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        backend.gate.clear()
+        client = await Client.connect(server.port)
+        await client.start()
+        client.send(query("WAIT"), 1)
+        client.send(query("big " + "y" * 1500), 2)  # queued behind WAIT, its bytes held
+        await asyncio.sleep(0.1)
+        client.send(query("big " + "z" * 1500), 3)  # does not fit beside them: not read
+        await asyncio.sleep(0.2)
+        assert backend.executed == []
+        assert server.stats.reads_paused == 1
+        assert server.budget.total <= 2200
+        backend.gate.set()
+        answers = {(await client.receive()).stream_id for _ in range(3)}
+        assert answers == {1, 2, 3}
+        client.close()
+
+    server, backend = run_with_server(
+        body,
+        max_frame_size=2100,
+        max_request_data_in_flight=2200,
+        max_request_data_in_flight_per_ip=2200,
+    )
+    assert [text[:5] for text in backend.executed] == ["WAIT", "big y", "big z"]
+    assert server.budget.total == 0
+
+
+def test_idle_connections_and_stalled_frames_are_closed() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        idle, stalled = await Client.connect(server.port), await Client.connect(server.port)
+        await idle.start()
+        await stalled.start()
+        frame = encode_message(query("a"), 5)
+        stalled.writer.write(frame[:-3])
+        assert await idle.closed()
+        assert await stalled.closed()
+        idle.close()
+        stalled.close()
+
+    server, backend = run_with_server(body, idle_timeout_s=0.3, frame_body_timeout_s=0.3)
+    assert server.stats.connections_timed_out == 2
+    assert backend.executed == []
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-frame", "large-frame"])
+def test_throw_on_overload_answers_overloaded_skips_the_body_and_goes_on(large: bool) -> None:
+    """A frame whose header arrives while the budget is full is answered at once; (a frame
+    that arrives whole in one read is already in memory: it is served, and reading pauses)."""
+    padding = 2 * 1024 * 1024 if large else 1500  # large: a body gathered apart (>= 1 MiB)
+    budget = padding + 700
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        backend.gate.clear()
+        client = await Client.connect(server.port)
+        await client.start()
+        client.send(query("WAIT"), 1)
+        client.send(query("big " + "y" * padding), 2)  # held behind WAIT
+        await asyncio.sleep(0.1)
+        refused = encode_message(query("big " + "z" * padding), 3)
+        client.writer.write(refused[:20])  # its header: over the budget, so refused
+        await asyncio.sleep(0.1)
+        client.writer.write(refused[20:])  # the body is skipped as it arrives
+        client.send(query("after"), 4)
+        refusal = await client.receive()
+        assert refusal.stream_id == 3
+        assert isinstance(refusal.message, ErrorResponse)
+        assert refusal.message.code == ErrorCode.OVERLOADED
+        assert "native_transport_max_request_data_in_flight" in refusal.message.message
+        backend.gate.set()
+        answers = {(await client.receive()).stream_id for _ in range(3)}
+        assert answers == {1, 2, 4}
+        client.close()
+
+    server, backend = run_with_server(
+        body,
+        max_frame_size=budget - 100,
+        max_request_data_in_flight=budget,
+        max_request_data_in_flight_per_ip=budget,
+        throw_on_overload=True,
+    )
+    assert [text[:5] for text in backend.executed] == ["WAIT", "big y", "after"]
+    assert server.stats.frames_overloaded == 1 and server.stats.reads_paused == 0
+    assert server.budget.total == 0
