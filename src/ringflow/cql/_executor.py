@@ -306,6 +306,7 @@ class QueryProcessor:
         self._data_plane: DataPlane = LocalDataPlane(store)
         self._consistency = Consistency.ONE
         self._warnings: list[str] = []
+        self.batch_size_warnings = 0
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
         ensure_system_tables(store)
@@ -612,7 +613,10 @@ class QueryProcessor:
             mutations, limits.batch_size_warn_bytes, limits.batch_size_fail_bytes
         )
         if warning is not None:
-            _log.warning("%s", warning)
+            self.batch_size_warnings += 1
+            if self.batch_size_warnings <= 20 or self.batch_size_warnings % 1000 == 0:
+                # a hub sink's batches may all be over the threshold: the log keeps a sample
+                _log.warning("%s (%d such batches)", warning, self.batch_size_warnings)
             self._warnings.append(warning)
         self._apply(mutations)
 
