@@ -64,6 +64,10 @@ class ExecutorLimits:
     max_clustering_prefixes: int = 1_000
     max_aggregate_rows: int = 1_000_000
     max_batch_statements: int = 10_000
+    batch_size_warn_bytes: int = 5 * 1024
+    """Cassandra's ``batch_size_warn_threshold`` (5 KiB): a protocol warning above it."""
+    batch_size_fail_bytes: int = 50 * 1024
+    """Cassandra's ``batch_size_fail_threshold`` (50 KiB): ``Batch too large`` above it."""
     max_list_elements_read: int = 100_000
 
     def __post_init__(self) -> None:

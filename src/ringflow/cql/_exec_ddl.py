@@ -75,7 +75,7 @@ from ringflow.cql._results import (
     SchemaChangeType,
     VoidResult,
 )
-from ringflow.errors import ConfigurationError, InvalidRequest
+from ringflow.errors import ConfigurationError, InvalidRequest, SyntaxProblem
 from ringflow.ring import replication_strategy
 from ringflow.schema import (
     CDC_LOG_SUFFIX,
@@ -113,6 +113,8 @@ from ringflow.schema import (
 from ringflow.schema import SchemaChange as Change
 from ringflow.schema._system_rows import replication_map
 
+DEFAULT_KEYSPACE_RF = 1
+"""Cassandra's ``default_keyspace_rf``: the factor of a keyspace created without one."""
 _MIN_BLOOM_FILTER_FP_CHANCE = 6.71e-05  # Cassandra's BloomCalculations minimum
 _SPECULATIVE_RETRY = re.compile(
     r"(?i)(ALWAYS|NONE|NEVER|\d+(\.\d+)?(P|PERCENTILE|MS)|"
@@ -255,7 +257,7 @@ def table_options(properties: Properties, base: TableOptions) -> TableOptions:
         elif name in ENGINE_PROPERTY_KINDS:
             engine[name] = _engine_property(name, value)
         elif name not in _IGNORED_OPTIONS:
-            raise InvalidRequest(f"Unknown property '{name}'")
+            raise SyntaxProblem(f"Unknown property '{name}'")
     check_engine_properties(engine)
     return TableOptions(cdc, ttl, gc_grace, comment, engine_overrides("", engine))
 
@@ -331,12 +333,55 @@ def _keyspace_options(
         elif item.name == "durable_writes":
             durable = _text(item.value).lower() == "true"
         else:
-            raise InvalidRequest(f"Unknown property '{item.name}'")
+            raise SyntaxProblem(f"Unknown property '{item.name}'")
     if replication is None:
         raise InvalidRequest("Missing mandatory option 'replication'")
+    if base is None or replication is not base.replication:
+        replication = _replication_options(name, replication, datacenters, base)
     replication_strategy(dict(replication), list(datacenters))
     user_types = {} if base is None else base.user_types
     return Keyspace(name, replication_map(replication), durable, user_types)
+
+
+def _replication_options(
+    keyspace: str, replication: Mapping[str, str], datacenters: Sequence[str], base: Keyspace | None
+) -> dict[str, str]:
+    """A replication map as Cassandra 4.1+ completes and checks it: a strategy without a
+    replication factor gets ``default_keyspace_rf`` (NetworkTopologyStrategy: in every known
+    data center; an ALTER from SimpleStrategy keeps its factor, one from NetworkTopologyStrategy
+    its data centers), the ``replication_factor`` shorthand is expanded to every known data
+    center, and an option the strategy does not know (a data center the cluster does not know)
+    is a ConfigurationError naming it."""
+    options = dict(replication)
+    strategy = options.get("class")
+    if strategy is None:
+        raise ConfigurationError("Missing replication strategy class")
+    short = strategy.rsplit(".", 1)[-1]
+    previous = {} if base is None else dict(base.replication)
+    previous_class = previous.pop("class", "").rsplit(".", 1)[-1]
+    if short == "SimpleStrategy":
+        options.setdefault("replication_factor", str(DEFAULT_KEYSPACE_RF))
+        expected: set[str] = {"replication_factor"}
+    elif short == "NetworkTopologyStrategy":
+        factor = options.pop("replication_factor", None)
+        if factor is None and len(options) == 1:  # the class alone
+            if previous_class == "NetworkTopologyStrategy":
+                options.update(previous)
+            else:
+                factor = previous.get("replication_factor", str(DEFAULT_KEYSPACE_RF))
+        if factor is not None:
+            for dc in datacenters:
+                options.setdefault(dc, str(factor))
+        expected = set(datacenters)
+    else:
+        return options  # other strategies: ring.replication_strategy checks them
+    for option in sorted(options):
+        if option != "class" and option not in expected:
+            raise ConfigurationError(
+                f"Unrecognized strategy option {{{option}}} passed to {short} for keyspace "
+                f"{keyspace}"
+            )
+    return options
 
 
 # --- keyspaces -----------------------------------------------------------------------------------

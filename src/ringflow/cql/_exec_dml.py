@@ -80,6 +80,9 @@ from ringflow.schema import (
 )
 
 _FIELD_INDEX = struct.Struct(">H")
+MAX_KEY_COMPONENT_BYTES = 65535
+NO_TIMESTAMP = -(2**63)
+"""Long.MIN_VALUE: Cassandra's ``LivenessInfo.NO_TIMESTAMP``, never a write's timestamp."""
 _REFERENCE_TIME_US = 1_262_304_000_000_000  # 2010-01-01T00:00:00Z, Cassandra's PrecisionTime base
 
 ListReader = Callable[[Table, Key, Key, str], list[Cell]]
@@ -155,6 +158,10 @@ def write_parameters(using: UsingClause, table: Table, context: WriteContext) ->
             raise InvalidRequest("Invalid null value of timestamp")
     if timestamp is UNSET or timestamp is None:
         timestamp = context.default_timestamp()
+    if timestamp == NO_TIMESTAMP:
+        raise InvalidRequest(
+            f"Invalid timestamp value: {timestamp} (Long.MIN_VALUE is reserved for no timestamp)"
+        )
     ttl = None
     if using.ttl is not None:
         ttl = term_value(using.ttl, INT, "[ttl]", statement)
@@ -212,6 +219,12 @@ class _PartitionWrites:
     ranges: list[RangeTombstone] = field(default_factory=list)
 
     def row(self, clustering: Key) -> _RowWrites:
+        for component in clustering:
+            if len(component) > MAX_KEY_COMPONENT_BYTES:  # Cassandra's [short] length limit
+                raise InvalidRequest(
+                    f"Key length of {len(component)} is longer than maximum of "
+                    f"{MAX_KEY_COMPONENT_BYTES}"
+                )
         return self.rows.setdefault(clustering, _RowWrites())
 
     def static_row(self) -> _RowWrites:

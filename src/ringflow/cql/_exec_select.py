@@ -377,6 +377,8 @@ def _plan(
     require_no_filtering(restrictions, statement.allow_filtering)
     per_partition = _positive(statement.per_partition_limit, "[per_partition_limit]", context)
     if statement.distinct:
+        if statement.per_partition_limit is not None:  # Cassandra's SelectStatement check
+            raise InvalidRequest("PER PARTITION LIMIT is not allowed with SELECT DISTINCT queries")
         per_partition = 1
     keys = None if restrictions.partition_keys is None else _sorted_keys(table, restrictions)
     return _Plan(

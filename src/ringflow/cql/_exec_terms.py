@@ -292,28 +292,36 @@ _STRING_CONVERTERS: dict[str, Callable[[str], Value]] = {
     "duration": lambda text: parse_duration(text),  # defined below
 }
 
-_UNIT_NANOS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
 _UNIT_PART = re.compile(r"(\d+)(mo|ms|us|µs|ns|y|w|d|h|m|s)", re.IGNORECASE)
+_UNITS = {  # symbol: (Cassandra's Duration.Builder order and name, months, days, nanoseconds)
+    "y": (1, "years", 12, 0, 0),
+    "mo": (2, "months", 1, 0, 0),
+    "w": (3, "weeks", 0, 7, 0),
+    "d": (4, "days", 0, 1, 0),
+    "h": (5, "hours", 0, 0, 3_600_000_000_000),
+    "m": (6, "minutes", 0, 0, 60_000_000_000),
+    "s": (7, "seconds", 0, 0, 1_000_000_000),
+    "ms": (8, "milliseconds", 0, 0, 1_000_000),
+    "us": (9, "microseconds", 0, 0, 1_000),
+    "µs": (9, "microseconds", 0, 0, 1_000),
+    "ns": (10, "nanoseconds", 0, 0, 1),
+}
 _ISO_DURATION = re.compile(
-    r"P(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?"
+    r"P(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?"
 )
+_ISO_WEEKS = re.compile(r"P(\d+)W")
+_ISO_ALTERNATIVE = re.compile(r"P(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
 
 
 def parse_duration(text: str) -> Duration:
-    """A CQL duration literal: ``1y2mo3w4d5h6m7s8ms9us10ns`` or ISO 8601 ``P1Y2M3DT4H5M6S``."""
+    """A CQL duration literal as Cassandra's ``Duration.from`` reads it: units
+    (``1y2mo3w4d5h6m7s8ms9us10ns``, each unit once and in that order) or ISO 8601
+    (``P1Y2M3DT4H5M6S``, ``P2W``, ``P0001-02-03T04:05:06``), with its error messages."""
     stripped = text.strip()
     negative = stripped.startswith("-")
     body = stripped[1:] if negative else stripped
-    if body.upper().startswith("P"):
-        months, days, nanos = _iso_duration(body.upper())
+    if body.startswith("P"):
+        months, days, nanos = _iso_duration(body)
     else:
         months, days, nanos = _unit_duration(body)
     sign = -1 if negative else 1
@@ -321,35 +329,39 @@ def parse_duration(text: str) -> Duration:
 
 
 def _iso_duration(body: str) -> tuple[int, int, int]:
-    match = _ISO_DURATION.fullmatch(body)
-    if match is None or body in ("P", "PT"):
-        raise ValueError(f"{body!r} is not an ISO 8601 duration")
-    years, months, weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    if body.endswith("W"):
+        weeks = _ISO_WEEKS.fullmatch(body)
+        if weeks is None:
+            raise ValueError(f"Unable to convert '{body}' to a duration")
+        return 0, 7 * int(weeks.group(1)), 0
+    pattern = _ISO_ALTERNATIVE if "-" in body else _ISO_DURATION
+    match = pattern.fullmatch(body)
+    if match is None:
+        raise ValueError(f"Unable to convert '{body}' to a duration")
+    years, months, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
     nanos = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000_000
-    return years * 12 + months, weeks * 7 + days, nanos
+    return years * 12 + months, days, nanos
 
 
 def _unit_duration(body: str) -> tuple[int, int, int]:
     position, months, days, nanos = 0, 0, 0, 0
-    if not body:
-        raise ValueError("empty duration")
+    last_order, last_name = 0, ""
     for match in _UNIT_PART.finditer(body):
         if match.start() != position:
             break
         position = match.end()
-        amount, unit = int(match.group(1)), match.group(2).lower()
-        if unit == "y":
-            months += 12 * amount
-        elif unit == "mo":
-            months += amount
-        elif unit == "w":
-            days += 7 * amount
-        elif unit == "d":
-            days += amount
-        else:
-            nanos += amount * _UNIT_NANOS[unit]
-    if position != len(body):
-        raise ValueError(f"{body!r} is not a duration (such as 1h30m)")
+        amount = int(match.group(1))
+        order, name, unit_months, unit_days, unit_nanos = _UNITS[match.group(2).lower()]
+        if order == last_order:
+            raise ValueError(f"Invalid duration. The {name} are specified multiple times")
+        if order < last_order:
+            raise ValueError(f"Invalid duration. The {last_name} should be after {name}")
+        last_order, last_name = order, name
+        months += amount * unit_months
+        days += amount * unit_days
+        nanos += amount * unit_nanos
+    if not body or position != len(body):
+        raise ValueError(f"Unable to convert '{body}' to a duration")
     return months, days, nanos
 
 

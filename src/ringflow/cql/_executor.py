@@ -63,6 +63,7 @@ from ringflow.cql._ast import (
     UpdateStatement,
     UseStatement,
 )
+from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
     PreparedStatement,
@@ -304,6 +305,10 @@ class QueryProcessor:
         self._prepared = PreparedCache(limits)
         self._data_plane: DataPlane = LocalDataPlane(store)
         self._consistency = Consistency.ONE
+        self._warnings: list[str] = []
+        self.batch_size_warnings = 0
+        self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
+        """The data centers a keyspace's replication may name (the cluster sets its own)."""
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
         high_water_us = schema_high_water_us(store)
@@ -564,7 +569,7 @@ class QueryProcessor:
         mutations: list[Mutation] = []
         for child in statement.statements:
             mutations.extend(self._mutations(child, context, timestamp))
-        self._apply(mutations)
+        self._apply_batch(mutations)
         return VoidResult()
 
     def _check_batch_size(self, count: int) -> None:
@@ -598,8 +603,29 @@ class QueryProcessor:
                 )
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
-        self._apply(mutations)
+        self._apply_batch(mutations)
         return VoidResult()
+
+    def _apply_batch(self, mutations: Sequence[Mutation]) -> None:
+        """A batch's mutations, within the batch size thresholds (``_batch_size``)."""
+        limits = self.limits
+        warning = check_batch_size(
+            mutations, limits.batch_size_warn_bytes, limits.batch_size_fail_bytes
+        )
+        if warning is not None:
+            self.batch_size_warnings += 1
+            if self.batch_size_warnings <= 20 or self.batch_size_warnings % 1000 == 0:
+                # a hub sink's batches may all be over the threshold: the log keeps a sample
+                _log.warning("%s (%d such batches)", warning, self.batch_size_warnings)
+            self._warnings.append(warning)
+        self._apply(mutations)
+
+    def take_warnings(self) -> tuple[str, ...]:
+        """The protocol warnings of the last request (then forgotten): the server sends them
+        with its answer (Cassandra's ``ClientWarn``)."""
+        warnings = tuple(self._warnings)
+        self._warnings.clear()
+        return warnings
 
     def _apply(self, mutations: Sequence[Mutation]) -> None:
         merged: dict[tuple[str, str, tuple[bytes, ...]], Mutation] = {}
@@ -642,7 +668,7 @@ class QueryProcessor:
 
     def _ddl(self, statement: Statement, keyspace: str | None) -> Response:
         context = DdlContext(
-            self._state, keyspace, self._timestamps, self._rng, (self._node.data_center,)
+            self._state, keyspace, self._timestamps, self._rng, self.known_datacenters()
         )
         outcome = execute_ddl(statement, context)
         self._apply_ddl(outcome)

@@ -442,6 +442,7 @@ class ProcessorBackend:
         """Runs on the storage thread, so ``_changes`` is only touched from there."""
         self._changes.clear()
         processor = self._processor
+        processor.take_warnings()  # a request's warnings are its own
         if isinstance(statement, Query):
             response = processor.query(statement, session)
         elif isinstance(statement, Prepare):
@@ -452,7 +453,7 @@ class ProcessorBackend:
             response = processor.batch(statement, session)
         changes = tuple(self._changes)
         self._changes.clear()
-        return Handled(response, changes)
+        return Handled(response, changes, processor.take_warnings())
 
 
 async def run_node(

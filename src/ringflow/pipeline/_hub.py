@@ -469,7 +469,9 @@ class HubApplier:
             key = bound.routing_key
             if key not in replicas:
                 replicas[key] = self._replicas(key)
-            size = sum(len(v) for v in bound.values if isinstance(v, bytes))
+            # Over Cassandra's batch data size (a cell's value plus 16 bytes, a row marker),
+            # so a batch within ``batch_bytes`` is within a hub's batch_size_fail_threshold.
+            size = 8 + sum(16 + len(v) for v in bound.values if isinstance(v, bytes))
             items.append(Grouped(bound, replicas[key], key, size))
         requests = pack_requests(
             items, config.grouping, config.batch_statements, config.batch_bytes

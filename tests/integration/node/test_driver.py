@@ -160,6 +160,31 @@ def test_logged_batch_across_partitions_applies_atomically(session: Session, key
     assert session.execute("SELECT * FROM accounts WHERE id = 9").one() is None
 
 
+def test_batch_size_warning_reaches_the_driver_and_too_large_is_refused(
+    session: Session, keyspace: str
+) -> None:
+    """Cassandra's batch_size_warn_threshold warning arrives with the answer (the driver's
+    ``response_future.warnings``); over batch_size_fail_threshold the batch is refused whole."""
+    session.execute("CREATE TABLE sized (k int, c int, v text, PRIMARY KEY (k, c))")
+    insert = session.prepare("INSERT INTO sized (k, c, v) VALUES (?, ?, ?)")
+
+    def batch(value_bytes: int) -> BatchStatement:
+        statement = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for row in range(10):
+            statement.add(insert, (row % 2, row, "x" * value_bytes))
+        return statement
+
+    quiet = session.execute(batch(100))
+    assert not quiet.response_future.warnings
+    warned = session.execute(batch(600))
+    (warning,) = warned.response_future.warnings
+    assert warning.startswith(f"Batch for [{keyspace}.sized] is of size 6.")
+    with pytest.raises(InvalidRequest, match="Batch too large"):
+        session.execute(batch(6_000))
+    assert len(list(session.execute("SELECT v FROM sized"))) == 10
+    assert {len(row.v) for row in session.execute("SELECT v FROM sized")} == {600}
+
+
 ALL_TYPES = {
     "t_text": ("text", "héllo, ωorld"),
     "t_ascii": ("ascii", "plain"),

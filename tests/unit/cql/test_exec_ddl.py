@@ -81,10 +81,15 @@ KEYSPACE_CASES = [
      "'replication_factor': 3}", None),
     (KEYSPACE_CQL, ErrorCode.ALREADY_EXISTS),
     ("CREATE KEYSPACE k2 WITH replication = {'class': 'Bogus'}", ErrorCode.CONFIG_ERROR),
-    ("CREATE KEYSPACE k2 WITH replication = {'class': 'SimpleStrategy'}", ErrorCode.CONFIG_ERROR),
+    ("CREATE KEYSPACE k2 WITH replication = {'class': 'SimpleStrategy'}", None),
+    ("CREATE KEYSPACE k2 WITH replication = {'replication_factor': 1}", ErrorCode.CONFIG_ERROR),
+    ("CREATE KEYSPACE k2 WITH replication = {'class': 'NetworkTopologyStrategy', 'nodc': 3}",
+     ErrorCode.CONFIG_ERROR),
+    ("CREATE KEYSPACE k2 WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1, "
+     "'dc1': 2}", ErrorCode.CONFIG_ERROR),
     ("CREATE KEYSPACE k2 WITH durable_writes = true", ErrorCode.INVALID),
     ("CREATE KEYSPACE k2 WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1} "
-     "AND colour = 'red'", ErrorCode.INVALID),
+     "AND colour = 'red'", ErrorCode.SYNTAX_ERROR),
     ("CREATE KEYSPACE k2 WITH replication = {'class': 'NetworkTopologyStrategy', "
      "'replication_factor': 3}", None),
     ("CREATE KEYSPACE system WITH replication = {'class': 'SimpleStrategy', "
@@ -110,13 +115,14 @@ def test_keyspace_statements(node: ExecNode, statement: str, code: ErrorCode | N
 def test_alter_and_drop_keyspace(node: ExecNode) -> None:
     node.ok("CREATE TABLE t (k int PRIMARY KEY, v int)")
     altered = node.q(
-        "ALTER KEYSPACE ks WITH replication = {'class': 'NetworkTopologyStrategy', 'dc1': 2}"
+        "ALTER KEYSPACE ks WITH replication = {'class': 'NetworkTopologyStrategy', "
+        "'datacenter1': 2}"
     )
     assert change(altered) == SchemaChange(UPDATED, KEYSPACE, "ks")
     replication = node.processor.schema.keyspaces["ks"].replication
     assert replication == {
         "class": "org.apache.cassandra.locator.NetworkTopologyStrategy",
-        "dc1": "2",
+        "datacenter1": "2",
     }
     assert change(node.q("DROP KEYSPACE ks")) == SchemaChange(DROPPED, KEYSPACE, "ks")
     assert ("ks", "t") not in {(t.keyspace, t.name) for t in node.store.tables()}
@@ -166,7 +172,7 @@ def test_create_table_with_every_column_kind_and_options(node: ExecNode) -> None
 TABLE_ERRORS = [
     ("CREATE TABLE t (k int, v int)", ErrorCode.SYNTAX_ERROR),
     ("CREATE TABLE t (k int PRIMARY KEY, v counter)", ErrorCode.INVALID),
-    ("CREATE TABLE t (k int PRIMARY KEY, v int) WITH flavour = 'x'", ErrorCode.INVALID),
+    ("CREATE TABLE t (k int PRIMARY KEY, v int) WITH flavour = 'x'", ErrorCode.SYNTAX_ERROR),
     ("CREATE TABLE t (k int PRIMARY KEY, v int) WITH default_time_to_live = -1", ErrorCode.INVALID),
     ("CREATE TABLE t (k int PRIMARY KEY, v int) WITH cdc = {'enabled': 'maybe'}",
      ErrorCode.INVALID),
@@ -269,7 +275,7 @@ ALTER_CASES = [
     ("ALTER TABLE t DROP IF EXISTS nope", None),
     ("ALTER TABLE t RENAME k TO kk", ErrorCode.INVALID),
     ("ALTER TABLE t WITH comment = 'c' AND gc_grace_seconds = 5", "UPDATED"),
-    ("ALTER TABLE t WITH bogus = 1", ErrorCode.INVALID),
+    ("ALTER TABLE t WITH bogus = 1", ErrorCode.SYNTAX_ERROR),
     ("ALTER TABLE nope ADD x int", ErrorCode.INVALID),
     ("ALTER TABLE IF EXISTS nope ADD x int", None),
 ]

@@ -194,6 +194,7 @@ class ClusterNode:
         self.host = host
         self.store = store
         self.processor = processor
+        processor.known_datacenters = lambda: tuple(self.datacenters())
         self.clock = clock
         self.network = network
         self._offload = offload
@@ -449,8 +450,14 @@ class ClusterNode:
         if replication is None:  # system_distributed*: everywhere / local-style keyspaces
             factor = max(1, min(3, len(ring)))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
-        dcs = sorted({info.host.dc for info in self.members.values()} | set(ring.datacenters()))
-        return replication_strategy(dict(replication.replication), dcs)
+        return replication_strategy(dict(replication.replication), self.datacenters(ring))
+
+    def datacenters(self, ring: TokenMetadata | None = None) -> list[str]:
+        """Every data center this node knows of: its own, its members' and the ring's (what
+        ``NetworkTopologyStrategy`` options may name, and its shorthand expands to)."""
+        ring = self.token_metadata if ring is None else ring
+        members = {info.host.dc for info in list(self.members.values())}
+        return sorted({self.host.dc} | members | set(ring.datacenters()))
 
     def replicas_of(self, keyspace: str, token: int, *, for_write: bool = False) -> TokenReplicas:
         """The natural replicas of ``token``; for a write during a topology change also the
