@@ -324,7 +324,9 @@ def _record(
     )
     saved = stats.failures[failure.name] <= options.max_saved_per_invariant
     if options.crash_dir is not None and batch and saved:
-        stats.crash_files.append(str(save_crash(crash, options.crash_dir)))
+        path = str(save_crash(crash, options.crash_dir))
+        if path not in stats.crash_files:
+            stats.crash_files.append(path)
     if options.verbose:
         where = f"input {batch[0][0]}" if batch else "final probe"
         print(f"[{target.name}] {where}: {failure}"[:600], flush=True)

@@ -40,7 +40,7 @@ from fuzz._core import check
 from fuzz._schema import KEYSPACE, TABLE, WIDE
 from ringflow.cql import FrameDecoder, FrameError, FrameTooLarge, decompress_lz4, prepared_id
 
-EXCHANGE_DEADLINE_S = 20.0
+EXCHANGE_DEADLINE_S = 10.0
 """Answer or close within this long (statements on a loaded 2-core machine included)."""
 FATAL_FRAME_BYTES = 16 * 1024 * 1024
 """A frame announcing more may be refused with an error and a close (Cassandra's default
