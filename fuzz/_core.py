@@ -167,7 +167,7 @@ class Target(Protocol):
 
     def inputs(self, seed: int) -> Iterator[FuzzInput]: ...
 
-    def environment(self, workdir: Path) -> Environment: ...
+    def environment(self, workdir: Path | None) -> Environment: ...
 
 
 # -- crash files ------------------------------------------------------------------------------
@@ -346,14 +346,15 @@ def replay(target: Target, environment: Environment, crash: Crash) -> Stats:
             print(f"[{target.name}] replay: {failure}"[:2000], flush=True)
     environment.settle()
     stats.probes += 1
+    found: list[InvariantFailure] = []
     try:
         environment.probe(stats)
     except InvariantFailure as failure:
-        stats.failures[failure.name] += 1
-        print(f"[{target.name}] replay probe: {failure}"[:2000], flush=True)
+        found = [failure]
     except InvariantFailures as failures:
-        for failure in failures.failures:
-            stats.failures[failure.name] += 1
-            print(f"[{target.name}] replay probe: {failure}"[:2000], flush=True)
+        found = failures.failures
+    for one in found:
+        stats.failures[one.name] += 1
+        print(f"[{target.name}] replay probe: {one}"[:2000], flush=True)
     stats.finished = time.monotonic()
     return stats

@@ -104,9 +104,9 @@ class SingleNode:
 
     def probe(self) -> None:
         """The node is alive, serves the real driver, and logged no bug since the last probe."""
-        check_all(self.check_alive, self._driver_probe, self._logs_clean)
+        check_all(self.check_alive, self.driver_probe, self._logs_clean)
 
-    def _driver_probe(self) -> None:
+    def driver_probe(self) -> None:
         try:
             row = self._session().execute("SELECT release_version FROM system.local").one()
         except Exception as error:
@@ -124,6 +124,15 @@ class SingleNode:
     def restore_schema(self) -> None:
         for statement in schema_statements():
             self._session().execute(statement)
+
+    def recover(self) -> None:
+        """Restart the node unless it is alive and serves the driver (its log is left for the
+        next probe to report)."""
+        try:
+            self.check_alive()
+            self.driver_probe()
+        except Exception:
+            self.restart()
 
     def restart(self) -> None:
         self.shutdown_driver()

@@ -96,13 +96,7 @@ class CqlEnvironment:
 
     def recover(self) -> None:
         self._drop()
-        if not self.node.process.alive():
-            self.node.restart()
-            return
-        try:
-            self.node.probe()
-        except Exception:
-            self.node.restart()
+        self.node.recover()
 
     def settle(self) -> None:
         pass

@@ -209,13 +209,7 @@ class NativeEnvironment:
         self.node.probe()
 
     def recover(self) -> None:
-        if not self.node.process.alive():
-            self.node.restart()
-        else:
-            try:
-                self.node.probe()
-            except Exception:
-                self.node.restart()
+        self.node.recover()
         self._prepare()
 
     def settle(self) -> None:

@@ -31,7 +31,10 @@ MAX_FAILURES = {"native": 1000, "cql": 4, "internode": 6}
 """A sample stops after this many failures (a CQL hang costs its deadline, an internode failure
 a cluster restart); native failures cost nothing, so its sample always runs whole."""
 
-NATIVE_BUG = "issue 16: oversized [string] responses are never answered (native fix pending)"
+NATIVE_BUG = (
+    "issue 16: oversized [string] responses are never answered, their task dies with 'Task "
+    "exception was never retrieved' (native fix pending)"
+)
 INTERNODE_BUG = (
     "issue 16: shared decoder per claimed source, spoofed hello, forged MUTATION_REQ / "
     "SCHEMA_PUSH, malformed FAILURE_RSP (internode fix pending)"
@@ -128,6 +131,10 @@ def test_native_node_stays_up_and_serves_the_driver(native: Stats) -> None:
     _no_failure(native, "the node process stays alive")
     _no_failure(native, "the node accepts connections")
     _no_failure(native, "a health probe through the real driver works")
+
+
+@pytest.mark.xfail(strict=True, reason=NATIVE_BUG)
+def test_native_node_logs_no_unexpected_exception(native: Stats) -> None:
     _no_failure(native, "the node logs no unexpected exception")
 
 
@@ -156,6 +163,10 @@ def test_cql_statements_never_close_the_connection(cql: Stats) -> None:
 def test_cql_node_stays_up_and_serves_the_driver(cql: Stats) -> None:
     _no_failure(cql, "the node process stays alive")
     _no_failure(cql, "a health probe through the real driver works")
+
+
+@pytest.mark.xfail(strict=True, reason=NATIVE_BUG)
+def test_cql_node_logs_no_unexpected_exception(cql: Stats) -> None:
     _no_failure(cql, "the node logs no unexpected exception")
 
 
