@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -73,7 +74,12 @@ def _replay(arguments: argparse.Namespace) -> int:
     return 1 if stats.failures else 0
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the ``finally`` blocks stop the nodes we started
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(prog="python -m fuzz")
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="fuzz a target")
