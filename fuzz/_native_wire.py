@@ -7,9 +7,10 @@
   deadline (the half-close makes the server finish what it received, answer it, and close).
 * ``expected_answers``: the frames the server must answer, split from the sent bytes by the
   server's own decoding rules (``ringflow.cql.FrameDecoder``, native_protocol_v4.spec §2):
-  every frame with a known boundary gets exactly one answer on its stream; after a fatal
-  header error (version not 4, negative length) only that error is owed; frames after one
-  announcing over ``FATAL_FRAME_BYTES`` are optional (a server may refuse it and close).
+  every frame with a known boundary gets exactly one answer on its stream; after a header
+  error (version not 4, negative or huge length) only that error is owed; frames after one
+  announcing over ``FATAL_FRAME_BYTES`` are optional (a server may refuse it and close), and
+  so is an answer to a frame cut short by the half-close.
 * ``decode_answers``: every byte received must split into response frames that the real
   driver decodes (``ProtocolHandler.decode_message``); their class ("RESULT", "ERROR 0x2200
   InvalidRequest", ...) is counted.
@@ -38,13 +39,14 @@ from cassandra.query import BatchType
 
 from fuzz._core import check
 from fuzz._schema import KEYSPACE, TABLE, WIDE
-from ringflow.cql import FrameDecoder, FrameError, FrameTooLarge, decompress_lz4, prepared_id
+from ringflow.cql import FrameDecoder, FrameError, decompress_lz4, prepared_id
 
 EXCHANGE_DEADLINE_S = 10.0
 """Answer or close within this long (statements on a loaded 2-core machine included)."""
 FATAL_FRAME_BYTES = 16 * 1024 * 1024
 """A frame announcing more may be refused with an error and a close (Cassandra's default
 ``native_transport_max_frame_size``): what follows it is not owed an answer."""
+_LENIENT_ANSWERS = 64
 _EVENT = 0x0C
 _ERROR = 0x00
 _COMPRESSION = 0x01
@@ -177,30 +179,27 @@ def expected_answers(sent: bytes) -> Owed:
     decoder.feed(sent)
     required: Counter[int] = Counter()
     optional = 0
-    lenient = False
+    lenient = False  # after a frame the server may refuse and close on, nothing more is owed
     while True:
         try:
             frame = decoder.next_frame()
-        except FrameTooLarge as error:
-            required[error.stream_id] += 1
-            lenient = True
-            # The body is skipped; anything after it is optional.
-            optional += 64
-            break
         except FrameError as error:
             if lenient:
                 optional += 1
             else:
                 required[error.stream_id] += 1
+            # A skipped body, or no frame boundary left: what follows may or may not be read.
+            optional += _LENIENT_ANSWERS
             break
         if frame is None:
+            # A cut frame at EOF: a server may answer it (e.g. refuse its announced size).
+            optional += 1 if decoder.buffered_size else 0
             break
         if lenient:
             optional += 1
         else:
             required[frame.header.stream_id] += 1
-        if frame.header.body_length > FATAL_FRAME_BYTES:
-            lenient = True
+        lenient = lenient or frame.header.body_length > FATAL_FRAME_BYTES
     return Owed(required, optional)
 
 
