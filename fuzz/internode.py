@@ -131,7 +131,7 @@ class InternodeEnvironment:
             f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{PROBE_TABLE} (k uuid PRIMARY KEY, v int)"
         )
         self._wait_views()
-        self.schema_versions = self._schema_versions()
+        self.schema_versions = self._agreed_schema_versions()
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -212,6 +212,17 @@ class InternodeEnvironment:
             time.sleep(0.5)
             problem = self._views_up()
         check(problem is None, "cluster views stay UP: every node sees every node UP", str(problem))
+
+    def _agreed_schema_versions(self) -> list[object]:
+        """The nodes' schema versions once they agree (bounded wait; the DDL just made)."""
+        deadline = time.monotonic() + VIEW_DEADLINE_S
+        versions = self._schema_versions()
+        while (
+            len(set(map(str, versions))) != 1 or None in versions
+        ) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            versions = self._schema_versions()
+        return versions
 
     def _schema_versions(self) -> list[object]:
         return [status.get("schema_version") for status in self._statuses()]
@@ -305,7 +316,7 @@ class InternodeEnvironment:
             self._quorum_round()
         except Exception:
             self._restart_all()
-        self.schema_versions = self._schema_versions()
+        self.schema_versions = self._agreed_schema_versions()
         for log in self.logs:
             log.new_problems()
 
