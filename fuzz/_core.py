@@ -11,10 +11,11 @@ Rules:
   last passing probe, and all of them go into the crash file.
 * After a failure the loop saves the input(s), asks the target to recover (restart what died),
   counts it, and goes on: a long run reports every failure, not only the first.
-* Crash file ``fuzz/crashes/<target>-<sha256[:12]>.bin``: the line ``ringflow-fuzz 1``, one
-  JSON line (target, seed, first index, invariant, detail), then each input as a 4-byte
-  big-endian length, a 1-byte node index and its bytes. ``python -m fuzz replay FILE`` feeds
-  them to a fresh node (or cluster) and runs the same invariants.
+* Crash file ``fuzz/crashes/<target>-<sha256[:12]>.bin`` (hash of the invariant and the
+  inputs): the line ``ringflow-fuzz 1``, one JSON line (target, seed, first index, invariant,
+  detail), then each input as a 4-byte big-endian length, a 1-byte node index and its bytes.
+  ``python -m fuzz replay FILE`` feeds them to a fresh node (or cluster) and runs the same
+  invariants.
 """
 
 from __future__ import annotations
@@ -223,8 +224,8 @@ def decode_crash(data: bytes) -> Crash:
 
 
 def save_crash(crash: Crash, directory: Path = CRASH_DIR) -> Path:
-    """Write ``crash`` as ``<target>-<hash>.bin`` (the hash of its inputs: one file per input)."""
-    digest = hashlib.sha256()
+    """Write ``crash`` as ``<target>-<hash>.bin`` (the hash of its invariant and inputs)."""
+    digest = hashlib.sha256(crash.invariant.encode())
     for item in crash.inputs:
         digest.update(_ITEM_HEADER.pack(len(item.data), item.node) + item.data)
     directory.mkdir(parents=True, exist_ok=True)
