@@ -180,6 +180,7 @@ def expected_answers(sent: bytes) -> Owed:
     required: Counter[int] = Counter()
     optional = 0
     lenient = False  # after a frame the server may refuse and close on, nothing more is owed
+    consumed = 0
     while True:
         try:
             frame = decoder.next_frame()
@@ -193,8 +194,9 @@ def expected_answers(sent: bytes) -> Owed:
             break
         if frame is None:
             # A cut frame at EOF: a server may answer it (e.g. refuse its announced size).
-            optional += 1 if decoder.buffered_size else 0
+            optional += 1 if consumed < len(sent) else 0
             break
+        consumed += frame.header.size + frame.header.body_length
         if lenient:
             optional += 1
         else:
