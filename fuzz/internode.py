@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import socket
 import tempfile
@@ -382,8 +383,6 @@ def _fixed_width_block(count: int) -> list[str]:
 
 
 def _pid_alive(pid_file: Path) -> bool:
-    import os
-
     try:
         pid = int(pid_file.read_text().split()[0])
         os.kill(pid, 0)

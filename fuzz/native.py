@@ -23,6 +23,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from cassandra.protocol import ExecuteMessage, PrepareMessage, QueryMessage, StartupMessage
+
 from fuzz._core import FuzzInput, Stats, check
 from fuzz._native_wire import (
     PREPARED,
@@ -100,15 +102,11 @@ def _mutate(frame: bytes, rng: random.Random) -> bytes:
 
 
 def _query_frame(text: str, stream_id: int) -> bytes:
-    from cassandra.protocol import QueryMessage
-
     return encode_driver_message(QueryMessage(text, 1), stream_id, 4)
 
 
 def _oversized(rng: random.Random) -> bytes:
     """A frame with a field far beyond what a [short]-length field can carry back."""
-    from cassandra.protocol import ExecuteMessage, PrepareMessage, StartupMessage
-
     size = rng.choice((65_536, 70_000, 100_000, 300_000))
     name = "x" * size
     stream = rng.randint(1, 100)
