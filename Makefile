@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench sim clean
+.PHONY: demo test lint typecheck unit bench sim fuzz fuzz-replay clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ demo: $(STAMP)
 # Two pytest workers, each test file on one of them (its module fixtures: clusters, Spark):
 # the suite mostly waits on real processes (23 min serial, 13.5 min so on 2 cores).
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench fuzz
+	$(VENV)/bin/ruff format --check src tests bench fuzz
 	$(VENV)/bin/mypy --strict src
 	$(PY) -m pytest -n 2 --dist loadfile tests
 
@@ -33,6 +33,17 @@ FIRST ?= 0
 SCENARIO ?= all
 sim: $(STAMP)
 	$(PY) -m tests.sim.run_seeds --seeds $(SEEDS) --first $(FIRST) --scenario $(SCENARIO)
+
+# Fuzzers against real node processes (issue 16): make fuzz N=1000000 [TARGET=all] [SEED=0];
+# failing inputs go to fuzz/crashes/, make fuzz-replay FILE=fuzz/crashes/<target>-<hash>.bin
+N ?= 1000
+TARGET ?= all
+SEED ?= 0
+fuzz: $(STAMP)
+	$(PY) -m fuzz run $(TARGET) -n $(N) --seed $(SEED)
+
+fuzz-replay: $(STAMP)
+	$(PY) -m fuzz replay $(FILE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache
