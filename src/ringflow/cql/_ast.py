@@ -265,6 +265,17 @@ class FieldSelector:
 
 
 @dataclass(frozen=True, slots=True)
+class ElementSelector:
+    """``selector[element]`` or the slice ``selector[start..end]`` (either bound may be
+    omitted) of a set or map value (Cassandra 4, CASSANDRA-7396)."""
+
+    selector: Selector
+    element: Term | None
+    end: Term | None = None
+    is_slice: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class CountRows:
     """``COUNT(*)`` or ``COUNT(1)``."""
 
@@ -306,6 +317,7 @@ class TermSelector:
 Selector: TypeAlias = (
     ColumnSelector
     | FieldSelector
+    | ElementSelector
     | CountRows
     | WritetimeOf
     | TtlOf

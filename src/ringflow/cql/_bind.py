@@ -32,9 +32,11 @@ from ringflow.cql._ast import (
     BeginBatchStatement,
     BindMarker,
     ColumnRelation,
+    ColumnSelector,
     DeleteElement,
     DeleteStatement,
     ElementRelation,
+    ElementSelector,
     FunctionCall,
     FunctionSelector,
     InsertStatement,
@@ -67,6 +69,7 @@ from ringflow.cql._ast import (
 )
 from ringflow.cql._exec_common import ExecutorLimits
 from ringflow.cql._exec_functions import resolve_function
+from ringflow.cql._exec_selectors import element_receiver
 from ringflow.cql._exec_terms import compatible_result
 from ringflow.cql._results import ColumnSpec
 from ringflow.cql._wire import CqlValue
@@ -208,6 +211,9 @@ class _SpecCollector:
             self.term(using.timeout, "[timeout]", DURATION)
 
     def selector(self, selector: Selector) -> None:
+        if isinstance(selector, ElementSelector):
+            _element_specs(self, selector)
+            return
         if isinstance(selector, FunctionSelector):
             terms = [a.term for a in selector.args if isinstance(a, TermSelector)]
             if not terms:
@@ -221,6 +227,20 @@ class _SpecCollector:
                 if isinstance(argument, TermSelector):
                     argument_type = function.argument_types[position]
                     self.term(argument.term, f"{selector.name}(arg{position})", argument_type)
+
+
+def _element_specs(collector: _SpecCollector, selector: ElementSelector) -> None:
+    """Bind markers of ``m[?]`` / ``s[?..?]`` on a column: ``key(m)`` / ``value(s)``."""
+    collector.selector(selector.selector)
+    markers = [t for t in (selector.element, selector.end) if isinstance(t, BindMarker)]
+    if not markers:
+        return
+    inner = selector.selector
+    if not isinstance(inner, ColumnSelector):
+        raise InvalidRequest("bind markers in an element selection need a column before '['")
+    name, key_type = element_receiver(inner.name, collector.table.column(inner.name).type)
+    for marker in markers:
+        collector.term(marker, name, key_type)
 
 
 def _assignment_specs(collector: _SpecCollector, assignment: Assignment) -> None:

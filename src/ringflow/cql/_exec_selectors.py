@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ringflow.cql._ast import (
+    BindMarker,
     CastSelector,
     ColumnSelector,
     CountRows,
+    ElementSelector,
     FieldSelector,
     FunctionSelector,
     Selector,
     SelectStatement,
+    Term,
     TermSelector,
     TtlOf,
     WritetimeOf,
@@ -46,12 +49,17 @@ from ringflow.schema import (
     Column,
     ColumnKind,
     CqlType,
+    ListType,
+    MapType,
     NativeType,
+    SetType,
     Table,
     UserType,
+    cells_from_collection_value,
     compare,
     deserialize,
     serialize,
+    serialized_collection_from_cells,
 )
 from ringflow.storage import ResultRow
 
@@ -324,6 +332,82 @@ def _field(compiler: _Compiler, selector: Selector) -> OutputColumn:
     return OutputColumn(f"{inner.name}.{wanted}", field_type, value)
 
 
+def element_receiver(inner: str, cql_type: CqlType) -> tuple[str, CqlType]:
+    """The bind name and type of an element or slice bound of a ``cql_type`` value called
+    ``inner``: a map's key ``key(m)``, a set's element ``value(s)`` (Cassandra's
+    ``specForElementOrSlice``); InvalidRequest for a list or another type."""
+    if isinstance(cql_type, MapType):
+        return f"key({inner})", cql_type.key
+    if isinstance(cql_type, SetType):
+        return f"value({inner})", cql_type.element
+    if isinstance(cql_type, ListType):
+        raise InvalidRequest(
+            f"Element selection is only allowed on sets and maps, but {inner} is a list"
+        )
+    raise InvalidRequest(
+        f"Invalid element selection: {inner} is of type {cql_type.cql_name()} is not a collection"
+    )
+
+
+def _term_text(term: Term | None) -> str:
+    if term is None:
+        return ""
+    if isinstance(term, BindMarker):
+        return "?" if term.name is None else f":{term.name}"
+    text = getattr(term, "text", None)
+    if isinstance(text, str):
+        return text
+    value = getattr(term, "value", term)
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+def _element(compiler: _Compiler, selector: Selector) -> OutputColumn:
+    """``m['k']`` (the value, null if absent), ``s[e]`` (the element, null if absent),
+    ``m['a'..'c']`` / ``s[1..3]`` (the entries within the inclusive bounds, null if none)."""
+    assert isinstance(selector, ElementSelector)
+    inner = compiler.plain(selector.selector)
+    collection = inner.type
+    name, key_type = element_receiver(inner.name, collection)
+    context = compiler.context
+    bounds = [
+        None if term is None else term_bytes(term, key_type, name, context)
+        for term in (selector.element, selector.end)
+    ]
+    # A bound left null or unset (or not bound yet, when preparing) selects nothing for an
+    # element and leaves that side of a slice open.
+    start, end = (b if isinstance(b, bytes) else None for b in bounds)
+    shown = f"{inner.name}[{_term_text(selector.element)}"
+    if selector.is_slice:
+        shown += f"..{_term_text(selector.end)}"
+    shown += "]"
+
+    def within(key: bytes) -> bool:
+        if start is not None and compare(key_type, key, start) < 0:
+            return False
+        return end is None or compare(key_type, key, end) <= 0
+
+    def value(row: ResultRow) -> bytes | None:
+        raw = inner.value(row)
+        if raw is None:
+            return None
+        entries = cells_from_collection_value(collection, raw)
+        if not selector.is_slice:
+            if start is None:
+                return None
+            for key, item in entries:
+                if compare(key_type, key, start) == 0:
+                    return key if isinstance(collection, SetType) else item
+            return None
+        kept = [(key, item) for key, item in entries if within(key)]
+        return serialized_collection_from_cells(collection, kept) if kept else None
+
+    if selector.is_slice:
+        result_type = collection
+    else:
+        result_type = collection.value if isinstance(collection, MapType) else key_type
+    return OutputColumn(shown, result_type, value)
+
+
 def _term(compiler: _Compiler, selector: Selector) -> OutputColumn:
     raise InvalidRequest("a constant or bind marker is only allowed as a function argument here")
 
@@ -336,6 +420,7 @@ _HANDLERS: dict[type, Callable[[_Compiler, Selector], OutputColumn]] = {
     FunctionSelector: _function,
     CastSelector: _cast,
     FieldSelector: _field,
+    ElementSelector: _element,
     TermSelector: _term,
 }
 
@@ -443,7 +528,7 @@ def _referenced(selector: Selector) -> list[str]:
         return [selector.column]
     if isinstance(selector, FunctionSelector):
         return [name for argument in selector.args for name in _referenced(argument)]
-    if isinstance(selector, CastSelector | FieldSelector):
+    if isinstance(selector, CastSelector | FieldSelector | ElementSelector):
         return _referenced(selector.selector)
     return []
 

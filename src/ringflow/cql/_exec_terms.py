@@ -76,8 +76,13 @@ _STRING_TYPES = frozenset(
     {"ascii", "text", "timestamp", "date", "time", "inet", "uuid", "timeuuid", "duration"}
 )
 _INTEGER_TYPES = frozenset(
-    {"tinyint", "smallint", "int", "bigint", "varint", "decimal", "float", "double", "timestamp"}
-)
+    {
+        "tinyint", "smallint", "int", "bigint", "varint", "decimal", "float", "double",
+        "timestamp", "date", "time",
+    }
+)  # fmt: skip
+"""Cassandra's ``Constants.Literal``: an integer is weakly assignable to these (a date as its
+unsigned day number, epoch at 2^31; a time as nanoseconds since midnight)."""
 _FLOAT_TYPES = frozenset({"float", "double", "decimal"})
 _CONSTANT_KINDS: Mapping[type, tuple[str, frozenset[str]]] = {
     StringLiteral: ("STRING", _STRING_TYPES),
@@ -220,6 +225,8 @@ def _convert_constant(term: Term, type_name: str) -> Value:
     if isinstance(term, IntegerLiteral):
         if type_name in ("float", "double"):
             return float(term.value)
+        if type_name in ("date", "time"):
+            return _STRING_CONVERTERS[type_name](str(term.value))
         return term.value
     if isinstance(term, FloatLiteral):
         return decimal.Decimal(term.text) if type_name == "decimal" else term.value
@@ -236,6 +243,7 @@ def _identity(text: str) -> Value:
 
 _TIMEZONE = re.compile(r"([+-])(\d{2}):?(\d{2})$")
 _INTEGER_TEXT = re.compile(r"-?\d+")
+_ZONE_NAME = re.compile(r"\s*(UTC|GMT)$", re.IGNORECASE)
 
 
 def parse_timestamp(text: str) -> int:
@@ -245,6 +253,9 @@ def parse_timestamp(text: str) -> int:
         return int(stripped)
     if stripped.endswith(("Z", "z")):
         stripped = stripped[:-1] + "+00:00"
+    zone = _ZONE_NAME.search(stripped)
+    if zone is not None:  # '2011-02-03 UTC', '2011-02-03 04:05 GMT' (Cassandra's "z" patterns)
+        stripped = stripped[: zone.start()] + "+00:00"
     stripped = _TIMEZONE.sub(lambda m: f"{m.group(1)}{m.group(2)}:{m.group(3)}", stripped)
     if len(stripped) > 10 and stripped[10] == " ":
         stripped = stripped[:10] + "T" + stripped[11:].replace(" ", "")
@@ -258,7 +269,10 @@ def parse_timestamp(text: str) -> int:
 def _parse_date(text: str) -> Value:
     stripped = text.strip()
     if _INTEGER_TEXT.fullmatch(stripped):
-        return int(stripped) - 2**31  # Cassandra's unsigned day number, epoch at 2^31
+        days = int(stripped)  # Cassandra's unsigned day number, epoch at 2^31
+        if not 0 <= days <= 2**32 - 1:
+            raise ValueError(f"Input date {stripped} is out of range")
+        return days - 2**31
     return datetime.date.fromisoformat(stripped)
 
 
@@ -268,7 +282,10 @@ _TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?")
 def _parse_time(text: str) -> Value:
     stripped = text.strip()
     if _INTEGER_TEXT.fullmatch(stripped):
-        return int(stripped)
+        nanos = int(stripped)
+        if not 0 <= nanos < 86_400 * 10**9:
+            raise ValueError(f"Input long out of bounds: {stripped}")
+        return nanos
     match = _TIME.fullmatch(stripped)
     if match is None:
         raise ValueError(f"{text!r} is not a time (HH:MM[:SS[.fffffffff]])")

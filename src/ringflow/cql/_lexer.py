@@ -107,11 +107,12 @@ _TOKEN_RE = re.compile(
             f"(?P<uuid>{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}{_NOT_IDENT})",
             f"(?P<duration>(?:[0-9]+(?i:mo|ms|us|µs|ns|y|w|d|h|m|s))+{_NOT_IDENT})",
             r"(?P<blob>0[xX][0-9A-Fa-f]*)",
-            r"(?P<number>[0-9]+(?P<fraction>\.[0-9]*)?(?P<exponent>[eE][+-]?[0-9]+)?)",
+            # ``1..3`` (a slice) is 1, .., 3: a fraction never starts with ``..``
+            r"(?P<number>[0-9]+(?P<fraction>\.(?!\.)[0-9]*)?(?P<exponent>[eE][+-]?[0-9]+)?)",
             f"(?P<iso>{_ISO_DURATION}{_NOT_IDENT})",
             r"(?P<word>[A-Za-z][A-Za-z0-9_]*)",
             r"(?P<qmark>\?)",
-            r"(?P<symbol><=|>=|!=|\+=|-=|[()\[\]{},;.*=<>+\-:/%])",
+            r"(?P<symbol>\.\.|<=|>=|!=|\+=|-=|[()\[\]{},;.*=<>+\-:/%])",
         ]
     ),
     re.DOTALL,

@@ -20,6 +20,7 @@ from ringflow.cql._ast import (
     CastSelector,
     ColumnSelector,
     CountRows,
+    ElementSelector,
     FieldSelector,
     FunctionSelector,
     SelectItem,
@@ -125,12 +126,28 @@ def _parse_group_by(cursor: Cursor) -> tuple[str, ...]:
 
 
 def parse_selector(cursor: Cursor) -> Selector:
-    """One selector, with any ``.field`` accesses after it."""
+    """One selector, with any ``.field`` accesses and ``[element]`` / ``[start..end]``
+    selections after it."""
     with cursor.nested():
         selector = _parse_selector_base(cursor)
-        while cursor.accept_symbol("."):
-            selector = FieldSelector(selector, parse_identifier(cursor, "a field name"))
-        return selector
+        while True:
+            if cursor.accept_symbol("."):
+                selector = FieldSelector(selector, parse_identifier(cursor, "a field name"))
+            elif cursor.accept_symbol("["):
+                selector = _parse_element(cursor, selector)
+            else:
+                return selector
+
+
+def _parse_element(cursor: Cursor, selector: Selector) -> Selector:
+    """After ``[``: ``element]``, ``start..end]``, ``start..]`` or ``..end]``."""
+    start = None if cursor.at_symbol("..") else parse_term(cursor)
+    if not cursor.accept_symbol(".."):
+        cursor.expect_symbol("]")
+        return ElementSelector(selector, start)
+    end = None if cursor.at_symbol("]") else parse_term(cursor)
+    cursor.expect_symbol("]")
+    return ElementSelector(selector, start, end, is_slice=True)
 
 
 def _parse_selector_base(cursor: Cursor) -> Selector:

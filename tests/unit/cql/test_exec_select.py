@@ -8,6 +8,7 @@ per-partition limit, LIMIT); filtering needs ALLOW FILTERING; bad paging states 
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -19,8 +20,24 @@ from ringflow.cql._results import RowsResult
 from ringflow.cql._wire import Consistency
 from ringflow.errors import ErrorCode
 from ringflow.ring import murmur3_token
-from ringflow.schema import BIGINT, INT, TIMESTAMP, ListType, max_timeuuid, min_timeuuid, serialize
-from tests.unit.cql._exec_harness import START_US, ExecNode, column_names, node_with_keyspace, value
+from ringflow.schema import (
+    BIGINT,
+    INT,
+    TEXT,
+    TIMESTAMP,
+    ListType,
+    max_timeuuid,
+    min_timeuuid,
+    serialize,
+)
+from tests.unit.cql._exec_harness import (
+    START_US,
+    ExecNode,
+    column_names,
+    decode_rows,
+    node_with_keyspace,
+    value,
+)
 
 FILTERING = "Cannot execute this query as it might involve data filtering"
 
@@ -401,4 +418,67 @@ def test_unpaged_results_are_bounded(tmp_path: Path) -> None:
     assert "page the query" in node.error("SELECT * FROM p").message
     rows, pages = node.all_pages("SELECT * FROM p", page_size=100)
     assert len(rows) == 12 and pages == 3
+    node.close()
+
+
+def test_collection_element_and_slice_selection(tmp_path: Path) -> None:
+    """Cassandra 4's ``m['k']``, ``s[e]``, ``m['a'..'c']``, ``s[2..]`` on non-frozen and frozen
+    sets and maps (a missing element and an empty slice are null); lists and other types are
+    refused with Cassandra's messages; bind markers are ``key(m)`` / ``value(s)``. Before, the
+    selection did not parse."""
+    node = node_with_keyspace(tmp_path)
+    node.ok(
+        "CREATE TABLE c (k int PRIMARY KEY, m map<text, int>, s set<int>, l list<int>, "
+        "f frozen<map<int, text>>, v int)"
+    )
+    node.ok(
+        "INSERT INTO c (k, m, s, l, f, v) VALUES (1, {'a': 1, 'b': 2, 'c': 3, 'd': 4}, "
+        "{1, 2, 3, 5}, [1], {1: 'x', 2: 'y'}, 7)"
+    )
+    node.ok("INSERT INTO c (k) VALUES (2)")
+    assert node.ok("SELECT m['a'], m['z'], s[2], s[4], f[2] FROM c WHERE k = 1") == [
+        (1, None, 2, None, "y")
+    ]
+    assert node.ok("SELECT m['b'..'c'], m[..'b'], m['c'..], s[2..4], s[6..] FROM c") == [
+        ({"b": 2, "c": 3}, {"a": 1, "b": 2}, {"c": 3, "d": 4}, {2, 3}, None),
+        (None, None, None, None, None),
+    ]
+    assert node.ok("SELECT s[1..3] FROM c WHERE k = 1") == [({1, 2, 3},)]  # 1..3 lexes as a range
+    for statement, message in (
+        (
+            "SELECT l[0] FROM c",
+            "Element selection is only allowed on sets and maps, but l is a list",
+        ),
+        ("SELECT v[0] FROM c", "Invalid element selection: v is of type int is not a collection"),
+        ("SELECT m[1] FROM c", 'Invalid INTEGER constant (1) for "key(m)" of type text'),
+    ):
+        error = node.error(statement)
+        assert error.code == ErrorCode.INVALID and message in error.message, error
+    prepared = node.prepare("SELECT m[?], s[?..?] FROM c WHERE k = 1")
+    assert [(c.name, c.type) for c in prepared.bind_metadata.columns] == [
+        ("key(m)", TEXT), ("value(s)", INT), ("value(s)", INT)
+    ]  # fmt: skip
+    assert [c.name for c in prepared.result_metadata.columns] == ["m[?]", "s[?..?]"]
+    rows = node.execute(prepared.statement_id, [value(TEXT, "b"), value(INT, 2), value(INT, 3)])
+    assert decode_rows(rows) == [(2, {2, 3})]
+    node.close()
+
+
+def test_literal_forms_cassandra_accepts(tmp_path: Path) -> None:
+    """Timestamps with a zone name, dates as their unsigned day number and times as
+    nanoseconds given as integers (Cassandra's ``Constants.Literal``); before, refused."""
+    node = node_with_keyspace(tmp_path)
+    node.ok("CREATE TABLE lit (k int PRIMARY KEY, ts timestamp, d date, tm time)")
+    node.ok("INSERT INTO lit (k, ts) VALUES (1, '2011-02-03 UTC')")
+    node.ok("INSERT INTO lit (k, ts) VALUES (2, '2011-02-03 04:05 GMT')")
+    node.ok(
+        "INSERT INTO lit (k, ts, d, tm) "
+        "VALUES (3, '2011-02-03 04:05+0000', 2147483648, 3600000000000)"
+    )
+    rows = dict((k, (ts, d, tm)) for k, ts, d, tm in node.ok("SELECT k, ts, d, tm FROM lit"))
+    assert rows[1][0] == datetime.datetime(2011, 2, 3)
+    assert rows[2][0] == rows[3][0] == datetime.datetime(2011, 2, 3, 4, 5)
+    assert rows[3][1:] == (datetime.date(1970, 1, 1), datetime.time(1, 0))
+    error = node.error("INSERT INTO lit (k, d) VALUES (4, 4294967296)")
+    assert "Input date 4294967296 is out of range" in error.message
     node.close()
