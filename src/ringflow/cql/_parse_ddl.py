@@ -56,6 +56,7 @@ from ringflow.cql._parse_core import (
     parse_qualified_name,
     parse_type_spec,
 )
+from ringflow.errors import InvalidRequest
 
 _TABLE_WORDS = ("table", "columnfamily")
 _KEYSPACE_WORDS = ("keyspace", "schema")
@@ -84,6 +85,8 @@ def _dispatch(
     cursor.expect_word(verb)
     token = cursor.peek()
     parse = table.get(token.value) if token.kind is TokenKind.IDENT else None
+    if parse is None and token.kind is TokenKind.IDENT:
+        refuse_unsupported(verb, token.value)
     if parse is None:
         words = sorted({word.upper() for word in table} - {"SCHEMA", "COLUMNFAMILY"})
         objects = " or ".join([", ".join(words[:-1]), words[-1]])
@@ -328,6 +331,35 @@ def _create_type(cursor: Cursor) -> Statement:
 def _drop_type(cursor: Cursor) -> Statement:
     if_exists = parse_if_exists(cursor)
     return DropTypeStatement(parse_qualified_name(cursor, "a type name"), if_exists)
+
+
+_MATERIALIZED_VIEWS = "Materialized views are"
+_INDEXES = "Secondary indexes are"
+_FUNCTIONS = "User-defined functions and aggregates are"
+_TRIGGERS = "Triggers are"
+_ROLES = "Roles, users and permissions are"
+_UNSUPPORTED: dict[tuple[str, str], str] = {
+    **{(verb, "materialized"): _MATERIALIZED_VIEWS for verb in ("create", "alter", "drop")},
+    **{(verb, word): _INDEXES for verb in ("create", "drop") for word in ("index", "custom")},
+    **{
+        (verb, word): _FUNCTIONS
+        for verb in ("create", "drop")
+        for word in ("function", "aggregate", "or")
+    },
+    **{(verb, "trigger"): _TRIGGERS for verb in ("create", "drop")},
+    **{(verb, word): _ROLES for verb in ("create", "alter", "drop") for word in ("role", "user")},
+    ("alter", "type"): "ALTER TYPE is",
+    **{(verb, ""): _ROLES for verb in ("grant", "revoke", "list")},
+}
+"""Cassandra statements ringflow does not implement, answered with an InvalidRequest that says
+so (as issue 20 asks: never a syntax error for a statement Cassandra accepts)."""
+
+
+def refuse_unsupported(verb: str, word: str) -> None:
+    """InvalidRequest if ``verb word ...`` starts a statement ringflow does not support."""
+    feature = _UNSUPPORTED.get((verb, word)) or _UNSUPPORTED.get((verb, ""))
+    if feature is not None:
+        raise InvalidRequest(f"{feature} not supported by ringflow")
 
 
 _CREATE: dict[str, Callable[[Cursor], Statement]] = {

@@ -20,7 +20,14 @@ from collections.abc import Callable
 from ringflow.cql._ast import Statement
 from ringflow.cql._lexer import CqlSyntaxProblem, tokenize
 from ringflow.cql._parse_core import DEFAULT_PARSE_LIMITS, Cursor, ParseLimits
-from ringflow.cql._parse_ddl import parse_alter, parse_create, parse_drop, parse_truncate, parse_use
+from ringflow.cql._parse_ddl import (
+    parse_alter,
+    parse_create,
+    parse_drop,
+    parse_truncate,
+    parse_use,
+    refuse_unsupported,
+)
 from ringflow.cql._parse_dml import parse_batch, parse_delete, parse_insert, parse_update
 from ringflow.cql._parse_select import parse_select
 
@@ -81,6 +88,8 @@ def parse_statements(
 
 
 def _parse_one(cursor: Cursor) -> Statement:
+    if cursor.at_word("grant", "revoke", "list"):
+        refuse_unsupported(cursor.peek().value, "")
     if not cursor.at_word(*_STATEMENTS):
         raise cursor.fail(_EXPECTED_STATEMENT)
     start = cursor.peek()
