@@ -552,6 +552,15 @@ class UseStatement:
 
 
 @dataclass(frozen=True, slots=True)
+class UnsupportedStatement:
+    """A statement Cassandra accepts and ringflow does not implement (materialized views,
+    secondary indexes, ...): ``feature`` names it for the InvalidRequest its execution is."""
+
+    feature: str
+    bind_markers: Markers = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SelectStatement:
     """``selection`` empty means ``*``."""
 
@@ -746,6 +755,7 @@ class DropTypeStatement:
 
 Statement: TypeAlias = (
     UseStatement
+    | UnsupportedStatement
     | SelectStatement
     | InsertStatement
     | UpdateStatement

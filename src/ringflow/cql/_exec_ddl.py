@@ -57,6 +57,7 @@ from ringflow.cql._ast import (
     RenameColumns,
     Statement,
     TruncateStatement,
+    UnsupportedStatement,
     resolve_type,
 )
 from ringflow.cql._exec_common import (
@@ -737,6 +738,11 @@ def _drop_type(statement: Statement, context: DdlContext) -> DdlOutcome:
     return _changed(context, change)
 
 
+def _unsupported(statement: Statement, context: DdlContext) -> DdlOutcome:
+    assert isinstance(statement, UnsupportedStatement)
+    raise InvalidRequest(statement.feature)
+
+
 DDL_HANDLERS: Mapping[type, Callable[[Statement, DdlContext], DdlOutcome]] = {
     CreateKeyspaceStatement: _create_keyspace,
     AlterKeyspaceStatement: _alter_keyspace,
@@ -747,6 +753,7 @@ DDL_HANDLERS: Mapping[type, Callable[[Statement, DdlContext], DdlOutcome]] = {
     CreateTypeStatement: _create_type,
     DropTypeStatement: _drop_type,
     TruncateStatement: _truncate,
+    UnsupportedStatement: _unsupported,
 }
 
 

@@ -60,6 +60,7 @@ from ringflow.cql._ast import (
     QualifiedName,
     SelectStatement,
     Statement,
+    UnsupportedStatement,
     UpdateStatement,
     UseStatement,
 )
@@ -741,6 +742,8 @@ class QueryProcessor:
 
     def _prepare(self, query: str, keyspace: str | None) -> Response:
         statement = parse_statement(query)
+        if isinstance(statement, UnsupportedStatement):
+            raise InvalidRequest(statement.feature)
         specs = marker_specs(statement, self._lookup_for(keyspace))
         table = None
         tables: set[tuple[str, str]] = set()

@@ -41,6 +41,7 @@ from ringflow.cql._ast import (
     RenameColumns,
     Statement,
     TruncateStatement,
+    UnsupportedStatement,
     UseStatement,
 )
 from ringflow.cql._lexer import TokenKind
@@ -56,7 +57,6 @@ from ringflow.cql._parse_core import (
     parse_qualified_name,
     parse_type_spec,
 )
-from ringflow.errors import InvalidRequest
 
 _TABLE_WORDS = ("table", "columnfamily")
 _KEYSPACE_WORDS = ("keyspace", "schema")
@@ -86,7 +86,9 @@ def _dispatch(
     token = cursor.peek()
     parse = table.get(token.value) if token.kind is TokenKind.IDENT else None
     if parse is None and token.kind is TokenKind.IDENT:
-        refuse_unsupported(verb, token.value)
+        unsupported = parse_unsupported(cursor, verb, token.value)
+        if unsupported is not None:
+            return unsupported
     if parse is None:
         words = sorted({word.upper() for word in table} - {"SCHEMA", "COLUMNFAMILY"})
         objects = " or ".join([", ".join(words[:-1]), words[-1]])
@@ -355,11 +357,15 @@ _UNSUPPORTED: dict[tuple[str, str], str] = {
 so (as issue 20 asks: never a syntax error for a statement Cassandra accepts)."""
 
 
-def refuse_unsupported(verb: str, word: str) -> None:
-    """InvalidRequest if ``verb word ...`` starts a statement ringflow does not support."""
+def parse_unsupported(cursor: Cursor, verb: str, word: str) -> UnsupportedStatement | None:
+    """If ``verb word ...`` starts a statement ringflow does not support, that statement (its
+    tokens up to the next ``;`` skipped); else None, nothing consumed."""
     feature = _UNSUPPORTED.get((verb, word)) or _UNSUPPORTED.get((verb, ""))
-    if feature is not None:
-        raise InvalidRequest(f"{feature} not supported by ringflow")
+    if feature is None:
+        return None
+    while not cursor.at_end() and not cursor.at_symbol(";"):
+        cursor.advance()
+    return UnsupportedStatement(f"{feature} not supported by ringflow")
 
 
 _CREATE: dict[str, Callable[[Cursor], Statement]] = {

@@ -25,8 +25,8 @@ from ringflow.cql._parse_ddl import (
     parse_create,
     parse_drop,
     parse_truncate,
+    parse_unsupported,
     parse_use,
-    refuse_unsupported,
 )
 from ringflow.cql._parse_dml import parse_batch, parse_delete, parse_insert, parse_update
 from ringflow.cql._parse_select import parse_select
@@ -89,7 +89,9 @@ def parse_statements(
 
 def _parse_one(cursor: Cursor) -> Statement:
     if cursor.at_word("grant", "revoke", "list"):
-        refuse_unsupported(cursor.peek().value, "")
+        unsupported = parse_unsupported(cursor, cursor.peek().value, "")
+        assert unsupported is not None
+        return unsupported
     if not cursor.at_word(*_STATEMENTS):
         raise cursor.fail(_EXPECTED_STATEMENT)
     start = cursor.peek()

@@ -130,3 +130,21 @@ def test_mutation_data_size_counts_as_cassandra() -> None:
     row = Row((b"\x00\x00\x00\x01",), LivenessInfo(1), None, {"v": Cell(1, b"abc")})
     mutation = Mutation("ks", "t", (b"k",), rows=(row,))
     assert mutation_data_size(mutation) == 4 + 8 + 16 + 3
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE INDEX ON t (v)",
+        "CREATE MATERIALIZED VIEW mv AS SELECT * FROM t WHERE v IS NOT NULL PRIMARY KEY (v, k, c)",
+        "GRANT SELECT ON t TO someone",
+        "CREATE FUNCTION f (a int) CALLED ON NULL INPUT RETURNS int LANGUAGE java AS 'return a;'",
+    ],
+)
+def test_unsupported_statements_are_invalid_requests(node: ExecNode, statement: str) -> None:
+    """Executed or prepared: InvalidRequest saying ringflow does not support it (issue 20 §4:
+    never a syntax error for a statement Cassandra accepts)."""
+    error = node.error(statement)
+    assert error.code == ErrorCode.INVALID and error.message.endswith("not supported by ringflow")
+    with pytest.raises(AssertionError, match="not supported by ringflow"):
+        node.prepare(statement)
