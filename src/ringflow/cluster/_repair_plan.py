@@ -1,0 +1,163 @@
+"""Anti-entropy repair planning: which ranges a repair covers, and what to stream after the trees.
+
+A pure core (replication-and-repair.md §4.1-4.2, cassandra-core.md §7.3, seed 003 "Merkle
+repair"). Rules:
+
+* A repair covers, per table, the ring ranges ``(predecessor, token]`` whose replicas include the
+  coordinator (``nodetool repair``), or only those it is the primary owner of (``--pr``: run on
+  every node, each range is repaired once); a subrange (``--start-token``/``--end-token``) cuts
+  them to ``(start, end]``, which must lie within the Murmur3 bounds. Wrapping ranges are
+  unwrapped, so every piece is a non-wrapping ``(low, high]`` a tree can cover.
+* After validation, for every leaf where the replicas' trees do not all agree, the replicas are
+  grouped by leaf hash; one member of each group streams the leaf's range to every replica
+  outside its group (so each replica ends with the union, in both directions, and a group of
+  replicas that already agree is not sent the same data twice). A replica whose leaf is empty
+  has nothing to send. Streams between one (source, target) pair are joined into one task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ringflow.cluster._merkle import MerkleTree, common_depth, differing_leaves, leaf_ranges
+from ringflow.errors import InvalidRequest
+from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, ReplicationStrategy, TokenMetadata, TokenRange
+
+
+@dataclass(frozen=True, slots=True)
+class RepairOptions:
+    """What ``ringflow cluster repair`` asks for (Cassandra's ``RepairOption`` subset)."""
+
+    keyspace: str
+    tables: tuple[str, ...] = ()
+    """Empty: every table of the keyspace (CDC log tables included)."""
+    primary_range: bool = False
+    start_token: int | None = None
+    end_token: int | None = None
+    preview: bool = False
+    id: uuid.UUID = field(default_factory=uuid.uuid1)
+
+    def __post_init__(self) -> None:
+        check_subrange(self.start_token, self.end_token)
+
+    def subrange(self) -> TokenRange | None:
+        if self.start_token is None or self.end_token is None:
+            return None
+        return TokenRange(self.start_token, self.end_token)
+
+
+def check_subrange(start: int | None, end: int | None) -> None:
+    """Both or neither; each a Murmur3 token; ``start < end`` (Invalid otherwise)."""
+    if start is None and end is None:
+        return
+    if start is None or end is None:
+        raise InvalidRequest("a subrange repair needs both --start-token and --end-token")
+    for name, token in (("start", start), ("end", end)):
+        if type(token) is not int or not MIN_TOKEN <= token <= MAX_TOKEN:
+            raise InvalidRequest(
+                f"--{name}-token {token!r} is outside the Murmur3 token bounds "
+                f"[{MIN_TOKEN}, {MAX_TOKEN}]"
+            )
+    if not start < end:
+        raise InvalidRequest(f"--start-token {start} must be below --end-token {end}")
+
+
+@dataclass(frozen=True, slots=True)
+class RangeToRepair:
+    """One non-wrapping piece ``(low, high]`` and its replicas, primary first."""
+
+    low: int
+    high: int
+    replicas: tuple[Host, ...]
+
+
+def _pieces(token_range: TokenRange) -> list[tuple[int, int]]:
+    pieces = []
+    for piece in token_range.unwrap():
+        high = MAX_TOKEN if piece.right == MIN_TOKEN else piece.right
+        if piece.left < high:
+            pieces.append((piece.left, high))
+    return pieces
+
+
+def ranges_to_repair(
+    ring: TokenMetadata,
+    strategy: ReplicationStrategy,
+    coordinator: Host,
+    *,
+    primary_range: bool = False,
+    subrange: TokenRange | None = None,
+) -> list[RangeToRepair]:
+    """The pieces a repair coordinated by ``coordinator`` covers (module rules), in ring order."""
+    found: list[RangeToRepair] = []
+    tokens = ring.sorted_tokens
+    for index, token in enumerate(tokens):
+        replicas = tuple(strategy.replicas(token, ring))
+        if coordinator not in replicas:
+            continue
+        if primary_range and ring.owner_at(index) != coordinator:
+            continue
+        token_range = ring.range_ending_at(index)
+        parts = [token_range] if subrange is None else token_range.intersect(subrange)
+        for part in parts:
+            found += [RangeToRepair(low, high, replicas) for low, high in _pieces(part)]
+    found.sort(key=lambda piece: piece.low)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTask:
+    """Stream ``ranges`` of one table from ``source`` to ``target`` (endpoints)."""
+
+    source: str
+    target: str
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    tasks: tuple[SyncTask, ...]
+    leaves_compared: int
+    leaves_mismatching: int
+    mismatching_ranges: tuple[tuple[int, int], ...]
+
+
+def plan_sync(trees: Mapping[str, MerkleTree]) -> SyncPlan:
+    """The streams that make every replica hold the union of the range (module rules)."""
+    endpoints = sorted(trees)
+    folded = dict(zip(endpoints, common_depth([trees[e] for e in endpoints]), strict=True))
+    if len(endpoints) < 2:
+        leaves = len(folded[endpoints[0]].leaves) if endpoints else 0
+        return SyncPlan((), leaves, 0, ())
+    first = folded[endpoints[0]]
+    mismatching: set[int] = set()
+    for other in endpoints[1:]:
+        mismatching.update(differing_leaves(first, folded[other]))
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for leaf in sorted(mismatching):
+        groups: dict[int, list[str]] = {}
+        for endpoint in endpoints:
+            groups.setdefault(folded[endpoint].leaves[leaf], []).append(endpoint)
+        for value, members in groups.items():
+            if value == 0:
+                continue  # an empty leaf has nothing to send
+            for target in endpoints:
+                if target not in members:
+                    by_pair.setdefault((members[0], target), []).append(leaf)
+    tasks = tuple(
+        SyncTask(source, target, tuple(leaf_ranges(first, leaves)))
+        for (source, target), leaves in sorted(by_pair.items())
+    )
+    return SyncPlan(
+        tasks, len(first.leaves), len(mismatching), tuple(leaf_ranges(first, sorted(mismatching)))
+    )
+
+
+def format_range(low: int, high: int) -> str:
+    return f"({low},{high}]"
+
+
+def describe_ranges(ranges: Sequence[tuple[int, int]]) -> list[str]:
+    return [format_range(low, high) for low, high in ranges]
