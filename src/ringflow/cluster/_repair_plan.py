@@ -17,13 +17,31 @@ repair"). Rules:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from ringflow.cluster._merkle import MerkleTree, common_depth, differing_leaves, leaf_ranges
 from ringflow.errors import InvalidRequest
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, ReplicationStrategy, TokenMetadata, TokenRange
+
+REPAIR_REQUEST_FILE: Final = "repair.request"
+"""The file in a node's data directory that asks it to coordinate a repair (JSON options)."""
+LAST_REPAIRS_FILE: Final = "repairs.json"
+"""Per node: the last fully successful repair it coordinated, by ``keyspace.table``."""
+MISMATCHES_LISTED_MAX: Final = 200
+"""A summary lists at most this many mismatching ranges per table (the count is exact)."""
+
+
+def repair_progress_file(repair_id: str) -> str:
+    return f"repair-{repair_id}.progress"
+
+
+def repair_result_file(repair_id: str) -> str:
+    return f"repair-{repair_id}.result"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,3 +179,53 @@ def format_range(low: int, high: int) -> str:
 
 def describe_ranges(ranges: Sequence[tuple[int, int]]) -> list[str]:
     return [format_range(low, high) for low, high in ranges]
+
+
+@dataclass(slots=True)
+class TableSummary:
+    """What a repair did to one table (issue 17: ranges, leaves compared, mismatching leaves,
+    partitions and bytes streamed, time), and which ranges failed and why."""
+
+    keyspace: str
+    table: str
+    ranges: int = 0
+    ranges_repaired: int = 0
+    ranges_failed: list[list[str]] = field(default_factory=list)
+    """``[range, reason]`` of each range not (fully) repaired."""
+    leaves_compared: int = 0
+    leaves_mismatching: int = 0
+    mismatching_ranges: list[str] = field(default_factory=list)
+    ranges_mismatching: int = 0
+    partitions_streamed: int = 0
+    bytes_streamed: int = 0
+    elapsed_ms: int = 0
+
+    def note_mismatch(self, described: list[str]) -> None:
+        self.ranges_mismatching += len(described)
+        room = MISMATCHES_LISTED_MAX - len(self.mismatching_ranges)
+        self.mismatching_ranges += described[: max(0, room)]
+
+
+@dataclass(slots=True)
+class RepairSummary:
+    id: str
+    keyspace: str
+    preview: bool
+    coordinator: str
+    tables: list[TableSummary] = field(default_factory=list)
+    elapsed_ms: int = 0
+    error: str | None = None
+    """Set when the repair was refused before it started (bad input): nothing was done."""
+
+    @property
+    def failed_ranges(self) -> int:
+        return sum(len(t.ranges_failed) for t in self.tables)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RepairSummary:
+        fields = json.loads(text)
+        tables = [TableSummary(**table) for table in fields.pop("tables")]
+        return cls(tables=tables, **fields)
