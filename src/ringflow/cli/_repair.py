@@ -2,14 +2,14 @@
 [--preview] [--node ADDRESS]``: Merkle-tree anti-entropy repair (issue 17, cassandra-core.md §7.3).
 
 The command asks one running node (``--node``, else the first running node of the cluster) to
-coordinate: it writes a ``repair.request`` file in that node's data directory (the local channel
-``removenode`` uses), then follows ``repair-<id>.progress`` with a progress bar per table and
-prints the summary from ``repair-<id>.result``: per table the ranges, leaves compared,
-mismatching leaves (and their ranges with ``--preview``), partitions and bytes streamed, time,
-and every range that could not be repaired with its reason. Exit status: 0 when every range was
-repaired (or previewed), 1 when any range failed (e.g. a replica down), 2 for bad input (unknown
-keyspace or table, a token outside the Murmur3 bounds, a node that is not running): nothing is
-done then.
+coordinate: it writes a ``repair-<id>.request`` file in that node's data directory (the local
+channel ``removenode`` uses; a node runs one repair at a time, the others wait), then follows
+``repair-<id>.progress`` with a progress bar per table and prints the summary from
+``repair-<id>.result``: per table the ranges, leaves compared, mismatching leaves (and their
+ranges with ``--preview``), partitions differing and streamed, bytes streamed, time, and every
+range that could not be repaired with its reason. Exit status: 0 when every range was repaired
+(or previewed), 1 when any range failed (e.g. a replica down), 2 for bad input (unknown keyspace
+or table, a token outside the Murmur3 bounds, a node that is not running): nothing is done then.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
 from ringflow.cluster import (
     LAST_REPAIRS_FILE,
-    REPAIR_REQUEST_FILE,
     RepairOptions,
     RepairSummary,
     repair_progress_file,
+    repair_request_file,
     repair_result_file,
 )
 from ringflow.errors import ConfigurationError, RingflowError
@@ -136,7 +136,8 @@ def format_summary(summary: RepairSummary) -> str:
             f"  {table.keyspace}.{table.table}: {table.ranges} ranges, "
             f"{table.ranges_repaired} {'compared' if summary.preview else 'repaired'}, "
             f"{len(table.ranges_failed)} failed; {table.leaves_compared} leaves compared, "
-            f"{table.leaves_mismatching} mismatching in {table.ranges_mismatching} ranges; "
+            f"{table.leaves_mismatching} mismatching in {table.ranges_mismatching} ranges, "
+            f"{table.partitions_differing} partitions differing; "
             f"{table.partitions_streamed} partitions / {table.bytes_streamed} bytes streamed; "
             f"{table.elapsed_ms / 1000:.1f} s"
         )
@@ -155,7 +156,7 @@ def format_summary(summary: RepairSummary) -> str:
 def run_cluster_repair(arguments: argparse.Namespace) -> int:
     options = _options(arguments)
     directory = _coordinator_dir(arguments.data, arguments.node)
-    request = directory / REPAIR_REQUEST_FILE
+    request = directory / repair_request_file(str(options.id))
     temporary = request.with_suffix(".tmp")
     fields = {
         "id": str(options.id),

@@ -52,6 +52,7 @@ from ringflow.cluster._digest import (
     EMPTY_PARTITION_DIGEST,
     canonical_partition,
     partition_digest,
+    validation_digest,
 )
 from ringflow.cluster._failure_detector import (
     DEFAULT_PHI_CONVICT_THRESHOLD,
@@ -159,7 +160,8 @@ from ringflow.cluster._read_repair import (
 from ringflow.cluster._repair_plan import (
     LAST_REPAIRS_FILE,
     MISMATCHES_LISTED_MAX,
-    REPAIR_REQUEST_FILE,
+    REPAIR_REQUEST_GLOB,
+    KeySyncTask,
     RangeToRepair,
     RepairOptions,
     RepairSummary,
@@ -169,9 +171,11 @@ from ringflow.cluster._repair_plan import (
     check_subrange,
     describe_ranges,
     format_range,
+    plan_partition_sync,
     plan_sync,
     ranges_to_repair,
     repair_progress_file,
+    repair_request_file,
     repair_result_file,
 )
 from ringflow.cluster._write_path import (
@@ -217,7 +221,7 @@ __all__ = [
     "PHI_FACTOR",
     "QUARANTINE_DELAY_MS",
     "READ_TIMEOUT_MS",
-    "REPAIR_REQUEST_FILE",
+    "REPAIR_REQUEST_GLOB",
     "SAMPLE_SIZE",
     "SERIAL_LEVELS",
     "SHUTDOWN_STATUS",
@@ -257,6 +261,7 @@ __all__ = [
     "HintStored",
     "InternodeProtocolError",
     "InvalidTransition",
+    "KeySyncTask",
     "MerkleTree",
     "MessageTooLarge",
     "MutationAcked",
@@ -331,6 +336,7 @@ __all__ = [
     "max_depth_for_bytes",
     "order_by_proximity",
     "partition_digest",
+    "plan_partition_sync",
     "plan_sync",
     "prepare_cdc_write",
     "quorum_for",
@@ -339,9 +345,11 @@ __all__ = [
     "repair_mutation",
     "repair_mutations",
     "repair_progress_file",
+    "repair_request_file",
     "repair_result_file",
     "select_contacts",
     "validate_for_read",
     "validate_for_write",
+    "validation_digest",
     "verb_of",
 ]

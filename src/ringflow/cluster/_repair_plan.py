@@ -28,12 +28,17 @@ from ringflow.cluster._merkle import MerkleTree, common_depth, differing_leaves,
 from ringflow.errors import InvalidRequest
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, ReplicationStrategy, TokenMetadata, TokenRange
 
-REPAIR_REQUEST_FILE: Final = "repair.request"
-"""The file in a node's data directory that asks it to coordinate a repair (JSON options)."""
+REPAIR_REQUEST_GLOB: Final = "repair-*.request"
+"""Files in a node's data directory that ask it to coordinate a repair (JSON options), one per
+repair (``repair_request_file``), so two commands never overwrite each other's request."""
 LAST_REPAIRS_FILE: Final = "repairs.json"
 """Per node: the last fully successful repair it coordinated, by ``keyspace.table``."""
 MISMATCHES_LISTED_MAX: Final = 200
 """A summary lists at most this many mismatching ranges per table (the count is exact)."""
+
+
+def repair_request_file(repair_id: str) -> str:
+    return f"repair-{repair_id}.request"
 
 
 def repair_progress_file(repair_id: str) -> str:
@@ -173,6 +178,45 @@ def plan_sync(trees: Mapping[str, MerkleTree]) -> SyncPlan:
     )
 
 
+PartitionKey = tuple[bytes, ...]
+PartitionListing = Sequence[tuple[int, PartitionKey, bytes]]
+"""A replica's partitions in some ranges: (token, partition key, validation digest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySyncTask:
+    """Stream the partitions ``keys`` of one table from ``source`` to ``target``."""
+
+    source: str
+    target: str
+    keys: tuple[PartitionKey, ...]
+
+
+def plan_partition_sync(listings: Mapping[str, PartitionListing]) -> tuple[KeySyncTask, ...]:
+    """The row-level refinement of a leaf plan (Scylla's row-level repair, on the mismatching
+    leaves only): per partition, the replicas are grouped by its digest (a replica without it
+    is in no group); one member of each group sends it to every replica outside the group. So a
+    partition one replica misses is sent once, to that replica only, instead of whole leaves in
+    both directions."""
+    endpoints = sorted(listings)
+    holders: dict[tuple[int, PartitionKey], dict[bytes, list[str]]] = {}
+    for endpoint in endpoints:
+        for token, key, digest in listings[endpoint]:
+            holders.setdefault((token, key), {}).setdefault(digest, []).append(endpoint)
+    by_pair: dict[tuple[str, str], list[PartitionKey]] = {}
+    for (_token, key), groups in sorted(holders.items()):
+        if len(groups) == 1 and len(next(iter(groups.values()))) == len(endpoints):
+            continue  # every replica holds the same partition
+        for members in groups.values():
+            for target in endpoints:
+                if target not in members:
+                    by_pair.setdefault((members[0], target), []).append(key)
+    return tuple(
+        KeySyncTask(source, target, tuple(keys))
+        for (source, target), keys in sorted(by_pair.items())
+    )
+
+
 def format_range(low: int, high: int) -> str:
     return f"({low},{high}]"
 
@@ -196,6 +240,8 @@ class TableSummary:
     leaves_mismatching: int = 0
     mismatching_ranges: list[str] = field(default_factory=list)
     ranges_mismatching: int = 0
+    partitions_differing: int = 0
+    """Partitions found to differ by the row-level refinement (or to be sent, with preview)."""
     partitions_streamed: int = 0
     bytes_streamed: int = 0
     elapsed_ms: int = 0

@@ -22,6 +22,7 @@ from ringflow.cluster import (
     MAX_TREE_DEPTH,
     MerkleTree,
     RepairOptions,
+    canonical_partition,
     check_subrange,
     depth_for,
     difference,
@@ -29,8 +30,10 @@ from ringflow.cluster import (
     leaf_ranges,
     max_depth_for_bytes,
     partition_digest,
+    plan_partition_sync,
     plan_sync,
     ranges_to_repair,
+    validation_digest,
 )
 from ringflow.errors import InvalidRequest
 from ringflow.ring import (
@@ -42,6 +45,7 @@ from ringflow.ring import (
     replication_strategy,
 )
 from ringflow.schema import Cell, Mutation, Row
+from tests.unit.schema.test_reconcile_properties import mutations as reconcile_mutations
 
 TOKENS = st.integers(MIN_TOKEN + 1, MAX_TOKEN)
 RANGE = st.tuples(st.integers(MIN_TOKEN, MAX_TOKEN - 1), st.integers(1, 2**64)).map(
@@ -265,3 +269,47 @@ def test_ranges_to_repair_cover_the_ring_once_with_primary_ranges() -> None:
     assert sum(p.high - p.low for p in sub) == 1000
     assert all(-500 <= p.low < p.high <= 500 for p in sub)
     assert leaf_ranges(MerkleTree.empty(0, 8, 3), [1, 2, 5]) == [(1, 3), (5, 6)]
+
+
+@given(reconcile_mutations())
+def test_validation_digest_equals_the_canonical_digest(mutation: Mutation) -> None:
+    """The fast path (no merge when nothing can shadow) gives the same digest as the canonical
+    one on stored (canonical) partitions, and falls back to it whenever a deletion is present."""
+    canonical = canonical_partition(mutation)
+    stored = mutation if canonical is None else canonical
+    assert validation_digest(stored) == partition_digest(mutation)
+
+
+@settings(max_examples=50)
+@given(
+    st.lists(
+        st.dictionaries(st.integers(0, 30), st.integers(0, 2), max_size=20), min_size=2, max_size=4
+    )
+)
+def test_partition_sync_sends_each_differing_partition_once_per_replica(
+    replica_versions: list[dict[int, int]],
+) -> None:
+    """Row-level refinement: after the key streams every replica holds every key, in the
+    newest version some source had (here: versions differ, so the test checks the union of
+    (key, version) pairs reaches everyone), and a partition every replica holds alike moves
+    nowhere."""
+    holdings = {f"10.0.0.{i}": versions for i, versions in enumerate(replica_versions)}
+    listings = {
+        endpoint: [(k, (str(k).encode(),), _digest(k * 10 + v)) for k, v in versions.items()]
+        for endpoint, versions in holdings.items()
+    }
+    tasks = plan_partition_sync(listings)
+    after = {e: {(k, v) for k, v in versions.items()} for e, versions in holdings.items()}
+    for task in tasks:
+        keys = {int(key[0]) for key in task.keys}
+        after[task.target] |= {(k, v) for k, v in holdings[task.source].items() if k in keys}
+        assert all(int(key[0]) not in holdings[task.target] or
+                   holdings[task.target][int(key[0])] != holdings[task.source][int(key[0])]
+                   for key in task.keys)  # fmt: skip
+    union = {(k, v) for versions in holdings.values() for k, v in versions.items()}
+    assert all(held == union for held in after.values())
+    agreed = {
+        k for k in set().union(*holdings.values())
+        if len({versions.get(k) for versions in holdings.values()}) == 1
+    }  # fmt: skip
+    assert not any(int(key[0]) in agreed for task in tasks for key in task.keys)

@@ -5,14 +5,18 @@ cassandra-core.md §7.3 and replication-and-repair.md §4 (Cassandra's ``RepairS
 ``ringflow.cluster``'s Merkle core and sync plan; this is their asyncio shell. Rules:
 
 * A repair is coordinated by one node, asked by ``ringflow cluster repair`` (a
-  ``repair.request`` file in its data directory, the CLI's local channel like ``removenode``) or
-  by any node over REPAIR_REQ ``run``. One repair at a time per coordinator; within it one range
-  at a time (one session per range), the replicas of the range validating at once.
+  ``repair-<id>.request`` file in its data directory, the CLI's local channel like
+  ``removenode``) or by any node over REPAIR_REQ ``run``. One repair at a time per
+  coordinator; within it one range at a time (one session per range), the replicas of the
+  range validating at once.
 * Validation: each replica scans ``(low, high]`` page by page (``Store.scan_mutations``, the
   digests computed off the node's thread), never holding the range, into a tree at the max
   depth, folded to ``depth_for(partitions)``. The coordinator folds every replica's tree to the
   shallowest and streams only the mismatching leaf ranges (``plan_sync``), each target pulling
   from its source page by page (at most ``page_partitions`` partitions in memory per stream).
+  Row-level refinement first (``plan_partition_sync``): the replicas list their partitions of
+  the mismatching leaves with digests (at most ``refine_partitions_max`` each, else whole
+  leaves stream), and only the partitions that differ move, each once per replica lacking it.
 * Streamed partitions are applied with origin REPAIR: merged by timestamp with tombstones and
   TTLs as stored, no new CDC log rows, and the log rows a log table's repair brings go to the
   replica's capture out of sequence (REPLICATION.md decision 1).
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster._digest import partition_digest
+from ringflow.cluster._digest import validation_digest
 from ringflow.cluster._merkle import (
     DEFAULT_TREE_MEMORY_BYTES,
     MerkleTree,
@@ -49,13 +53,15 @@ from ringflow.cluster._merkle import (
 from ringflow.cluster._messages import InternodeProtocolError, Verb
 from ringflow.cluster._repair_plan import (
     LAST_REPAIRS_FILE,
-    REPAIR_REQUEST_FILE,
+    REPAIR_REQUEST_GLOB,
+    KeySyncTask,
     RangeToRepair,
     RepairOptions,
     RepairSummary,
     TableSummary,
     describe_ranges,
     format_range,
+    plan_partition_sync,
     plan_sync,
     ranges_to_repair,
     repair_progress_file,
@@ -63,10 +69,14 @@ from ringflow.cluster._repair_plan import (
 )
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._repair_codec import (
+    DigestsAnswer,
+    DigestsRequest,
+    PullKeysRequest,
     RepairMessage,
     RunAnswer,
     RunRequest,
     SyncAnswer,
+    SyncKeysRequest,
     SyncRequest,
     TreeAnswer,
     ValidateRequest,
@@ -90,6 +100,9 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 PAGE_PARTITIONS: Final = 512
+REFINE_PARTITIONS_MAX: Final = 20_000
+"""Per replica and range, the most partitions of mismatching leaves listed for the row-level
+refinement (memory on the coordinator: RF listings of at most this many entries)."""
 LIVENESS_CHECK_S: Final = 1.0
 VALIDATE_TIMEOUT_S: Final = 600.0
 SYNC_TIMEOUT_S: Final = 1800.0
@@ -116,6 +129,7 @@ class RepairService:
         *,
         page_partitions: int = PAGE_PARTITIONS,
         tree_memory_bytes: int = DEFAULT_TREE_MEMORY_BYTES,
+        refine_partitions_max: int = REFINE_PARTITIONS_MAX,
     ) -> None:
         if page_partitions < 1 or tree_memory_bytes < 0:
             raise InvalidRequest("repair: page_partitions >= 1 and tree_memory_bytes >= 0")
@@ -124,6 +138,7 @@ class RepairService:
         self.loop = loop
         self.page_partitions = page_partitions
         self.max_depth = max_depth_for_bytes(tree_memory_bytes)
+        self.refine_partitions_max = refine_partitions_max
         self.running: asyncio.Task[RepairSummary] | None = None
         self.progress: dict[str, list[int]] = {}
         self.last_repairs: dict[str, dict[str, object]] = _load_last(data_dir)
@@ -208,6 +223,12 @@ class RepairService:
             return await self.sync(message)
         if isinstance(message, PullRequest):
             return await self._pull_page(message)
+        if isinstance(message, DigestsRequest):
+            return await self.list_digests(message)
+        if isinstance(message, SyncKeysRequest):
+            return await self.sync_keys(message)
+        if isinstance(message, PullKeysRequest):
+            return await self._pull_keys(message)
         if isinstance(message, RunRequest):
             return RunAnswer(await self.run(message.options))
         raise InternodeProtocolError(f"repair: {type(message).__name__} is not a request")
@@ -229,7 +250,7 @@ class RepairService:
                 page_size=self.page_partitions,
                 paging_state=state,
             )
-            digests = [partition_digest(m) for m in scanned.mutations]
+            digests = [validation_digest(m) for m in scanned.mutations]
             return list(zip(scanned.tokens, digests, strict=True)), scanned.paging_state
 
         while True:
@@ -240,6 +261,72 @@ class RepairService:
                 break
         folded = tree.folded(depth_for(tree.partitions, max_depth))
         return TreeAnswer(folded.depth, folded.partitions, folded.to_bytes())
+
+    async def list_digests(self, request: DigestsRequest) -> DigestsAnswer:
+        """This node's partitions of ``request.ranges`` with their digests (module docstring);
+        None once more than ``request.max_entries``."""
+        store, table = self.cluster.store, (request.keyspace, request.table)
+        entries: list[tuple[int, tuple[bytes, ...], bytes]] = []
+        for low, high in request.ranges:
+            state: bytes | None = None
+            while True:
+
+                def page(
+                    low: int = low, high: int = high, state: bytes | None = state
+                ) -> tuple[list[tuple[int, tuple[bytes, ...], bytes]], bytes | None]:
+                    scanned = store.scan_mutations(
+                        table, low, high, page_size=self.page_partitions, paging_state=state
+                    )
+                    found = [
+                        (token, m.partition_key, validation_digest(m))
+                        for token, m in zip(scanned.tokens, scanned.mutations, strict=True)
+                    ]
+                    return found, scanned.paging_state
+
+                found, state = await self._offloaded(page)
+                entries += found
+                if len(entries) > request.max_entries:
+                    return DigestsAnswer(None)
+                if state is None:
+                    break
+        return DigestsAnswer(tuple(entries))
+
+    async def _pull_keys(self, request: PullKeysRequest) -> Page:
+        store = self.cluster.store
+        if len(request.keys) > self.page_partitions:
+            raise InvalidRequest(f"repair: at most {self.page_partitions} keys a pull")
+
+        def read() -> Page:
+            table = (request.keyspace, request.table)
+            found = [store.read_mutation(table, key) for key in request.keys]
+            return Page(None, tuple(m for m in found if m is not None))
+
+        return await self._offloaded(read)
+
+    async def sync_keys(self, request: SyncKeysRequest) -> SyncAnswer:
+        """Pull the partitions ``request.keys`` from the source, at most a page at a time, and
+        apply them with origin REPAIR."""
+        partitions = size = 0
+        for start in range(0, len(request.keys), self.page_partitions):
+            keys = request.keys[start : start + self.page_partitions]
+            pull = PullKeysRequest(request.keyspace, request.table, keys)
+            page = await self._ask(request.source, pull, PULL_TIMEOUT_S)
+            if not isinstance(page, Page):
+                raise RepairError(f"unexpected answer from {request.source}")
+            size += len(encode_page(page))
+            await self._apply(list(page.partitions))
+            partitions += len(page.partitions)
+        return SyncAnswer(partitions, size)
+
+    async def _apply(self, partitions: list[Mutation]) -> None:
+        if not partitions:
+            return
+        store, cluster = self.cluster.store, self.cluster
+
+        def apply() -> None:
+            store.apply(partitions, now_s=cluster.clock.now_ms() // 1000, origin=Origin.REPAIR)
+
+        await self._offloaded(apply)
 
     async def _pull_page(self, request: PullRequest) -> Page:
         store = self.cluster.store
@@ -259,7 +346,6 @@ class RepairService:
 
     async def sync(self, request: SyncRequest) -> SyncAnswer:
         """Pull ``request.ranges`` from the source and apply them with origin REPAIR."""
-        store, cluster = self.cluster.store, self.cluster
         partitions = size = 0
         for low, high in request.ranges:
             state: bytes | None = None
@@ -271,14 +357,7 @@ class RepairService:
                 if not isinstance(page, Page):
                     raise RepairError(f"unexpected answer from {request.source}")
                 size += len(encode_page(page))
-                if page.partitions:
-                    moved = list(page.partitions)
-
-                    def apply(moved: list[Mutation] = moved) -> None:
-                        now_s = cluster.clock.now_ms() // 1000
-                        store.apply(moved, now_s=now_s, origin=Origin.REPAIR)
-
-                    await self._offloaded(apply)
+                await self._apply(list(page.partitions))
                 partitions += len(page.partitions)
                 state = page.paging_state
                 if state is None:
@@ -371,32 +450,76 @@ class RepairService:
         summary: TableSummary,
     ) -> None:
         request = ValidateRequest(options.keyspace, table, piece.low, piece.high, self.max_depth)
-        answers = await asyncio.gather(
-            *(self._ask(endpoint, request, VALIDATE_TIMEOUT_S) for endpoint in endpoints),
-            return_exceptions=True,
-        )
-        trees: dict[str, MerkleTree] = {}
-        for endpoint, answer in zip(endpoints, answers, strict=True):
-            if isinstance(answer, BaseException) or not isinstance(answer, TreeAnswer):
-                raise RepairError(f"validation failed on {endpoint}: {answer}")
-            trees[endpoint] = answer.tree(piece.low, piece.high)
+        answers = await self._ask_all(endpoints, request, VALIDATE_TIMEOUT_S, "validation")
+        trees = {
+            endpoint: answer.tree(piece.low, piece.high)
+            for endpoint, answer in answers.items()
+            if isinstance(answer, TreeAnswer)
+        }
         plan = plan_sync(trees)
         summary.leaves_compared += plan.leaves_compared
         summary.leaves_mismatching += plan.leaves_mismatching
         summary.note_mismatch(describe_ranges(plan.mismatching_ranges))
+        if not plan.tasks:
+            return
+        refined = await self._refine(options, table, plan.mismatching_ranges, endpoints)
+        if refined is not None:
+            summary.partitions_differing += sum(len(task.keys) for task in refined)
         if options.preview:
             return
-        for task in plan.tasks:  # one stream at a time: bounded memory on every node
-            sync = SyncRequest(options.keyspace, table, task.source, task.ranges)
+        syncs: list[tuple[str, str, RepairMessage]] = (
+            [
+                (t.source, t.target, SyncRequest(options.keyspace, table, t.source, t.ranges))
+                for t in plan.tasks
+            ]
+            if refined is None
+            else [
+                (t.source, t.target, SyncKeysRequest(options.keyspace, table, t.source, t.keys))
+                for t in refined
+            ]
+        )
+        for source, target, sync in syncs:  # one stream at a time: bounded memory on every node
             try:
-                answer = await self._ask(task.target, sync, SYNC_TIMEOUT_S)
+                answer = await self._ask(target, sync, SYNC_TIMEOUT_S)
             except RepairError as error:
-                raise RepairError(
-                    f"streaming {task.source} -> {task.target} failed: {error}"
-                ) from None
+                raise RepairError(f"streaming {source} -> {target} failed: {error}") from None
             if isinstance(answer, SyncAnswer):
                 summary.partitions_streamed += answer.partitions
                 summary.bytes_streamed += answer.bytes
+
+    async def _ask_all(
+        self, endpoints: Sequence[str], request: RepairMessage, timeout_s: float, what: str
+    ) -> dict[str, RepairMessage]:
+        answers = await asyncio.gather(
+            *(self._ask(endpoint, request, timeout_s) for endpoint in endpoints),
+            return_exceptions=True,
+        )
+        found: dict[str, RepairMessage] = {}
+        for endpoint, answer in zip(endpoints, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise RepairError(f"{what} failed on {endpoint}: {answer}")
+            found[endpoint] = answer
+        return found
+
+    async def _refine(
+        self,
+        options: RepairOptions,
+        table: str,
+        ranges: Sequence[tuple[int, int]],
+        endpoints: Sequence[str],
+    ) -> tuple[KeySyncTask, ...] | None:
+        """The row-level plan for the mismatching leaves; None (stream whole leaves) when it is
+        off or a replica holds more than ``refine_partitions_max`` partitions in them."""
+        if self.refine_partitions_max == 0:
+            return None
+        request = DigestsRequest(options.keyspace, table, tuple(ranges), self.refine_partitions_max)
+        answers = await self._ask_all(endpoints, request, VALIDATE_TIMEOUT_S, "listing")
+        listings = {}
+        for endpoint, answer in answers.items():
+            if not isinstance(answer, DigestsAnswer) or answer.entries is None:
+                return None
+            listings[endpoint] = answer.entries
+        return plan_partition_sync(listings)
 
     # -- history --------------------------------------------------------------------------
 
@@ -486,20 +609,20 @@ class RepairService:
     # -- the CLI's channel ----------------------------------------------------------------
 
     def poll(self) -> None:
-        """Called every second: start the repair a ``repair.request`` file asks for; its
-        progress and result go to ``repair-<id>.progress`` / ``.result`` files."""
-        request = self.data_dir / REPAIR_REQUEST_FILE
-        if not request.exists():
+        """Called every second: start the oldest repair a ``repair-<id>.request`` file asks
+        for, once no repair is running here (the others wait their turn); its progress and
+        result go to ``repair-<id>.progress`` / ``.result`` files."""
+        if self.running is not None and not self.running.done():
             return
-        text = request.read_text()
-        request.unlink(missing_ok=True)
+        requests = sorted(self.data_dir.glob(REPAIR_REQUEST_GLOB), key=_modified)
+        if not requests:
+            return
+        text = requests[0].read_text()
+        requests[0].unlink(missing_ok=True)
         try:
             options = options_from_json(text)
         except (InternodeProtocolError, InvalidRequest) as error:
-            _log.warning("repair request refused: %s", error)
-            return
-        if self.running is not None and not self.running.done():
-            self._finish(options, None, InvalidRequest("a repair is already running on this node"))
+            _log.warning("repair request %s refused: %s", requests[0].name, error)
             return
         self.progress = {}
 
@@ -549,6 +672,13 @@ def _now() -> datetime.datetime:
 def _address(endpoint: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
     host, _, port = endpoint.rpartition(":")
     return ipaddress.ip_address(host), int(port)
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _write_json(path: Path, value: object) -> None:

@@ -10,6 +10,12 @@ Messages (msgpack arrays, first element the kind; failures travel as FAILURE_RSP
   origin REPAIR.
 * ``["pull", ...]`` → ``["page", ...]``: one page of raw partitions, the streaming codec's
   (``_streaming``), so repair moves exactly what bootstrap moves.
+* ``["digests", keyspace, table, [[low, high], ...], max]`` → ``["listing", [[token, [key
+  part, ...], digest], ...] | nil]``: the replica's partitions in those ranges with their
+  validation digests (nil: more than ``max``, the coordinator then streams whole leaves).
+* ``["sync_keys", keyspace, table, source endpoint, [[key part, ...], ...]]`` → ``["synced",
+  ...]``: the receiver pulls those partitions (``["pull_keys", keyspace, table, keys]`` →
+  ``["page", nil, [mutation bytes...]]``) and applies them with origin REPAIR.
 * ``["run", options]`` → ``["result", summary]``: any node coordinates a whole repair (JSON).
 """
 
@@ -62,6 +68,37 @@ class SyncAnswer:
     bytes: int
 
 
+PartitionKey = tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DigestsRequest:
+    keyspace: str
+    table: str
+    ranges: tuple[tuple[int, int], ...]
+    max_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class DigestsAnswer:
+    entries: tuple[tuple[int, PartitionKey, bytes], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncKeysRequest:
+    keyspace: str
+    table: str
+    source: str
+    keys: tuple[PartitionKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PullKeysRequest:
+    keyspace: str
+    table: str
+    keys: tuple[PartitionKey, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class RunRequest:
     options: RepairOptions
@@ -79,6 +116,10 @@ RepairMessage = (
     | SyncAnswer
     | RunRequest
     | RunAnswer
+    | DigestsRequest
+    | DigestsAnswer
+    | SyncKeysRequest
+    | PullKeysRequest
     | PullRequest
     | Page
 )
@@ -102,6 +143,20 @@ def encode_repair_message(message: RepairMessage) -> bytes:
         return _pack(["synced", message.partitions, message.bytes])
     if isinstance(message, RunRequest):
         return _pack(["run", options_to_json(message.options)])
+    if isinstance(message, DigestsRequest):
+        m2 = message
+        ranges = [list(piece) for piece in m2.ranges]
+        return _pack(["digests", m2.keyspace, m2.table, ranges, m2.max_entries])
+    if isinstance(message, DigestsAnswer):
+        entries = message.entries
+        body = None if entries is None else [[t, list(k), d] for t, k, d in entries]
+        return _pack(["listing", body])
+    if isinstance(message, SyncKeysRequest):
+        keys = [list(key) for key in message.keys]
+        return _pack(["sync_keys", message.keyspace, message.table, message.source, keys])
+    if isinstance(message, PullKeysRequest):
+        keys = [list(key) for key in message.keys]
+        return _pack(["pull_keys", message.keyspace, message.table, keys])
     if isinstance(message, RunAnswer):
         return _pack(["result", message.summary.to_json()])
     raise InternodeProtocolError(f"repair: {type(message).__name__} is encoded by _streaming")
@@ -119,6 +174,13 @@ def _range(value: object) -> tuple[int, int]:
     if not -(2**63) <= low < high < 2**63:
         raise InternodeProtocolError(f"repair: bad range ({low}, {high}]")
     return low, high
+
+
+def _key(value: object) -> PartitionKey:
+    parts = _list(value, "repair partition key")
+    if not parts or not all(isinstance(part, bytes) for part in parts):
+        raise InternodeProtocolError(f"repair: bad partition key {value!r:.60}")
+    return tuple(part for part in parts if isinstance(part, bytes))
 
 
 def decode_repair_message(data: bytes) -> RepairMessage:
@@ -149,6 +211,31 @@ def decode_repair_message(data: bytes) -> RepairMessage:
     if kind == "synced":
         _, partitions, size = _list(value, "repair synced", 3)
         return SyncAnswer(_int(partitions, "partitions"), _int(size, "bytes"))
+    if kind == "digests":
+        _, keyspace, table, ranges, most = _list(value, "repair digests", 5)
+        pieces = tuple(_range(piece) for piece in _list(ranges, "repair digests ranges"))
+        names = _text(keyspace, "keyspace"), _text(table, "table")
+        return DigestsRequest(*names, pieces, _int(most, "max"))
+    if kind == "listing":
+        _, body = _list(value, "repair listing", 2)
+        if body is None:
+            return DigestsAnswer(None)
+        entries = []
+        for item in _list(body, "repair listing"):
+            token, key, digest = _list(item, "repair listing entry", 3)
+            if not isinstance(digest, bytes):
+                raise InternodeProtocolError("repair listing: digest must be bytes")
+            entries.append((_int(token, "token"), _key(key), digest))
+        return DigestsAnswer(tuple(entries))
+    if kind == "sync_keys":
+        _, keyspace, table, source, keys = _list(value, "repair sync_keys", 5)
+        names = _text(keyspace, "keyspace"), _text(table, "table")
+        parsed = tuple(_key(key) for key in _list(keys, "repair keys"))
+        return SyncKeysRequest(*names, _text(source, "source"), parsed)
+    if kind == "pull_keys":
+        _, keyspace, table, keys = _list(value, "repair pull_keys", 4)
+        names = _text(keyspace, "keyspace"), _text(table, "table")
+        return PullKeysRequest(*names, tuple(_key(key) for key in _list(keys, "repair keys")))
     if kind == "run":
         _, text = _list(value, "repair run", 2)
         return RunRequest(options_from_json(_text(text, "options")))
