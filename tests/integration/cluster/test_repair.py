@@ -173,8 +173,10 @@ def test_replica_misses_rows_before_repair_and_preview_reports_them(diverged: Di
     assert result.returncode == 0, result.stdout + result.stderr
     table = tables_of(summary_of(result))["t"]
     assert table["leaves_mismatching"] > 0 and table["mismatching_ranges"]
-    # 60 new rows + 5 deleted + 1 expired cell: the partitions that would be sent to C
-    assert table["partitions_differing"] == 66
+    # Partition sends: the 60 rows C lacks go to C only; the 6 partitions C holds in an older
+    # version (5 deleted, 1 expired cell) go both ways, A's to C and C's to A and B (digests
+    # cannot tell which version is newer; applying the older one changes nothing): 60 + 6 * 3
+    assert table["partitions_differing"] == 78
     assert table["partitions_streamed"] == 0 and table["bytes_streamed"] == 0
     assert rows_alone(diverged.sessions[c], "t") == alone  # nothing streamed
     human = repair(diverged.cluster, "rp.t", "--preview")
@@ -188,7 +190,7 @@ def test_repair_makes_every_replica_alone_return_the_same_rows(diverged: Diverge
     result = repair(diverged.cluster, "rp.t", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     table = tables_of(summary_of(result))["t"]
-    assert table["partitions_streamed"] == 66 and table["bytes_streamed"] > 0  # no more
+    assert table["partitions_streamed"] == 78 and table["bytes_streamed"] > 0  # as previewed
     assert table["ranges_failed"] == [] and table["ranges_repaired"] == table["ranges"]
     expected = diverged.reference["t"]
     assert (0, 0) not in expected and expected[(5, 0)][0] is None and (100, 0) in expected
