@@ -278,8 +278,8 @@ def test_subrange_repair_touches_only_its_range(diverged: Diverged) -> None:
 
 def test_cdc_log_table_repaired_without_new_log_rows(diverged: Diverged) -> None:
     """Repairing the keyspace repairs the CDC log table like any table: C alone then holds the
-    log rows it missed, and the cluster holds no more log rows than before (repair streams
-    rows, it does not write through the CDC path)."""
+    log rows it missed, the cluster holds no more log rows than before (repair streams rows, it
+    does not write through the CDC path), and C's capture has them out of sequence."""
     c = diverged.cluster.addresses[2]
     log_query = "SELECT count(*) FROM rp.logged_scylla_cdc_log"
 
@@ -295,6 +295,14 @@ def test_cdc_log_table_repaired_without_new_log_rows(diverged: Diverged) -> None
     assert same_rows(rows_alone(diverged.sessions[c], "logged"), diverged.reference["logged"])
     for address in diverged.cluster.addresses:
         assert log_rows(address) == diverged.cdc_log_rows_before, address
+    # C's replica-side capture took the 20 log rows repair brought as out-of-sequence (its
+    # in-sequence slices never saw them: they were written while C was down)
+    query = (
+        "SELECT out_of_sequence, row_count FROM system_replication.local_slices "
+        "WHERE keyspace_name = 'rp' AND table_name = 'logged'"
+    )
+    slices = list(diverged.sessions[c].execute(query))
+    assert sum(r.row_count for r in slices if r.out_of_sequence) >= 20, slices
 
 
 @pytest.mark.parametrize(
@@ -314,12 +322,37 @@ def test_bad_input_is_a_clear_error(
     assert message in result.stderr
 
 
-def test_repair_with_a_replica_down_reports_ranges_and_fails(diverged: Diverged) -> None:
+def test_replica_dying_mid_repair_fails_its_ranges_and_the_rest_goes_on(
+    diverged: Diverged,
+) -> None:
+    """The last test of the module (C stays down). C is SIGKILLed while A coordinates a repair
+    of the whole keyspace: the ranges repaired before stay repaired, every range after fails
+    naming C, the repair still ends (exit 1). A repair run while C is down says which ranges it
+    could not repair; asking the dead node to coordinate is a clear error (exit 2)."""
     a, b, c = diverged.cluster.addresses
-    """The last test of the module (C stays down): a repair while C is down repairs what it
-    can, names every range it could not repair and exits 1; asking the dead node to
-    coordinate is a clear error (exit 2)."""
+    script = Path(sys.executable).parent / "ringflow"
+    command = [str(script), "cluster", "repair", "rp", "--json", "--node", a]
+    running = subprocess.Popen(
+        [*command, "--data", str(diverged.cluster.data)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    coordinator = diverged.cluster.data / "node1"
+    wait_until(
+        lambda: any(
+            done >= 1
+            for path in coordinator.glob("repair-*.progress")
+            for done, _total in json.loads(path.read_text()).values()
+        ),
+        60,
+        "a range repaired",
+    )
     diverged.cluster.kill(c)
+    stdout, stderr = running.communicate(timeout=300)
+    assert running.returncode == 1, stdout + stderr
+    tables = tables_of(json.loads(stdout))
+    assert sum(int(t["ranges_repaired"]) for t in tables.values()) > 0
+    failed = [reason for t in tables.values() for _, reason in t["ranges_failed"]]
+    assert failed and all(c in reason for reason in failed), failed
     wait_seen(diverged.cluster, [a, b], {c: "DN"})
     result = repair(diverged.cluster, "rp.t", "--node", a)
     assert result.returncode == 1, result.stdout + result.stderr
