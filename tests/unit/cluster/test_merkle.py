@@ -44,7 +44,7 @@ from ringflow.ring import (
     TokenRange,
     replication_strategy,
 )
-from ringflow.schema import Cell, Mutation, Row
+from ringflow.schema import Cell, Mutation, Row, partition_token
 from tests.unit.schema.test_reconcile_properties import mutations as reconcile_mutations
 
 TOKENS = st.integers(MIN_TOKEN + 1, MAX_TOKEN)
@@ -313,3 +313,42 @@ def test_partition_sync_sends_each_differing_partition_once_per_replica(
         if len({versions.get(k) for versions in holdings.values()}) == 1
     }  # fmt: skip
     assert not any(int(key[0]) in agreed for task in tasks for key in task.keys)
+
+
+@settings(max_examples=30)
+@given(
+    st.lists(st.integers(-1000, 1000), min_size=1, max_size=40, unique=True),
+    st.integers(0, 10),
+    st.data(),
+)
+def test_one_changed_cell_changes_exactly_its_leaf(
+    keys: list[int], depth: int, data: st.DataObject
+) -> None:
+    """Real partitions (``partition_token``, ``validation_digest``): changing one cell's value,
+    timestamp or TTL in one partition changes exactly the leaf holding that partition's token."""
+
+    def partition(key: int, cell: Cell) -> Mutation:
+        pk = (key.to_bytes(4, "big", signed=True),)
+        return Mutation("ks", "t", pk, rows=(Row((b"c",), cells={"v": cell}),))
+
+    def tree_of(partitions: list[Mutation]) -> MerkleTree:
+        tree = MerkleTree.empty(MIN_TOKEN, MAX_TOKEN, depth)
+        for mutation in partitions:
+            tree.add(partition_token("t", mutation.partition_key), validation_digest(mutation))
+        return tree
+
+    before = [partition(key, Cell.live(1000 + key, b"x")) for key in keys]
+    index = data.draw(st.integers(0, len(keys) - 1))
+    change = data.draw(st.sampled_from(["value", "timestamp", "ttl"]))
+    old = before[index].rows[0].cells["v"]
+    assert isinstance(old, Cell)
+    new = {
+        "value": Cell.live(old.timestamp_us, b"y"),
+        "timestamp": Cell.live(old.timestamp_us + 1, old.value),
+        "ttl": Cell.expiring(old.timestamp_us, 60, 1_000, old.value),
+    }[change]
+    after = list(before)
+    after[index] = partition(keys[index], new)
+    first, second = tree_of(before), tree_of(after)
+    token = partition_token("t", before[index].partition_key)
+    assert differing_leaves(first, second) == [first.leaf_of(token)]
