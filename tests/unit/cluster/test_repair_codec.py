@@ -92,6 +92,8 @@ def test_run_request_and_answer_round_trip() -> None:
         ["listing", [[1, [], b"x"]]],  # a key needs a part
         ["pull_keys", "ks", "t", [["text"]]],
         ["run", "{not json"],
+        ["result", "{not json"],
+        ["result", '{"tables": 3}'],
         ["nonsense"],
         [],
     ],

@@ -241,7 +241,10 @@ def decode_repair_message(data: bytes) -> RepairMessage:
         return RunRequest(options_from_json(_text(text, "options")))
     if kind == "result":
         _, text = _list(value, "repair result", 2)
-        return RunAnswer(RepairSummary.from_json(_text(text, "summary")))
+        try:
+            return RunAnswer(RepairSummary.from_json(_text(text, "summary")))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InternodeProtocolError(f"repair result: {error}") from None
     raise InternodeProtocolError(f"repair: unknown message {value!r:.80}")
 
 
