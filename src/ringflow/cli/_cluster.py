@@ -129,6 +129,9 @@ def register(subcommands: Subcommands) -> None:
     from ringflow.cli._topology import register_cluster
 
     register_cluster(actions)  # add, decommission, join-node
+    from ringflow.cli._repair import register_repair
+
+    register_repair(actions)  # repair
     node = actions.add_parser("run-node", help="(internal) run one cluster node in the foreground")
     node.add_argument("--address", required=True)
     node.add_argument("--data", required=True, type=Path)
@@ -575,6 +578,9 @@ def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
     lines.extend(
         capture_summary(status) for status in statuses if isinstance(status.get("capture"), dict)
     )
+    from ringflow.cli._repair import format_last_repairs
+
+    lines.extend(format_last_repairs(data, layout))
     return "\n".join(lines)
 
 

@@ -110,6 +110,9 @@ class Verb(IntEnum):
     STREAM_RSP = 31
     RANGE_READ = 32
     """A token-range read: the request and the replica's answer (tagged in the payload)."""
+    REPAIR_REQ = 33
+    """Anti-entropy repair: validate (build a Merkle tree), sync, pull a page, run a repair."""
+    REPAIR_RSP = 34
     FAILURE_RSP = 99
     """A replica's answer that the request failed (reason in the payload)."""
 

@@ -130,6 +130,8 @@ from ringflow.schema._system_rows import (
 )
 from ringflow.schema._system_tables import (
     LOCAL_STRATEGY_CLASS,
+    PARENT_REPAIR_HISTORY_CQL,
+    REPAIR_HISTORY_CQL,
     SCHEMA_GC_GRACE_SECONDS,
     SYSTEM_KEYSPACE_NAME,
     SYSTEM_KEYSPACES,
@@ -223,7 +225,9 @@ __all__ = [
     "NATIVE_TYPE_NAMES",
     "NO_DELETION_TIME",
     "NO_TIMESTAMP",
+    "PARENT_REPAIR_HISTORY_CQL",
     "RELEASE_VERSION",
+    "REPAIR_HISTORY_CQL",
     "SCHEMA_GC_GRACE_SECONDS",
     "SCHEMA_MIGRATIONS_KEY",
     "SCHEMA_MIGRATIONS_TABLE",

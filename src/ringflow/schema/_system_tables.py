@@ -347,3 +347,44 @@ def system_tables_of(keyspace: str) -> tuple[Table, ...]:
     if keyspace not in SYSTEM_KEYSPACES:
         raise SchemaError(f"keyspace {keyspace!r} is not a system keyspace")
     return tuple(SYSTEM_TABLES[key] for key in sorted(SYSTEM_TABLES) if key[0] == keyspace)
+
+
+# --- system_distributed repair history (Cassandra's SystemDistributedKeyspace) -------------------
+# Replicated (SimpleStrategy RF 3, like the CDC description tables registered in
+# ``ringflow.cql._exec_system``); the columns are Cassandra 4's ``repair_history`` and
+# ``parent_repair_history`` (``SystemDistributedKeyspace.java``), so tools that read them work.
+
+REPAIR_HISTORY_CQL = """\
+CREATE TABLE system_distributed.repair_history (
+    keyspace_name text,
+    columnfamily_name text,
+    id timeuuid,
+    parent_id timeuuid,
+    range_begin text,
+    range_end text,
+    coordinator inet,
+    coordinator_port int,
+    participants set<inet>,
+    participants_v2 set<text>,
+    exception_message text,
+    exception_stacktrace text,
+    status text,
+    started_at timestamp,
+    finished_at timestamp,
+    PRIMARY KEY ((keyspace_name, columnfamily_name), id)
+)"""
+
+PARENT_REPAIR_HISTORY_CQL = """\
+CREATE TABLE system_distributed.parent_repair_history (
+    parent_id timeuuid,
+    keyspace_name text,
+    columnfamily_names set<text>,
+    started_at timestamp,
+    finished_at timestamp,
+    exception_message text,
+    exception_stacktrace text,
+    requested_ranges set<text>,
+    successful_ranges set<text>,
+    options map<text, text>,
+    PRIMARY KEY (parent_id)
+)"""

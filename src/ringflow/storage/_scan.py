@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 
@@ -67,6 +67,9 @@ class MutationPage:
 
     mutations: list[Mutation]
     paging_state: bytes | None
+    tokens: list[int] = field(default_factory=list)
+    """The token of each partition of ``mutations`` (as stored: a log table's is its stream
+    id's), so a Merkle validation need not hash the keys again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -650,8 +650,12 @@ class Store:
             if paging_state is not None:
                 resume = decode_paging_state(PARTITIONS_KIND, scan, paging_state)
             keys, state = scan_partitions(self._connection, info, scan, page_size, resume)
-            mutations = [self._raw_partition(info, token, pk) for token, pk in keys]
-            return MutationPage([m for m in mutations if m is not None], state)
+            found = [(token, self._raw_partition(info, token, pk)) for token, pk in keys]
+            return MutationPage(
+                [m for _, m in found if m is not None],
+                state,
+                [token for token, m in found if m is not None],
+            )
 
     # --- compaction ----------------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_r
 from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cluster.service._repair import RepairService
 from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings, NodeTimings
 from ringflow.cql import (
     EventType,
@@ -357,6 +358,7 @@ async def _serve(
         rng=random.Random(rng.getrandbits(64)),
         on_exit=stop.set,
     )
+    repair = RepairService(cluster, config.data_dir, loop)
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -369,7 +371,12 @@ async def _serve(
             generations.poll_request(config.data_dir)
             with contextlib.suppress(Exception):
                 topology.poll()
-                document = {**status_document(cluster, node), "topology": topology.status()}
+                repair.poll()
+                document = {
+                    **status_document(cluster, node),
+                    "topology": topology.status(),
+                    "repair": repair.status(),
+                }
                 if capture is not None:
                     document["capture"] = {
                         **capture.status(),
