@@ -12,6 +12,9 @@ The Spark Cassandra Connector's design in a Python Data Source (pipelines-spark.
 - Reads: ``SELECT cols FROM ks.t WHERE token(pk) > ? AND token(pk) <= ?`` per range, paged by
   the driver (``page_size``), yielded as Arrow batches of at most ``batch_rows`` rows with the
   declared schema exactly.
+- Write times: option ``write_times=true`` adds a ``_wt_<column>`` bigint column per atomic
+  static or regular column (``WRITETIME``; a non-frozen collection has one timestamp per
+  element, so it gets none), for ``ringflow diff``.
 - Pushdown: equality on every partition key column (``pushFilters``, Spark >= 4.1) becomes one
   ``WHERE pk = ?`` read; options ``token_after`` / ``token_until`` restrict the ring to
   ``(token_after, token_until]``.
@@ -47,13 +50,16 @@ from ringflow.pipeline._cluster_client import (
 )
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._spark_types import arrow_type, from_spark_value, spark_type, to_spark_value
-from ringflow.schema import Table
+from ringflow.schema import Column, CqlType, NativeType, Table
+
+BIGINT = NativeType("bigint")
 
 TABLE_FORMAT = "ringflow"
 TOKEN_MIN = -(2**63)
 TOKEN_MAX = 2**63 - 1
 DEFAULT_BATCH_ROWS = 4096
 MAX_SPLITS = 100_000
+WRITE_TIME_PREFIX = "_wt_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,37 +147,56 @@ class RingflowTableDataSource(DataSource):
 
     def schema(self) -> st.StructType:
         settings = cluster_options(self.options)
-        _read_options(dict(self.options))  # every option checked before any job
+        write_times = _read_options(dict(self.options))[4]  # every option checked before a job
         with open_session(settings) as (cluster, _):
             table = load_table(cluster, settings.keyspace, settings.table)
-        return table_spark_schema(table)
+        return table_spark_schema(table, write_times=write_times)
 
     def reader(self, schema: st.StructType) -> RingflowTableReader:
         options = dict(self.options)
-        if _read_options(options)[-1]:
+        if _read_options(options)[5]:
             return RingflowPushdownTableReader(options, schema)
         return RingflowTableReader(options, schema)
 
 
-def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool]:
-    """``splits``, ``batch_rows``, ``token_after``, ``token_until``, ``filter_pushdown``."""
+def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool, bool]:
+    """``splits``, ``batch_rows``, ``token_after``, ``token_until``, ``write_times``,
+    ``filter_pushdown``."""
     cores = os.cpu_count() or 1
-    flag = str(options.get("filter_pushdown", "false")).lower()
-    if flag not in ("true", "false"):
-        raise PipelineConfigError(f"option 'filter_pushdown' must be true or false: {flag!r}")
     return (
         min(option_int(options, "splits", 1 + 2 * cores), MAX_SPLITS),
         option_int(options, "batch_rows", DEFAULT_BATCH_ROWS),
         _token_option(options, "token_after", TOKEN_MIN),
         _token_option(options, "token_until", TOKEN_MAX),
-        flag == "true",
+        _flag_option(options, "write_times"),
+        _flag_option(options, "filter_pushdown"),
     )
 
 
-def table_spark_schema(table: Table) -> st.StructType:
-    """The Spark schema of the rows of ``table``: its columns in CQL order."""
+def _flag_option(options: dict[str, str], name: str) -> bool:
+    flag = str(options.get(name, "false")).lower()
+    if flag not in ("true", "false"):
+        raise PipelineConfigError(f"option {name!r} must be true or false: {flag!r}")
+    return flag == "true"
+
+
+def write_time_columns(table: Table) -> list[Column]:
+    """The columns ``WRITETIME`` takes: atomic static and regular ones (ringflow has no
+    counters)."""
+    return [c for c in table.static_columns + table.regular_columns if not c.type.is_multicell]
+
+
+def table_spark_schema(table: Table, *, write_times: bool = False) -> st.StructType:
+    """The Spark schema of the rows of ``table``: its columns in CQL order (then, with
+    ``write_times``, a ``_wt_<column>`` bigint per :func:`write_time_columns`)."""
     ordered = table.primary_key_columns + table.static_columns + table.regular_columns
-    return st.StructType([st.StructField(c.name, spark_type(c.type)) for c in ordered])
+    fields = [st.StructField(c.name, spark_type(c.type)) for c in ordered]
+    if write_times:
+        fields += [
+            st.StructField(WRITE_TIME_PREFIX + c.name, st.LongType())
+            for c in write_time_columns(table)
+        ]
+    return st.StructType(fields)
 
 
 class RingflowTableReader(DataSourceReader):
@@ -179,7 +204,9 @@ class RingflowTableReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str], schema: st.StructType) -> None:
         self.settings: ClusterOptions = cluster_options(options)
-        self.splits, self.batch_rows, self.token_after, self.token_until, _ = _read_options(options)
+        self.splits, self.batch_rows, self.token_after, self.token_until, _, _ = _read_options(
+            options
+        )
         cluster, _ = connect(self.settings)
         try:
             table = load_table(cluster, self.settings.keyspace, self.settings.table)
@@ -206,7 +233,7 @@ class RingflowTableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TablePartition)
         table = table_from_json(self.table_json)
-        types = [table.column(name).type for name in self.columns]
+        types = [_column_type(table, name) for name in self.columns]
         schema = pa.schema(
             [pa.field(n, arrow_type(t)) for n, t in zip(self.columns, types, strict=True)]
         )
@@ -247,10 +274,23 @@ class RingflowPushdownTableReader(RingflowTableReader):
         return [f for f in filters if id(f) not in kept]
 
 
+def _column_type(table: Table, name: str) -> CqlType:
+    if name.startswith(WRITE_TIME_PREFIX) and not any(c.name == name for c in table.columns):
+        return BIGINT
+    return table.column(name).type
+
+
+def _selector(table: Table, name: str) -> str:
+    if name.startswith(WRITE_TIME_PREFIX) and not any(c.name == name for c in table.columns):
+        column = name[len(WRITE_TIME_PREFIX) :]
+        return f"WRITETIME({_quote(column)}) AS {_quote(name)}"
+    return _quote(name)
+
+
 def _scan(
     session: Any, table: Table, columns: list[str], partition: TablePartition, page_size: int
 ) -> Iterator[dict[str, Any]]:
-    selected = ", ".join(_quote(c) for c in columns)
+    selected = ", ".join(_selector(table, c) for c in columns)
     source = f"{_quote(table.keyspace)}.{_quote(table.name)}"
     key_names = [_quote(c.name) for c in table.partition_key_columns]
     if partition.key is not None:
