@@ -93,6 +93,9 @@ if TYPE_CHECKING:
         record_dead_letters,
         replay_dead_letters,
     )
+    from ringflow.pipeline._diff import DiffPlan, plan_diff, run_diff
+    from ringflow.pipeline._diff_core import Difference, DiffReport
+    from ringflow.pipeline._diff_core import Kind as DifferenceKind
     from ringflow.pipeline._errors import (
         DestinationBehind,
         InvalidChange,
@@ -238,6 +241,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ClusterOptions": ("ringflow.pipeline._cluster_client", "ClusterOptions"),
     "HubDataSource": ("ringflow.pipeline._hub", "HubDataSource"),
     "HubReport": ("ringflow.pipeline._hub", "HubReport"),
+    "DiffPlan": ("ringflow.pipeline._diff", "DiffPlan"),
+    "plan_diff": ("ringflow.pipeline._diff", "plan_diff"),
+    "run_diff": ("ringflow.pipeline._diff", "run_diff"),
+    "DiffReport": ("ringflow.pipeline._diff_core", "DiffReport"),
+    "Difference": ("ringflow.pipeline._diff_core", "Difference"),
+    "DifferenceKind": ("ringflow.pipeline._diff_core", "Kind"),
     "DestinationBehind": ("ringflow.pipeline._errors", "DestinationBehind"),
     "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
     "SchemaConflict": ("ringflow.pipeline._errors", "SchemaConflict"),
@@ -343,6 +352,10 @@ __all__ = [
     "DeadLetter",
     "DestinationAppliers",
     "DestinationBehind",
+    "DiffPlan",
+    "DiffReport",
+    "Difference",
+    "DifferenceKind",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -406,6 +419,7 @@ __all__ = [
     "parse_hosts",
     "parse_table_name",
     "pg_type",
+    "plan_diff",
     "plan_replica_job",
     "plot_status",
     "postgres_options",
@@ -421,6 +435,7 @@ __all__ = [
     "replay_dead_letters",
     "replica_spark",
     "resolve_spark_conf",
+    "run_diff",
     "serve_job_metrics",
     "spark_session",
     "spark_settings",
