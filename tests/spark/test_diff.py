@@ -26,7 +26,10 @@ from pyspark.sql import SparkSession
 from ringflow.cli import main
 from ringflow.cli._demo import DDL, KEYSPACE, TABLE, Workload, compare, read_cql_table
 from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
+from ringflow.pipeline import PipelineConfigError
+from ringflow.pipeline._diff import _runs, _spans
 from ringflow.pipeline._replicate import cdc_options, source_table
+from ringflow.pipeline._table_source import token_spans
 from tests.spark.test_replicate import CONFIDENCE_MS, _session
 
 SPLITS = "16"
@@ -197,3 +200,13 @@ def test_bad_input_exits_2_and_writes_nothing(
         assert len(lines) == 1 and lines[0].startswith("ringflow diff: error:"), (name, lines)
         assert captured.out == "", name
     assert not absent_lake.exists()
+
+
+def test_row_pass_reads_only_the_differing_ranges_merged() -> None:
+    ranges = [(-(2**63), -10), (-10, 0), (0, 10), (10, 2**63 - 1)]
+    assert _runs(ranges, [3, 0, 1]) == [(-(2**63), 0), (10, 2**63 - 1)]
+    assert _spans(ranges, [2]) == "0:10"
+    assert token_spans({"token_ranges": "10:20,-5:0"}) == [(-5, 0), (10, 20)]
+    for bad in ("1:1", "5", "0:10,5:15", "x:1", f"0:{2**63}"):
+        with pytest.raises(PipelineConfigError, match="token"):
+            token_spans({"token_ranges": bad})

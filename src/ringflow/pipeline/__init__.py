@@ -94,8 +94,9 @@ if TYPE_CHECKING:
         replay_dead_letters,
     )
     from ringflow.pipeline._diff import DiffPlan, plan_diff, run_diff
-    from ringflow.pipeline._diff_core import Difference, DiffReport
+    from ringflow.pipeline._diff_core import Difference, DiffReport, row_image
     from ringflow.pipeline._diff_core import Kind as DifferenceKind
+    from ringflow.pipeline._diff_core import classify as classify_difference
     from ringflow.pipeline._errors import (
         DestinationBehind,
         InvalidChange,
@@ -247,6 +248,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DiffReport": ("ringflow.pipeline._diff_core", "DiffReport"),
     "Difference": ("ringflow.pipeline._diff_core", "Difference"),
     "DifferenceKind": ("ringflow.pipeline._diff_core", "Kind"),
+    "classify_difference": ("ringflow.pipeline._diff_core", "classify"),
+    "row_image": ("ringflow.pipeline._diff_core", "row_image"),
     "DestinationBehind": ("ringflow.pipeline._errors", "DestinationBehind"),
     "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
     "SchemaConflict": ("ringflow.pipeline._errors", "SchemaConflict"),
@@ -392,6 +395,7 @@ __all__ = [
     "channel_table_rows",
     "check_change_schema",
     "check_driver_address",
+    "classify_difference",
     "cluster_options",
     "committed_files",
     "connect_cluster",
@@ -435,6 +439,7 @@ __all__ = [
     "replay_dead_letters",
     "replica_spark",
     "resolve_spark_conf",
+    "row_image",
     "run_diff",
     "serve_job_metrics",
     "spark_session",

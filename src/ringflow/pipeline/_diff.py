@@ -8,8 +8,8 @@ image (:mod:`._diff_core`) tagged with its range. Then:
 1. Hash pass: per range, the row count and the sum of the rows' 128-bit digests, summed by Spark
    as four 32-bit limbs (a plain ``groupBy().agg(sum)``, one row a range to the driver).
 2. Row pass, for the ranges whose summaries differ only: both sides again, restricted to those
-   ranges (a cluster is read again only over them, by ``token_after``/``token_until``, when
-   they form at most ``MAX_RANGE_READS`` runs), a full outer join on the key, the differing
+   ranges (a cluster is read again over them only, the table source's ``token_ranges``), a
+   full outer join on the key, the differing
    rows classified on executors; the driver gets counts per range and kind and at most
    ``examples`` keys a kind (a window, sorted by key). No side is ever collected.
 
@@ -76,7 +76,6 @@ from ringflow.schema import Table, partition_token, serialize
 
 DEFAULT_SPLITS = 256
 MAX_SPLITS = 100_000
-MAX_RANGE_READS = 32  # token-restricted re-reads of a cluster side; beyond, one filtered scan
 DEFAULT_EXAMPLES = 10
 IMAGE_BATCH_ROWS = 4096
 IMAGE_SCHEMA = (
@@ -418,6 +417,11 @@ class _PostgresImages:
 # --- the driver: the two passes ---------------------------------------------------------------
 
 
+def _spans(ranges: Sequence[tuple[int, int]], keep: Sequence[int]) -> str:
+    """The table source's ``token_ranges`` option: the kept ranges, adjacent ones merged."""
+    return ",".join(f"{after}:{until}" for after, until in _runs(ranges, keep))
+
+
 def _runs(ranges: Sequence[tuple[int, int]], keep: Sequence[int]) -> list[tuple[int, int]]:
     """The kept ranges merged into maximal runs of adjacent ones, as ``(after, until]``."""
     runs: list[tuple[int, int]] = []
@@ -436,23 +440,9 @@ def side_images(spark: Any, plan: DiffPlan, side: DiffSide, keep: Sequence[int] 
     kept = None if keep is None else frozenset(keep)
     source_json = table_to_json(plan.table)
     if side.kind == "cluster":
-        reads: list[Any] = []
-        runs = _runs(plan.ranges, keep) if keep is not None else []
-        spans = (
-            runs if keep is not None and len(runs) <= MAX_RANGE_READS else [(TOKEN_MIN, TOKEN_MAX)]
-        )
-        for after, until in spans:
-            options = _cluster_settings(
-                side,
-                plan.consistency,
-                write_times="true",
-                token_after=str(after),
-                token_until=str(until),
-            )
-            reads.append(read_table(spark, options))
-        frame = reads[0]
-        for other in reads[1:]:
-            frame = frame.unionByName(other)
+        spans = {} if keep is None else {"token_ranges": _spans(plan.ranges, keep)}
+        options = _cluster_settings(side, plan.consistency, write_times="true", **spans)
+        frame = read_table(spark, options)
         timed = [WRITE_TIME_PREFIX + c.name for c in write_time_columns(plan.table)]
         frame = frame.select(*[c.name for c in plan.table.columns], *timed)
         return frame.mapInArrow(_ClusterImages(source_json, plan.untils, kept), IMAGE_SCHEMA)

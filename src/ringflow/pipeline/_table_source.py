@@ -17,13 +17,15 @@ The Spark Cassandra Connector's design in a Python Data Source (pipelines-spark.
   element, so it gets none), for ``ringflow diff``.
 - Pushdown: equality on every partition key column (``pushFilters``, Spark >= 4.1) becomes one
   ``WHERE pk = ?`` read; options ``token_after`` / ``token_until`` restrict the ring to
-  ``(token_after, token_until]``.
+  ``(token_after, token_until]``, and ``token_ranges`` (``after:until,after:until,...``, at most
+  ``MAX_TOKEN_RANGES``) further to the union of those ranges (``ringflow diff``'s row pass).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,7 @@ TOKEN_MAX = 2**63 - 1
 DEFAULT_BATCH_ROWS = 4096
 MAX_SPLITS = 100_000
 WRITE_TIME_PREFIX = "_wt_"
+MAX_TOKEN_RANGES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,7 @@ def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool, bo
     """``splits``, ``batch_rows``, ``token_after``, ``token_until``, ``write_times``,
     ``filter_pushdown``."""
     cores = os.cpu_count() or 1
+    token_spans(options)
     return (
         min(option_int(options, "splits", 1 + 2 * cores), MAX_SPLITS),
         option_int(options, "batch_rows", DEFAULT_BATCH_ROWS),
@@ -171,6 +175,26 @@ def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool, bo
         _flag_option(options, "write_times"),
         _flag_option(options, "filter_pushdown"),
     )
+
+
+def token_spans(options: Mapping[str, str]) -> list[tuple[int, int]] | None:
+    """The ``token_ranges`` option: sorted, disjoint ``(after, until]`` spans, or None."""
+    text = options.get("token_ranges")
+    if text is None:
+        return None
+    spans: list[tuple[int, int]] = []
+    for item in str(text).split(","):
+        after, sep, until = item.partition(":")
+        bounds = (_token_option({"t": after}, "t", 0), _token_option({"t": until}, "t", 0))
+        if not sep or bounds[0] >= bounds[1]:
+            raise PipelineConfigError(f"option 'token_ranges': {item!r} is not after:until")
+        spans.append(bounds)
+    spans.sort()
+    if len(spans) > MAX_TOKEN_RANGES or any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+        raise PipelineConfigError(
+            f"option 'token_ranges' must hold at most {MAX_TOKEN_RANGES} disjoint ranges"
+        )
+    return spans
 
 
 def _flag_option(options: dict[str, str], name: str) -> bool:
@@ -207,6 +231,7 @@ class RingflowTableReader(DataSourceReader):
         self.splits, self.batch_rows, self.token_after, self.token_until, _, _ = _read_options(
             options
         )
+        self.spans = token_spans(options)
         cluster, _ = connect(self.settings)
         try:
             table = load_table(cluster, self.settings.keyspace, self.settings.table)
@@ -227,6 +252,8 @@ class RingflowTableReader(DataSourceReader):
         if self.key is not None:
             return [TablePartition([], self.key)]
         ranges = clip_ranges(self.ranges, self.token_after, self.token_until)
+        if self.spans is not None:
+            ranges = [piece for a, u in self.spans for piece in clip_ranges(ranges, a, u)]
         groups = group_ranges(split_ranges(ranges, self.splits), self.splits)
         return [TablePartition([(r.after, r.until) for r in g], None) for g in groups]
 
