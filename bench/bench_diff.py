@@ -6,15 +6,17 @@ Run with the project venv: ``.venv/bin/python bench/bench_diff.py [--rows N] [--
 
 Set-up: two 1-node clusters (``ringflow cluster start --nodes 1``, each on a free loopback
 block), the same table ``bench.rows (pk int, ck int, v text, n bigint, tags set<int>, PRIMARY KEY
-(pk, ck))`` on both, N rows loaded into each through the Scylla driver (prepared inserts, 64 in
-flight, every write ``USING TIMESTAMP`` its row index so that both copies are equal, write
-times included). Then D rows of the target are changed (a third values, a third write times,
-a third deleted), so the diff's row pass runs over D ranges at most. Spark ``local[2]``.
+(pk, ck))`` on both, N rows loaded into each through the Scylla driver (prepared inserts in
+unlogged batches of one partition's 100 rows, 8 batches in flight, every write ``USING
+TIMESTAMP`` its row index + 1 so that both copies are equal, write times included). Then D
+rows of the target are changed (a third values, a third write times, a third deleted), so
+the diff's row pass runs over D ranges at most. Spark ``local[2]``.
 
 Measured in alternating rounds (best of R each, after one warm-up of each):
 
-- baseline: ``spark.read.format("ringflow")`` of both tables, ``count()`` each (the same token
-  range splits as the diff reads with);
+- baseline: ``spark.read.format("ringflow")`` of both tables, ``count()`` each (the table
+  source's default read partitions, as the diff reads with; the diff's ``--splits`` are its
+  hash ranges, not its read partitions);
 - diff: :func:`ringflow.pipeline.run_diff` (hash pass over both tables, row pass over the
   differing ranges); its report must name exactly the D differences.
 
@@ -32,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cassandra.concurrent import execute_concurrent_with_args
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import BatchStatement, BatchType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -41,7 +44,7 @@ from _cluster import free_block, local_cluster, make_session
 from ringflow.pipeline import local_spark_session, plan_diff, read_table, run_diff
 
 KEYSPACE, TABLE = "bench", "rows"
-CONCURRENCY = 64
+CONCURRENCY = 8  # batches of PER_PARTITION rows in flight
 PER_PARTITION = 100
 LOAD_CHUNK = 50_000
 
@@ -58,23 +61,26 @@ def create_schema(session: Any) -> None:
 
 
 def load(session: Any, rows: int) -> float:
-    """Insert the rows; seconds taken."""
+    """Insert the rows, one unlogged batch a partition (``PER_PARTITION`` rows); seconds taken."""
     insert = session.prepare(
         f"INSERT INTO {KEYSPACE}.{TABLE} (pk, ck, v, n, tags) VALUES (?, ?, ?, ?, ?) "
         "USING TIMESTAMP ?"
     )
     started = time.perf_counter()
     for first in range(0, rows, LOAD_CHUNK):
-        params = [
-            (i // PER_PARTITION, i % PER_PARTITION, f"value-{i}", i * 7, {i % 5, i % 7}, i + 1)
-            for i in range(first, min(rows, first + LOAD_CHUNK))
-        ]
-        results = execute_concurrent_with_args(
-            session, insert, params, concurrency=CONCURRENCY, raise_on_first_error=True
+        batches = []
+        for start in range(first, min(rows, first + LOAD_CHUNK), PER_PARTITION):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for i in range(start, min(rows, start + PER_PARTITION)):
+                pk, ck = i // PER_PARTITION, i % PER_PARTITION
+                batch.add(insert, (pk, ck, f"value-{i}", i * 7, {i % 5, i % 7}, i + 1))
+            batches.append((batch, ()))
+        results = execute_concurrent(
+            session, batches, concurrency=CONCURRENCY, raise_on_first_error=True
         )
-        if len(results) != len(params):
-            raise RuntimeError(f"{len(results)} results for {len(params)} writes")
-        print(f"  {first + len(params):,} rows", flush=True)
+        if len(results) != len(batches):
+            raise RuntimeError(f"{len(results)} results for {len(batches)} batches")
+        print(f"  {min(rows, first + LOAD_CHUNK):,} rows", flush=True)
     return time.perf_counter() - started
 
 
@@ -87,7 +93,7 @@ def change_target(session: Any, rows: int, differences: int) -> None:
             session.execute(
                 f"UPDATE {KEYSPACE}.{TABLE} USING TIMESTAMP %s SET v = 'changed' "
                 "WHERE pk = %s AND ck = %s",
-                (i + 1, *key),
+                (i + 2, *key),  # a later write: at the same timestamp the greater value wins
             )
         elif n % 3 == 1:
             session.execute(
@@ -109,7 +115,6 @@ def plain_read(spark: Any, endpoints: list[str], splits: int) -> float:
             "keyspace": KEYSPACE,
             "table": TABLE,
             "consistency": "ALL",
-            "splits": str(splits),
         }
         read_table(spark, options).count()
     return time.perf_counter() - started

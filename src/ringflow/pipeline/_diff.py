@@ -72,7 +72,7 @@ from ringflow.pipeline._table_source import (
     table_options,
     write_time_columns,
 )
-from ringflow.schema import Table, partition_token, serialize
+from ringflow.schema import NativeType, Table, partition_token, serialize
 
 DEFAULT_SPLITS = 256
 MAX_SPLITS = 100_000
@@ -81,6 +81,7 @@ IMAGE_BATCH_ROWS = 4096
 IMAGE_SCHEMA = (
     "_range int, key string, values string, write_times string, d0 long, d1 long, d2 long, d3 long"
 )
+_PLAIN_NATIVE = frozenset({"int", "bigint", "smallint", "tinyint", "text", "ascii", "boolean"})
 DIFFERENCE_SCHEMA = "_range int, kind string, key string, source string, target string"
 
 
@@ -325,8 +326,11 @@ class _ClusterImages:
 
 
 def _codec(cql_type: Any, value: object) -> object:
+    """The codec form of a table-source value, as the lake and PostgreSQL sides give it."""
     if value is None:
         return None
+    if isinstance(cql_type, NativeType) and cql_type.name in _PLAIN_NATIVE:
+        return value  # already its codec form: skip the serialize/deserialize round trip
     return canonical_value(cql_type, from_spark_value(cql_type, value))
 
 
