@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -54,10 +55,16 @@ def register(subcommands: Subcommands) -> None:
         "--consistency", default="ALL", help="read consistency of cluster sides (default ALL)"
     )
     parser.add_argument(
-        "--splits", type=int, default=256, help="token ranges the ring is cut into (default 256)"
+        "--splits",
+        type=_bounded(1, 100_000),
+        default=256,
+        help="token ranges the ring is cut into (default 256)",
     )
     parser.add_argument(
-        "--examples", type=int, default=10, help="example keys shown per kind (default 10)"
+        "--examples",
+        type=_bounded(0, 10_000),
+        default=10,
+        help="example keys shown per kind (default 10)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master (default local[2], or spark-submit's)")
@@ -66,6 +73,19 @@ def register(subcommands: Subcommands) -> None:
     )
     parser.add_argument("--driver-host", metavar="ADDRESS", help="spark.driver.host")
     parser.set_defaults(handler=run)
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {value}")
+        return value
+
+    return parse
 
 
 def run(arguments: argparse.Namespace) -> int:

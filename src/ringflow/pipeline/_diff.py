@@ -540,14 +540,19 @@ def row_differences(spark: Any, plan: DiffPlan, keep: Sequence[int]) -> Any:
     return joined.where(differs).mapInArrow(_classified, DIFFERENCE_SCHEMA)
 
 
+def check_examples(examples: int) -> None:
+    """``examples`` (keys shown per kind) within ``[0, MAX_EXAMPLES]``."""
+    if not 0 <= examples <= MAX_EXAMPLES:
+        raise PipelineConfigError(f"examples must be in [0, {MAX_EXAMPLES}], got {examples}")
+
+
 def run_diff(spark: Any, plan: DiffPlan, examples: int = DEFAULT_EXAMPLES) -> DiffReport:
     """Both passes (module docstring); the report."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    if not 0 <= examples <= MAX_EXAMPLES:
-        raise PipelineConfigError(f"examples must be in [0, {MAX_EXAMPLES}], got {examples}")
+    check_examples(examples)
     source = range_summaries(side_images(spark, plan, plan.source, None))
     target = range_summaries(side_images(spark, plan, plan.target, None))
     differing = differing_ranges(source, target)
