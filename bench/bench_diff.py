@@ -14,9 +14,9 @@ the diff's row pass runs over D ranges at most. Spark ``local[2]``.
 
 Measured in alternating rounds (best of R each, after one warm-up of each):
 
-- baseline: ``spark.read.format("ringflow")`` of both tables, ``count()`` each (the table
-  source's default read partitions, as the diff reads with; the diff's ``--splits`` are its
-  hash ranges, not its read partitions);
+- baseline: ``spark.read.format("ringflow")`` of both tables, ``count()`` each, with the read
+  options the diff uses (one query per token range of ``--splits``, in ``1 + 2 x cores``
+  Spark partitions);
 - diff: :func:`ringflow.pipeline.run_diff` (hash pass over both tables, row pass over the
   differing ranges); its report must name exactly the D differences.
 
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cluster import free_block, local_cluster, make_session
 
 from ringflow.pipeline import local_spark_session, plan_diff, read_table, run_diff
+from ringflow.pipeline._diff import DEFAULT_READ_PARTITIONS
 
 KEYSPACE, TABLE = "bench", "rows"
 CONCURRENCY = 8  # batches of PER_PARTITION rows in flight
@@ -115,6 +116,8 @@ def plain_read(spark: Any, endpoints: list[str], splits: int) -> float:
             "keyspace": KEYSPACE,
             "table": TABLE,
             "consistency": "ALL",
+            "splits": str(splits),  # the diff's token ranges, one query each
+            "partitions": str(DEFAULT_READ_PARTITIONS),
         }
         read_table(spark, options).count()
     return time.perf_counter() - started

@@ -75,6 +75,9 @@ from ringflow.pipeline._table_source import (
 from ringflow.schema import NativeType, Table, partition_token, serialize
 
 DEFAULT_SPLITS = 256
+# Spark partitions a cluster side is read in: each reads its ranges one query a range through
+# one connection (a partition a range would open 256 connections for nothing)
+DEFAULT_READ_PARTITIONS = 1 + 2 * (os.cpu_count() or 1)
 MAX_SPLITS = 100_000
 DEFAULT_EXAMPLES = 10
 IMAGE_BATCH_ROWS = 4096
@@ -107,6 +110,7 @@ class DiffPlan:
     ranges: tuple[tuple[int, int], ...]  # (after, until], contiguous over the ring
     consistency: str
     now_s: int
+    read_partitions: int = DEFAULT_READ_PARTITIONS
 
     @property
     def untils(self) -> list[int]:
@@ -445,7 +449,14 @@ def side_images(spark: Any, plan: DiffPlan, side: DiffSide, keep: Sequence[int] 
     source_json = table_to_json(plan.table)
     if side.kind == "cluster":
         spans = {} if keep is None else {"token_ranges": _spans(plan.ranges, keep)}
-        options = _cluster_settings(side, plan.consistency, write_times="true", **spans)
+        options = _cluster_settings(
+            side,
+            plan.consistency,
+            write_times="true",
+            splits=str(len(plan.ranges)),
+            partitions=str(plan.read_partitions),
+            **spans,
+        )
         frame = read_table(spark, options)
         timed = [WRITE_TIME_PREFIX + c.name for c in write_time_columns(plan.table)]
         frame = frame.select(*[c.name for c in plan.table.columns], *timed)

@@ -6,9 +6,10 @@ The Spark Cassandra Connector's design in a Python Data Source (pipelines-spark.
   clustering key, static, regular), typed by :func:`ringflow.pipeline.spark_type`.
 - Partitions: the token ring cut into ranges ``(lo, hi]`` (each vnode range split evenly so
   there are at least ``splits`` of them, default ``1 + 2 x cores``), adjacent ranges with the
-  same replica set grouped into one Spark partition, partitions interleaved round-robin across
-  replica sets so that concurrent tasks hit different replicas (Python partitions cannot carry
-  locality hints, §8.2).
+  same replica set grouped into at least ``partitions`` Spark partitions (default ``splits``;
+  fewer partitions than ranges keeps each range query small without a connection per range),
+  partitions interleaved round-robin across replica sets so that concurrent tasks hit
+  different replicas (Python partitions cannot carry locality hints, §8.2).
 - Reads: ``SELECT cols FROM ks.t WHERE token(pk) > ? AND token(pk) <= ?`` per range, paged by
   the driver (``page_size``), yielded as Arrow batches of at most ``batch_rows`` rows with the
   declared schema exactly.
@@ -167,6 +168,7 @@ def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool, bo
     ``filter_pushdown``."""
     cores = os.cpu_count() or 1
     token_spans(options)
+    option_int(options, "partitions", 1)
     return (
         min(option_int(options, "splits", 1 + 2 * cores), MAX_SPLITS),
         option_int(options, "batch_rows", DEFAULT_BATCH_ROWS),
@@ -232,6 +234,7 @@ class RingflowTableReader(DataSourceReader):
             options
         )
         self.spans = token_spans(options)
+        self.read_partitions = min(option_int(options, "partitions", self.splits), MAX_SPLITS)
         cluster, _ = connect(self.settings)
         try:
             table = load_table(cluster, self.settings.keyspace, self.settings.table)
@@ -254,7 +257,7 @@ class RingflowTableReader(DataSourceReader):
         ranges = clip_ranges(self.ranges, self.token_after, self.token_until)
         if self.spans is not None:
             ranges = [piece for a, u in self.spans for piece in clip_ranges(ranges, a, u)]
-        groups = group_ranges(split_ranges(ranges, self.splits), self.splits)
+        groups = group_ranges(split_ranges(ranges, self.splits), self.read_partitions)
         return [TablePartition([(r.after, r.until) for r in g], None) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
