@@ -23,7 +23,9 @@
    Wait (bounded) until the restarted edge node alone, read at ONE, has every row (hints).
 5. Wait (bounded) until every destination equals the edge table read at ALL (keys, values and
    write timestamps: the edge and the hub through ``WRITETIME``, the lake through
-   ``materialize``, PostgreSQL through its ``_live`` view and ``_wt_`` columns); stop the job;
+   ``materialize``, PostgreSQL through its ``_live`` view and ``_wt_`` columns; each row
+   classified by ``ringflow diff``'s row core, read through the driver rather than a Spark job,
+   which keeps the wait's frequent looks cheap); stop the job;
    print its summary (sends per unique change: 1.00 when each change was sent once), the
    status, the verification, and plot backlog and lag per channel to ``replication.png``.
 6. Stop everything, also on Ctrl-C or an error.
@@ -306,17 +308,23 @@ def live_rows(rows: Mapping[tuple[object, ...], Any]) -> dict[tuple[object, ...]
 def compare(
     expected: Mapping[tuple[object, ...], Row], actual: Mapping[tuple[object, ...], Row]
 ) -> tuple[int, list[str]]:
-    """(rows compared, up to 5 examples of mismatches; the count is ``len`` of all)."""
+    """(rows compared, every mismatch): each key's rows seen and classified by ``ringflow
+    diff``'s row core (missing, extra, values, writetime), in its canonical texts."""
+    from ringflow.pipeline import classify_difference, row_image
+
     problems: list[str] = []
     for key in sorted(set(expected) | set(actual), key=repr):
-        if key not in actual:
-            problems.append(f"{key}: missing")
-        elif key not in expected:
-            problems.append(f"{key}: extra")
-        elif expected[key][0] != actual[key][0]:
-            problems.append(f"{key}: values {expected[key][0]} != {actual[key][0]}")
-        elif expected[key][1] != actual[key][1]:
-            problems.append(f"{key}: write times {expected[key][1]} != {actual[key][1]}")
+        source = row_image(key, *expected[key]) if key in expected else None
+        target = row_image(key, *actual[key]) if key in actual else None
+        difference = classify_difference(source, target)
+        if difference is None:
+            continue
+        if difference.target == "-" or difference.source == "-":
+            problems.append(f"{key}: {difference.kind.value}")
+        else:
+            problems.append(
+                f"{key}: {difference.kind.value} {difference.source} != {difference.target}"
+            )
     return len(expected), problems
 
 

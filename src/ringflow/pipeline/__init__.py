@@ -93,6 +93,10 @@ if TYPE_CHECKING:
         record_dead_letters,
         replay_dead_letters,
     )
+    from ringflow.pipeline._diff import DiffPlan, plan_diff, run_diff
+    from ringflow.pipeline._diff_core import Difference, DiffReport, row_image
+    from ringflow.pipeline._diff_core import Kind as DifferenceKind
+    from ringflow.pipeline._diff_core import classify as classify_difference
     from ringflow.pipeline._errors import (
         DestinationBehind,
         InvalidChange,
@@ -238,6 +242,14 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ClusterOptions": ("ringflow.pipeline._cluster_client", "ClusterOptions"),
     "HubDataSource": ("ringflow.pipeline._hub", "HubDataSource"),
     "HubReport": ("ringflow.pipeline._hub", "HubReport"),
+    "DiffPlan": ("ringflow.pipeline._diff", "DiffPlan"),
+    "plan_diff": ("ringflow.pipeline._diff", "plan_diff"),
+    "run_diff": ("ringflow.pipeline._diff", "run_diff"),
+    "DiffReport": ("ringflow.pipeline._diff_core", "DiffReport"),
+    "Difference": ("ringflow.pipeline._diff_core", "Difference"),
+    "DifferenceKind": ("ringflow.pipeline._diff_core", "Kind"),
+    "classify_difference": ("ringflow.pipeline._diff_core", "classify"),
+    "row_image": ("ringflow.pipeline._diff_core", "row_image"),
     "DestinationBehind": ("ringflow.pipeline._errors", "DestinationBehind"),
     "InvalidChange": ("ringflow.pipeline._errors", "InvalidChange"),
     "SchemaConflict": ("ringflow.pipeline._errors", "SchemaConflict"),
@@ -343,6 +355,10 @@ __all__ = [
     "DeadLetter",
     "DestinationAppliers",
     "DestinationBehind",
+    "DiffPlan",
+    "DiffReport",
+    "Difference",
+    "DifferenceKind",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -379,6 +395,7 @@ __all__ = [
     "channel_table_rows",
     "check_change_schema",
     "check_driver_address",
+    "classify_difference",
     "cluster_options",
     "committed_files",
     "connect_cluster",
@@ -406,6 +423,7 @@ __all__ = [
     "parse_hosts",
     "parse_table_name",
     "pg_type",
+    "plan_diff",
     "plan_replica_job",
     "plot_status",
     "postgres_options",
@@ -421,6 +439,8 @@ __all__ = [
     "replay_dead_letters",
     "replica_spark",
     "resolve_spark_conf",
+    "row_image",
+    "run_diff",
     "serve_job_metrics",
     "spark_session",
     "spark_settings",

@@ -127,6 +127,7 @@ from ringflow.schema import (
 POSTGRES_FORMAT = "ringflow-postgres"
 DEFAULT_ROWS_PER_TRANSACTION = 5000
 CONNECT_TIMEOUT_S = 5
+LIVE_FETCH_ROWS = 2000  # rows of the live view a server-side cursor fetches at a time
 _RETRIES_MAX = 5
 _OPTIONS = frozenset(
     {"url", "table", "schema", "rows_per_transaction", "allow_alter", "dead_letters", "channel"}
@@ -680,27 +681,44 @@ def read_postgres_live(
     url: str, target: str, table: Table, now_s: int | None = None
 ) -> dict[Key, LiveRow]:
     """``SELECT * FROM <target>_live`` as materialize's rows (``now_s`` pins the view's now)."""
+    return {row.key: row for row in iter_postgres_live(url, target, table, now_s)}
+
+
+def iter_postgres_live(
+    url: str,
+    target: str,
+    table: Table,
+    now_s: int | None = None,
+    *,
+    fetch_rows: int = LIVE_FETCH_ROWS,
+) -> Iterator[LiveRow]:
+    """The rows of ``<target>_live`` one by one through a server-side cursor (at most
+    ``fetch_rows`` in memory), as materialize's rows; ``now_s`` pins the view's now."""
     view = Target(target, table).name("_live")
-    result: dict[Key, LiveRow] = {}
-    with connect(url) as connection:
+    with connect(url) as connection, connection.transaction():
         if now_s is not None:
-            connection.execute("SELECT set_config('ringflow.now_s', %s, false)", (str(now_s),))
-        cursor = connection.execute(f"SELECT * FROM {view}")
-        names = [d.name for d in cursor.description or []]
-        for record in cursor:
-            row = dict(zip(names, record, strict=True))
-            key = tuple(
-                hashable(canonical_value(c.type, from_pg_value(c.type, row[c.name])))
-                if row[c.name] is not None
-                else None
-                for c in table.primary_key_columns
-            )
-            values: dict[str, object] = {}
-            times: dict[str, int] = {}
-            for column in table.static_columns + table.regular_columns:
-                if row[column.name] is not None:
-                    raw = from_pg_value(column.type, row[column.name])
-                    values[column.name] = canonical_value(column.type, raw)
-                    times[column.name] = int(row["_wt_" + column.name])
-            result[key] = LiveRow(key, values, times)
-    return result
+            connection.execute("SELECT set_config('ringflow.now_s', %s, true)", (str(now_s),))
+        with connection.cursor(name="ringflow_live") as cursor:
+            cursor.itersize = fetch_rows
+            cursor.execute(f"SELECT * FROM {view}")
+            names: list[str] | None = None
+            for record in cursor:
+                names = names or [d.name for d in cursor.description or []]
+                yield _live_row(table, dict(zip(names, record, strict=True)))
+
+
+def _live_row(table: Table, row: Mapping[str, Any]) -> LiveRow:
+    key = tuple(
+        hashable(canonical_value(c.type, from_pg_value(c.type, row[c.name])))
+        if row[c.name] is not None
+        else None
+        for c in table.primary_key_columns
+    )
+    values: dict[str, object] = {}
+    times: dict[str, int] = {}
+    for column in table.static_columns + table.regular_columns:
+        if row[column.name] is not None:
+            raw = from_pg_value(column.type, row[column.name])
+            values[column.name] = canonical_value(column.type, raw)
+            times[column.name] = int(row["_wt_" + column.name])
+    return LiveRow(key, values, times)

@@ -6,21 +6,27 @@ The Spark Cassandra Connector's design in a Python Data Source (pipelines-spark.
   clustering key, static, regular), typed by :func:`ringflow.pipeline.spark_type`.
 - Partitions: the token ring cut into ranges ``(lo, hi]`` (each vnode range split evenly so
   there are at least ``splits`` of them, default ``1 + 2 x cores``), adjacent ranges with the
-  same replica set grouped into one Spark partition, partitions interleaved round-robin across
-  replica sets so that concurrent tasks hit different replicas (Python partitions cannot carry
-  locality hints, §8.2).
+  same replica set grouped into at least ``partitions`` Spark partitions (default ``splits``;
+  fewer partitions than ranges keeps each range query small without a connection per range),
+  partitions interleaved round-robin across replica sets so that concurrent tasks hit
+  different replicas (Python partitions cannot carry locality hints, §8.2).
 - Reads: ``SELECT cols FROM ks.t WHERE token(pk) > ? AND token(pk) <= ?`` per range, paged by
   the driver (``page_size``), yielded as Arrow batches of at most ``batch_rows`` rows with the
   declared schema exactly.
+- Write times: option ``write_times=true`` adds a ``_wt_<column>`` bigint column per atomic
+  static or regular column (``WRITETIME``; a non-frozen collection has one timestamp per
+  element, so it gets none), for ``ringflow diff``.
 - Pushdown: equality on every partition key column (``pushFilters``, Spark >= 4.1) becomes one
   ``WHERE pk = ?`` read; options ``token_after`` / ``token_until`` restrict the ring to
-  ``(token_after, token_until]``.
+  ``(token_after, token_until]``, and ``token_ranges`` (``after:until,after:until,...``, at most
+  ``MAX_TOKEN_RANGES``) further to the union of those ranges (``ringflow diff``'s row pass).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +53,17 @@ from ringflow.pipeline._cluster_client import (
 )
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._spark_types import arrow_type, from_spark_value, spark_type, to_spark_value
-from ringflow.schema import Table
+from ringflow.schema import Column, CqlType, NativeType, Table
+
+BIGINT = NativeType("bigint")
 
 TABLE_FORMAT = "ringflow"
 TOKEN_MIN = -(2**63)
 TOKEN_MAX = 2**63 - 1
 DEFAULT_BATCH_ROWS = 4096
 MAX_SPLITS = 100_000
+WRITE_TIME_PREFIX = "_wt_"
+MAX_TOKEN_RANGES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,37 +151,78 @@ class RingflowTableDataSource(DataSource):
 
     def schema(self) -> st.StructType:
         settings = cluster_options(self.options)
-        _read_options(dict(self.options))  # every option checked before any job
+        write_times = _read_options(dict(self.options))[4]  # every option checked before a job
         with open_session(settings) as (cluster, _):
             table = load_table(cluster, settings.keyspace, settings.table)
-        return table_spark_schema(table)
+        return table_spark_schema(table, write_times=write_times)
 
     def reader(self, schema: st.StructType) -> RingflowTableReader:
         options = dict(self.options)
-        if _read_options(options)[-1]:
+        if _read_options(options)[5]:
             return RingflowPushdownTableReader(options, schema)
         return RingflowTableReader(options, schema)
 
 
-def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool]:
-    """``splits``, ``batch_rows``, ``token_after``, ``token_until``, ``filter_pushdown``."""
+def _read_options(options: dict[str, str]) -> tuple[int, int, int, int, bool, bool]:
+    """``splits``, ``batch_rows``, ``token_after``, ``token_until``, ``write_times``,
+    ``filter_pushdown``."""
     cores = os.cpu_count() or 1
-    flag = str(options.get("filter_pushdown", "false")).lower()
-    if flag not in ("true", "false"):
-        raise PipelineConfigError(f"option 'filter_pushdown' must be true or false: {flag!r}")
+    token_spans(options)
+    option_int(options, "partitions", 1)
     return (
         min(option_int(options, "splits", 1 + 2 * cores), MAX_SPLITS),
         option_int(options, "batch_rows", DEFAULT_BATCH_ROWS),
         _token_option(options, "token_after", TOKEN_MIN),
         _token_option(options, "token_until", TOKEN_MAX),
-        flag == "true",
+        _flag_option(options, "write_times"),
+        _flag_option(options, "filter_pushdown"),
     )
 
 
-def table_spark_schema(table: Table) -> st.StructType:
-    """The Spark schema of the rows of ``table``: its columns in CQL order."""
+def token_spans(options: Mapping[str, str]) -> list[tuple[int, int]] | None:
+    """The ``token_ranges`` option: sorted, disjoint ``(after, until]`` spans, or None."""
+    text = options.get("token_ranges")
+    if text is None:
+        return None
+    spans: list[tuple[int, int]] = []
+    for item in str(text).split(","):
+        after, sep, until = item.partition(":")
+        bounds = (_token_option({"t": after}, "t", 0), _token_option({"t": until}, "t", 0))
+        if not sep or bounds[0] >= bounds[1]:
+            raise PipelineConfigError(f"option 'token_ranges': {item!r} is not after:until")
+        spans.append(bounds)
+    spans.sort()
+    if len(spans) > MAX_TOKEN_RANGES or any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+        raise PipelineConfigError(
+            f"option 'token_ranges' must hold at most {MAX_TOKEN_RANGES} disjoint ranges"
+        )
+    return spans
+
+
+def _flag_option(options: dict[str, str], name: str) -> bool:
+    flag = str(options.get(name, "false")).lower()
+    if flag not in ("true", "false"):
+        raise PipelineConfigError(f"option {name!r} must be true or false: {flag!r}")
+    return flag == "true"
+
+
+def write_time_columns(table: Table) -> list[Column]:
+    """The columns ``WRITETIME`` takes: atomic static and regular ones (ringflow has no
+    counters)."""
+    return [c for c in table.static_columns + table.regular_columns if not c.type.is_multicell]
+
+
+def table_spark_schema(table: Table, *, write_times: bool = False) -> st.StructType:
+    """The Spark schema of the rows of ``table``: its columns in CQL order (then, with
+    ``write_times``, a ``_wt_<column>`` bigint per :func:`write_time_columns`)."""
     ordered = table.primary_key_columns + table.static_columns + table.regular_columns
-    return st.StructType([st.StructField(c.name, spark_type(c.type)) for c in ordered])
+    fields = [st.StructField(c.name, spark_type(c.type)) for c in ordered]
+    if write_times:
+        fields += [
+            st.StructField(WRITE_TIME_PREFIX + c.name, st.LongType())
+            for c in write_time_columns(table)
+        ]
+    return st.StructType(fields)
 
 
 class RingflowTableReader(DataSourceReader):
@@ -179,7 +230,11 @@ class RingflowTableReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str], schema: st.StructType) -> None:
         self.settings: ClusterOptions = cluster_options(options)
-        self.splits, self.batch_rows, self.token_after, self.token_until, _ = _read_options(options)
+        self.splits, self.batch_rows, self.token_after, self.token_until, _, _ = _read_options(
+            options
+        )
+        self.spans = token_spans(options)
+        self.read_partitions = min(option_int(options, "partitions", self.splits), MAX_SPLITS)
         cluster, _ = connect(self.settings)
         try:
             table = load_table(cluster, self.settings.keyspace, self.settings.table)
@@ -200,13 +255,15 @@ class RingflowTableReader(DataSourceReader):
         if self.key is not None:
             return [TablePartition([], self.key)]
         ranges = clip_ranges(self.ranges, self.token_after, self.token_until)
-        groups = group_ranges(split_ranges(ranges, self.splits), self.splits)
+        if self.spans is not None:
+            ranges = [piece for a, u in self.spans for piece in clip_ranges(ranges, a, u)]
+        groups = group_ranges(split_ranges(ranges, self.splits), self.read_partitions)
         return [TablePartition([(r.after, r.until) for r in g], None) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TablePartition)
         table = table_from_json(self.table_json)
-        types = [table.column(name).type for name in self.columns]
+        types = [_column_type(table, name) for name in self.columns]
         schema = pa.schema(
             [pa.field(n, arrow_type(t)) for n, t in zip(self.columns, types, strict=True)]
         )
@@ -247,10 +304,23 @@ class RingflowPushdownTableReader(RingflowTableReader):
         return [f for f in filters if id(f) not in kept]
 
 
+def _column_type(table: Table, name: str) -> CqlType:
+    if name.startswith(WRITE_TIME_PREFIX) and not any(c.name == name for c in table.columns):
+        return BIGINT
+    return table.column(name).type
+
+
+def _selector(table: Table, name: str) -> str:
+    if name.startswith(WRITE_TIME_PREFIX) and not any(c.name == name for c in table.columns):
+        column = name[len(WRITE_TIME_PREFIX) :]
+        return f"WRITETIME({_quote(column)}) AS {_quote(name)}"
+    return _quote(name)
+
+
 def _scan(
     session: Any, table: Table, columns: list[str], partition: TablePartition, page_size: int
 ) -> Iterator[dict[str, Any]]:
-    selected = ", ".join(_quote(c) for c in columns)
+    selected = ", ".join(_selector(table, c) for c in columns)
     source = f"{_quote(table.keyspace)}.{_quote(table.name)}"
     key_names = [_quote(c.name) for c in table.partition_key_columns]
     if partition.key is not None:
