@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from cassandra import ConsistencyLevel, Unavailable
+from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.query import SimpleStatement
 
 from tests.integration.cluster.conftest import LocalCluster, wait_until
@@ -91,6 +92,32 @@ def test_token_range_scans_through_each_node_return_the_rows_of_the_range(
                 assert sorted(row[0] for row in rows) == expected, (keyspace, address, low, high)
                 found = [row[1] for row in rows]
                 assert found == sorted(found), "range rows come in token order"
+
+
+def test_a_range_read_of_more_cells_than_a_store_batch_holds(
+    local_cluster: LocalCluster, keyspaces: dict[str, int]
+) -> None:
+    """A coordinated range read whose chunk holds more than the store's ``max_batch_cells``
+    (100,000) answers every row; it failed with "batch of more than ... cells" whatever the page
+    size (the chunk was copied into the coordinator's scratch store in one batch)."""
+    session = local_cluster.session()
+    columns = [f"v{i}" for i in range(60)]
+    session.execute(
+        f"CREATE TABLE rr2.wide (k int, c int, {', '.join(f'{c} int' for c in columns)}, "
+        "PRIMARY KEY (k, c))"
+    )
+    assert session.wait_for_schema_agreement(wait_time=20)
+    insert = session.prepare(
+        f"INSERT INTO rr2.wide (k, c, {', '.join(columns)}) "
+        f"VALUES (?, ?, {', '.join('?' for _ in columns)})"
+    )
+    insert.consistency_level = ALL
+    rows = [(k, c, *range(60)) for k in range(200) for c in range(11)]
+    execute_concurrent_with_args(session, insert, rows, concurrency=32, raise_on_first_error=True)
+    for address in local_cluster.addresses:
+        one = local_cluster.session(only=address)
+        found = list(one.execute(_statement("SELECT k, c, v59 FROM rr2.wide", QUORUM, 5000)))
+        assert len(found) == len(rows) and {row.v59 for row in found} == {59}, address
 
 
 def _vnode_ranges(local_cluster: LocalCluster) -> list[tuple[int, int, set[str]]]:

@@ -60,7 +60,7 @@ from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency, Response
 from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE
 from ringflow.errors import InternalError, InvalidRequest
-from ringflow.schema import ClusteringBound, Mutation, Table, restrict_columns
+from ringflow.schema import ClusteringBound, ComplexColumn, Mutation, Table, restrict_columns
 from ringflow.storage import ResultRow, ScanPage, Store
 
 _MARGIN_S = 2.0
@@ -68,10 +68,10 @@ _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
+"""At most this many partitions per range read of the coordinator (one chunk)."""
 SCRATCH_READERS: Final = 4
 """At most this many SELECTs of one node read through the coordinator at once, each with a
 scratch store (a file) of its own."""
-"""At most this many partitions per range read of the coordinator (one chunk)."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
 _FetchKey = tuple[str, str, tuple[bytes, ...], ClusteringBound, ClusteringBound]
@@ -425,7 +425,7 @@ class CoordinatedReadStore(Store):
                     table, low, end_token_inclusive, self._consistency, limit
                 )
                 if found:
-                    self.apply(_restricted(table, found), now_s=now_s)
+                    self._apply_partitions(_restricted(table, found), now_s)
                 last = covered is None or covered == end_token_inclusive
                 high = end_token_inclusive if last or covered is None else covered
                 self._chunks.add((table.keyspace, table.name, low, high))
@@ -448,6 +448,23 @@ class CoordinatedReadStore(Store):
             state = _encode_state(high, None, None, False)
         return ScanPage(page.rows, state)
 
+    def _apply_partitions(self, partitions: list[Mutation], now_s: int) -> None:
+        """A chunk's partitions into the scratch store, in batches within the store's
+        ``max_batch_cells`` (a chunk of 1,000 wide partitions holds more: issue 17's diff hit
+        it); a partition over the limit alone is refused as it would be written."""
+        budget = max(1, self.limits.max_batch_cells // 2)  # headroom over the estimate
+        batch: list[Mutation] = []
+        cells = 0
+        for partition in partitions:
+            size = _cells_estimate(partition)
+            if batch and cells + size > budget:
+                self.apply(batch, now_s=now_s)
+                batch, cells = [], 0
+            batch.append(partition)
+            cells += size
+        if batch:
+            self.apply(batch, now_s=now_s)
+
     def _fetch_chunk(self, table: Table, low: int, high: int, now_s: int) -> None:
         """Read a chunk again, whole, for a page resumed inside it."""
         cursor = low
@@ -456,11 +473,23 @@ class CoordinatedReadStore(Store):
                 table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
             )
             if found:
-                self.apply(_restricted(table, found), now_s=now_s)
+                self._apply_partitions(_restricted(table, found), now_s)
             if covered is None or covered == high:
                 break
             cursor = covered
         self._chunks.add((table.keyspace, table.name, low, high))
+
+
+def _cells_estimate(partition: Mutation) -> int:
+    """About the cells ``partition`` flattens to: a row marker, deletion and value cells per
+    row, each element of a collection, each tombstone."""
+    rows = (*(() if partition.static_row is None else (partition.static_row,)), *partition.rows)
+    count = 1 + len(partition.range_tombstones)
+    for row in rows:
+        count += 2
+        for data in row.cells.values():
+            count += len(data.cells) + 1 if isinstance(data, ComplexColumn) else 1
+    return count
 
 
 def _restricted(table: Table, partitions: list[Mutation]) -> list[Mutation]:
