@@ -94,6 +94,11 @@ class Job:
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
+    def said(self, text: str) -> bool:
+        """Whether the job's whole log holds ``text`` (a Spark stack trace can push a line
+        out of :meth:`output`'s tail)."""
+        return text in self.log.read_text(errors="replace")
+
     def freeze(self) -> None:
         """SIGSTOP to the group and to every descendant, until no new one appears: each
         process of the job stops where it is (a stopped process starts none)."""

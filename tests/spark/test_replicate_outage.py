@@ -119,7 +119,7 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
         phase(f"outage over; lake watermark {lake_during - went_away_ms} ms past the kill")
         # the lake channel went on: it committed changes written after the hub went away
         assert lake_during > went_away_ms + 5_000, job.output()
-        assert "unreachable since" in job.output(), job.output()
+        assert job.said("unreachable since"), job.output()
         during = _scrape(port)
         assert during[metric_name("reachable"), "hub"] == 0, during
         assert during[metric_name("unreachable_since_seconds"), "hub"] >= went_away_ms // 1000 - 1
@@ -143,7 +143,7 @@ def test_the_lake_goes_on_while_the_hub_is_away_and_the_hub_catches_up(
         phase("the hub equals the edge")
         check_destinations(edge, edge_cluster.contact_points, KEYSPACE, tmp_path, None, hub)
         assert job.running(), job.output()  # it never exited
-        assert "reachable again" in job.output(), job.output()
+        assert job.said("reachable again"), job.output()
         wait_for(lambda: _scrape(port)[metric_name("reachable"), "hub"] == 1, "hub reachable", 30)
         after = _scrape(port)
         assert after[metric_name("rows"), "lake"] > during[metric_name("rows"), "lake"], after

@@ -13,6 +13,7 @@ one that is gone, so the list only shrinks.
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 from pathlib import Path
 
 import ringflow
@@ -86,7 +87,15 @@ PRIVATE_KNOWN = frozenset(
 
 
 def imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """(file, higher layer) pairs and (package, private module of another package) pairs."""
+    """(file, higher layer) pairs and (package, private module of another package) pairs,
+    parsed on a thread of their own: CPython 3.11's ``ast.parse`` raises "AST constructor
+    recursion depth mismatch" on a thread whose recursion counter an earlier RecursionError
+    (a deep-nesting parser test on the same pytest worker) left off."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_imports).result()
+
+
+def _imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     rank = {name: index for index, name in enumerate(LAYERS)}
     root = Path(ringflow.__file__).parent
     upward: set[tuple[str, str]] = set()

@@ -7,6 +7,10 @@ Rules, as Debezium and Scylla CDC users expect them:
   (:func:`union_table`): the newest version's columns, then the value columns older versions
   had and the newest lacks (dropped at the source: kept, with their values as they were; no
   new value arrives for them).
+- A column dropped at the source and added back is the same column at the destination, still
+  holding its values from before the drop; the source no longer shows them (Cassandra never
+  reads a cell written before its column's drop, ``system_schema.dropped_columns``). Rows
+  written since agree; the older values stay at the destination until overwritten.
 - A same-named column with another type or kind, or another primary key, cannot be followed:
   :class:`~ringflow.pipeline._errors.SchemaConflict` names it and says what to do.
 - Only the columns matter here (names, types, kinds, key positions); a change of table options
