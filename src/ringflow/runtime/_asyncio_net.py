@@ -10,9 +10,18 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
 * **Wire format.** Every frame is a 4-byte big-endian length and that many bytes. The first frame
   of a connection is the hello ``b"RFN1" + src + b"\\n" + dst``, naming the sender's listening
   endpoint (what ``on_message`` reports as ``src``); the listener checks that ``dst``'s port is
-  its own. A header announcing more than ``max_frame_bytes`` (or a hello above 1 KiB) is a
-  peer protocol violation: the connection is closed before the body is buffered, so a
-  malicious length cannot make us allocate.
+  its own and (``verify_peer_address``) that ``src``'s host is the address the connection
+  comes from: outbound sockets are bound to the sender's own host, so a node can only claim
+  its own identity (Cassandra's ``InboundConnectionInitiator`` likewise checks the peer before
+  any message is read); with ``same_port_peers`` its port must be the listener's own (one
+  identity per address). A header announcing more than ``max_frame_bytes`` (or a hello above
+  1 KiB) is a peer protocol violation: the connection is closed before the body is buffered,
+  so a malicious length cannot make us allocate.
+* **Read deadlines.** A connection must send its hello within ``hello_timeout_ms``, and a frame
+  whose header has arrived must keep receiving bytes: ``frame_read_timeout_ms`` without progress
+  on an incomplete frame closes the connection (``NetworkStats.read_timeouts``), so a header
+  whose body never comes holds neither memory nor a connection slot for long. An idle
+  connection between frames holds nothing and may stay open.
 * **Bounded, non-blocking send.** ``send`` appends to the link's queue or raises
   ``Backpressure`` when the queue holds ``max_queued_messages`` messages or
   ``max_queued_bytes`` bytes. The link's task writes while the transport is below its
@@ -28,12 +37,20 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
   listener (TCP fills up, senders see ``Backpressure``); ``resume`` delivers buffered frames in
   order, from the event loop, never from inside ``resume``.
 * Handlers (``on_message``, ``on_link``) run on the event loop; an exception from one is logged
-  and counted (``NetworkStats.handler_errors``), never allowed to kill a connection.
+  and counted (``NetworkStats.handler_errors``), never allowed to kill a connection, except
+  ``ProtocolViolation`` from ``on_message``: the message broke the protocol, so that one
+  connection is closed and the violation counted (``protocol_violations``).
+* **Bounded links.** At ``max_links`` outbound links a new destination evicts an idle link (empty
+  queue), else one that is not connected (its queued messages are dropped, as a lost
+  connection's would be), the least recently used first; only when every link is connected and
+  busy does ``send`` refuse with ``NetworkError``. So endpoints named by strangers (gossip
+  answers to spoofed sources) cannot lock real peers out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import random
 import socket
@@ -59,6 +76,7 @@ from ringflow.runtime._interfaces import (
     Network,
     NetworkError,
     NotListening,
+    ProtocolViolation,
     check_limit,
     check_payload,
     format_endpoint,
@@ -91,6 +109,15 @@ class AsyncioNetworkConfig:
     max_links: int = 4096
     max_inbound_connections: int = 1024
     """Per listener."""
+    hello_timeout_ms: int = 10_000
+    """An accepted connection that has not sent its hello by then is closed."""
+    frame_read_timeout_ms: int = 30_000
+    """An incomplete frame that receives no byte for this long closes its connection."""
+    verify_peer_address: bool = True
+    """The hello's claimed host must be the address the connection comes from."""
+    same_port_peers: bool = False
+    """The hello's claimed port must be the listener's own: every node of a cluster listens on
+    the same port (7000), so one address can claim one identity, not one per port."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -105,6 +132,8 @@ class AsyncioNetworkConfig:
         check_limit("write_buffer_bytes_high", self.write_buffer_bytes_high)
         check_limit("max_links", self.max_links)
         check_limit("max_inbound_connections", self.max_inbound_connections)
+        check_limit("hello_timeout_ms", self.hello_timeout_ms)
+        check_limit("frame_read_timeout_ms", self.frame_read_timeout_ms)
         if self.socket_buffer_bytes is not None:
             check_limit("socket_buffer_bytes", self.socket_buffer_bytes, minimum=1024)
         if self.reconnect_delay_ms_max < self.reconnect_delay_ms_min:
@@ -125,6 +154,8 @@ class NetworkStats:
     connections_lost: int
     protocol_violations: int
     handler_errors: int
+    read_timeouts: int
+    links_evicted: int
 
 
 @final
@@ -198,6 +229,20 @@ def _call_handler(network: AsyncioNetwork, handler: Callable[..., object], *args
 # --- receiving ---------------------------------------------------------------------------------
 
 
+def _same_address(claimed_host: str, peer_host: str | None) -> bool:
+    """Whether the host a hello claims is the address the connection comes from."""
+    if peer_host is None:
+        return False
+    try:
+        claimed = ipaddress.ip_address(claimed_host)
+        peer = ipaddress.ip_address(peer_host.split("%", 1)[0])
+    except ValueError:  # a host name: a node's internode endpoint is an address
+        return False
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+        return claimed == peer.ipv4_mapped
+    return claimed == peer
+
+
 @final
 class _InboundProtocol(asyncio.Protocol):
     """One accepted connection: hello, then frames delivered to the listener."""
@@ -207,7 +252,10 @@ class _InboundProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._src: Endpoint | None = None
+        self._peer_host: str | None = None
         self._paused = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._progress_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = self._transport = _stream(transport)
@@ -217,17 +265,27 @@ class _InboundProtocol(asyncio.Protocol):
             stream.close()
             return
         listener.inbound.add(self)
+        peer = stream.get_extra_info("peername")
+        self._peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else None
         _set_nodelay(stream)
+        self._progress_at = listener.network._loop.time()
+        self._arm(listener.network.config.hello_timeout_ms / 1000.0)
         if listener.paused:
             self.pause()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.inbound.discard(self)
         self._transport = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def data_received(self, data: bytes) -> None:
+        self._progress_at = self._listener.network._loop.time()
         self._buffer += data
         self._deliver_frames()
+        if self._buffer and self._deadline is None:
+            self._arm(self._listener.network.config.frame_read_timeout_ms / 1000.0)
 
     def eof_received(self) -> bool | None:
         return None
@@ -250,6 +308,34 @@ class _InboundProtocol(asyncio.Protocol):
     def _open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
+    def _arm(self, delay_s: float) -> None:
+        self._deadline = self._listener.network._loop.call_later(delay_s, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """No hello yet, or an incomplete frame that stopped growing: close (module docstring).
+        While the listener is paused the bytes held are ours to read, not the peer's fault."""
+        self._deadline = None
+        if not self._open():
+            return
+        config = self._listener.network.config
+        if self._src is None and not self._paused:
+            self._timeout(f"no hello within {config.hello_timeout_ms} ms")
+            return
+        if not self._buffer:
+            return  # between frames: an idle connection holds nothing
+        timeout_s = config.frame_read_timeout_ms / 1000.0
+        idle_s = self._listener.network._loop.time() - self._progress_at
+        if idle_s >= timeout_s and not self._paused:
+            self._timeout(f"an incomplete frame got no byte for {config.frame_read_timeout_ms} ms")
+        else:
+            self._arm(max(0.001, timeout_s - idle_s))
+
+    def _timeout(self, reason: str) -> None:
+        self._listener.network._counters.add("read_timeouts")
+        _LOG.warning("closing inbound connection to %s: %s", self._listener.endpoint, reason)
+        self._buffer.clear()
+        self.close()
+
     def _deliver_frames(self) -> None:
         buffer = self._buffer
         offset = 0
@@ -266,8 +352,11 @@ class _InboundProtocol(asyncio.Protocol):
             offset = end
             if self._src is None:
                 self._accept_hello(payload)
-            else:
-                self._listener.deliver(self._src, payload)
+                continue
+            refused = self._listener.deliver(self._src, payload)
+            if refused is not None:
+                self._violation(f"message from {self._src} refused: {refused}")
+                return
         del buffer[:offset]
 
     def _accept_hello(self, payload: bytes) -> None:
@@ -276,11 +365,18 @@ class _InboundProtocol(asyncio.Protocol):
             src, dst = src_bytes.decode(), dst_bytes.decode()
             ok = payload.startswith(HELLO_MAGIC) and separator == b"\n"
             ok = ok and parse_endpoint(dst)[1] == parse_endpoint(self._listener.endpoint)[1]
-            parse_endpoint(src)
+            src_host, src_port = parse_endpoint(src)
         except (UnicodeDecodeError, EndpointError):
             ok = False
         if not ok:
             self._violation(f"bad hello {payload[:80]!r}")
+            return
+        config = self._listener.network.config
+        if config.verify_peer_address and not _same_address(src_host, self._peer_host):
+            self._violation(f"hello claims {src!r} from address {self._peer_host}")
+            return
+        if config.same_port_peers and src_port != parse_endpoint(self._listener.endpoint)[1]:
+            self._violation(f"hello claims {src!r}: peers listen on the same port as we do")
             return
         self._src = src
 
@@ -330,9 +426,18 @@ class _AsyncioListener:
     def endpoint(self) -> Endpoint:
         return self._endpoint
 
-    def deliver(self, src: Endpoint, payload: bytes) -> None:
+    def deliver(self, src: Endpoint, payload: bytes) -> str | None:
+        """Hand one message to ``on_message``; the reason when it refused it (its connection
+        is then closed), else None."""
         self.network._counters.add("frames_received")
-        _call_handler(self.network, self.on_message, src, payload)
+        try:
+            self.on_message(src, payload)
+        except ProtocolViolation as violation:
+            return str(violation)
+        except Exception:
+            self.network._counters.add("handler_errors")
+            _LOG.exception("network handler %r raised", self.on_message)
+        return None
 
     def notify(self, event: LinkEvent) -> None:
         if self.on_link is not None and not self.closed:
@@ -421,6 +526,7 @@ class _OutboundLink:
         self.queued_bytes = 0
         self.closed = False
         self.connected = False
+        self.used_at = network._loop.time()
         self._wakeup = asyncio.Event()
         self._protocol: _OutboundProtocol | None = None
         self.task = network._loop.create_task(self._run(), name=f"link {src}->{dst}")
@@ -598,12 +704,23 @@ class AsyncioNetwork:
             raise NotListening(f"cannot send from {src!r}: it is not listening")
         link = self._links.get((src, dst))
         if link is None:
-            if len(self._links) >= self.config.max_links:
-                raise NetworkError(f"{len(self._links)} links open, limit {self.config.max_links}")
             parse_endpoint(dst)
+            if len(self._links) >= self.config.max_links:
+                self._evict_link()
             link = _OutboundLink(self, src, dst)
             self._links[(src, dst)] = link
         link.enqueue(payload)
+        link.used_at = self._loop.time()
+
+    def _evict_link(self) -> None:
+        """Make room for one link (module docstring): idle first, then not connected, LRU."""
+        idle = [link for link in self._links.values() if not link.queue]
+        candidates = idle or [link for link in self._links.values() if not link.connected]
+        if not candidates:
+            raise NetworkError(f"{len(self._links)} links open, limit {self.config.max_links}")
+        victim = min(candidates, key=lambda link: link.used_at)
+        self._links.pop((victim.src, victim.dst)).close()
+        self._counters.add("links_evicted")
 
     def link_connected(self, src: Endpoint, dst: Endpoint) -> bool:
         """Whether ``src -> dst`` currently has a live connection (for tests and status)."""
