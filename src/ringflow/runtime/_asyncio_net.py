@@ -88,6 +88,8 @@ _HEADER: Final = struct.Struct(">I")
 HELLO_MAGIC: Final = b"RFN1"
 MAX_HELLO_BYTES: Final = 1024
 _LISTEN_BACKLOG: Final = 128
+_LOG_FIRST: Final = 20
+_LOG_EVERY: Final = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,9 @@ class _Counters:
     def add(self, name: str, amount: int = 1) -> None:
         invariant(name in self._values, f"unknown network counter {name!r}")
         self._values[name] += amount
+
+    def value(self, name: str) -> int:
+        return self._values[name]
 
     def snapshot(self) -> NetworkStats:
         return NetworkStats(**self._values)
@@ -331,10 +336,7 @@ class _InboundProtocol(asyncio.Protocol):
             self._arm(max(0.001, timeout_s - idle_s))
 
     def _timeout(self, reason: str) -> None:
-        self._listener.network._counters.add("read_timeouts")
-        _LOG.warning("closing inbound connection to %s: %s", self._listener.endpoint, reason)
-        self._buffer.clear()
-        self.close()
+        self._close_for("read_timeouts", reason)
 
     def _deliver_frames(self) -> None:
         buffer = self._buffer
@@ -381,8 +383,22 @@ class _InboundProtocol(asyncio.Protocol):
         self._src = src
 
     def _violation(self, reason: str) -> None:
-        self._listener.network._counters.add("protocol_violations")
-        _LOG.warning("closing inbound connection to %s: %s", self._listener.endpoint, reason)
+        self._close_for("protocol_violations", reason)
+
+    def _close_for(self, counter: str, reason: str) -> None:
+        """Count, log (the first few, then one in ``_LOG_EVERY``: a flood of bad connections
+        cannot flood the log) and close."""
+        counters = self._listener.network._counters
+        counters.add(counter)
+        count = counters.value(counter)
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            _LOG.warning(
+                "closing inbound connection to %s (%s #%d): %s",
+                self._listener.endpoint,
+                counter,
+                count,
+                reason,
+            )
         self._buffer.clear()
         self.close()
 
