@@ -123,6 +123,7 @@ from ringflow.cluster._messages import (
     Payload,
     Verb,
     decode_body,
+    decode_frame,
     encode_envelope,
     verb_of,
 )
@@ -273,6 +274,7 @@ __all__ = [
     "canonical_partition",
     "check_cdc_colocation",
     "decode_body",
+    "decode_frame",
     "each_quorum_block_for",
     "encode_envelope",
     "hint_ttl_s",

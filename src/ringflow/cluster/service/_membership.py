@@ -22,7 +22,8 @@ from ringflow.cluster._gossip_state import (
     VersionedValue,
 )
 from ringflow.cluster._topology_change import Transition, transition_of
-from ringflow.ring import Host, TokenMetadata
+from ringflow.errors import RingflowError
+from ringflow.ring import MAX_TOKENS_PER_HOST, Host, TokenMetadata, check_token
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
 
@@ -88,7 +89,8 @@ def _value(state: EndpointState, key: ApplicationState) -> str | None:
 
 
 def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
-    """The ring member ``state`` describes, or None while it is incomplete or not NORMAL."""
+    """The ring member ``state`` describes, or None while it is incomplete or not NORMAL, or
+    when a value does not parse (gossip comes from peers: a bad value is theirs, issue 16)."""
     status = _value(state, ApplicationState.STATUS)
     host_id = _value(state, ApplicationState.HOST_ID)
     dc = _value(state, ApplicationState.DC)
@@ -100,22 +102,42 @@ def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
         return None
     schema = _value(state, ApplicationState.SCHEMA)
     rpc_address = _value(state, ApplicationState.RPC_ADDRESS) or endpoint.rsplit(":", 1)[0]
-    return PeerInfo(
-        Host(uuid.UUID(host_id), endpoint, dc, rack),
-        decode_tokens(tokens),
-        rpc_address,
-        None if schema is None else uuid.UUID(schema),
-        _value(state, ApplicationState.CDC_GENERATION_ID),
-    )
+    try:
+        parsed = tuple(check_token(token) for token in decode_tokens(tokens))
+        if not 0 < len(parsed) == len(set(parsed)) <= MAX_TOKENS_PER_HOST:
+            return None
+        return PeerInfo(
+            Host(uuid.UUID(host_id), endpoint, dc, rack),
+            parsed,
+            rpc_address,
+            None if schema is None else uuid.UUID(schema),
+            _value(state, ApplicationState.CDC_GENERATION_ID),
+        )
+    except (ValueError, RingflowError):
+        return None
 
 
-def ring_members(states: Mapping[str, EndpointState]) -> dict[str, PeerInfo]:
-    """Every complete NORMAL endpoint, by endpoint."""
-    members = {}
-    for endpoint, state in states.items():
-        info = peer_info(endpoint, state)
-        if info is not None:
-            members[endpoint] = info
+def ring_members(
+    states: Mapping[str, EndpointState], prefer: Iterable[str] = ()
+) -> dict[str, PeerInfo]:
+    """Every complete NORMAL endpoint, by endpoint. One whose tokens or host id another one
+    already holds is left out: the endpoints of ``prefer`` (the members so far) are taken
+    first, then the others in endpoint order, so a newcomer cannot take over a member's
+    tokens or identity (a ``TokenMetadata`` with a token twice cannot be built at all)."""
+    preferred = [endpoint for endpoint in dict.fromkeys(prefer) if endpoint in states]
+    others = sorted(endpoint for endpoint in states if endpoint not in set(preferred))
+    members: dict[str, PeerInfo] = {}
+    tokens_taken: set[int] = set()
+    host_ids_taken: set[uuid.UUID] = set()
+    for endpoint in (*preferred, *others):
+        info = peer_info(endpoint, states[endpoint])
+        if info is None:
+            continue
+        if info.host.host_id in host_ids_taken or not tokens_taken.isdisjoint(info.tokens):
+            continue
+        tokens_taken.update(info.tokens)
+        host_ids_taken.add(info.host.host_id)
+        members[endpoint] = info
     return members
 
 

@@ -26,16 +26,18 @@ Rules:
 * A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the verb's
   ``failure_listeners`` entry when there is one, else to the helper that sent the request.
 * A joining or leaving node answers as a pending replica (``host_at``).
+* Internode admission (issue 16, ``_dispatch``): what a sender may ask depends on
+  ``standing_of``; gossip ACK/ACK2 from a sender that is neither a member nor a seed keep
+  that sender's own endpoint state only (a joiner speaks for itself, never for the ring).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
-
-import msgpack
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
@@ -49,7 +51,12 @@ from ringflow.cluster._gossip import (
     Send,
     StateChanged,
 )
-from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
+from ringflow.cluster._gossip_state import (
+    ApplicationState,
+    GossipDigestAck,
+    GossipDigestAck2,
+    GossipMessage,
+)
 from ringflow.cluster._hints import HintManager
 from ringflow.cluster._messages import Envelope, Verb, encode_envelope
 from ringflow.cluster._topology_change import (
@@ -65,7 +72,8 @@ from ringflow.cluster._topology_change import (
     status_word,
 )
 from ringflow.cluster._write_path import TokenReplicas
-from ringflow.cluster.service._dispatch import Handler, MessageDispatcher
+from ringflow.cluster.service._codec import decode_failure, encode_failure
+from ringflow.cluster.service._dispatch import Handler, MessageDispatcher, Standing
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
@@ -160,6 +168,16 @@ def _local_gossiper(
     )
 
 
+def _own_state_only(
+    source: str, message: GossipDigestAck | GossipDigestAck2
+) -> GossipDigestAck | GossipDigestAck2:
+    """``message`` with the endpoint states of ``source`` only."""
+    own = {e: state for e, state in message.states.items() if e == source}
+    if len(own) == len(message.states):
+        return message
+    return dataclasses.replace(message, states=own)
+
+
 def _hint_manager(settings: ClusterSettings, schema_version: uuid.UUID) -> HintManager:
     hints = HintManager(
         dispatch_interval_ms=settings.hint_dispatch_interval_ms,
@@ -240,7 +258,11 @@ class ClusterNode:
         schema_offload = offload if schema_offload is None else schema_offload
         self.schema_sync = SchemaSync(self, schema_offload, on_schema_merged, schema_observer)
         self._dispatcher = MessageDispatcher(
-            self._on_gossip, self._verb_handlers(), self.extra_handlers
+            self._on_gossip,
+            self._verb_handlers(),
+            self.extra_handlers,
+            standing_of=self.standing_of,
+            fail=self.fail,
         )
         self._refresh_ring()
 
@@ -250,8 +272,27 @@ class ClusterNode:
 
     @property
     def protocol_errors(self) -> int:
-        """Malformed internode messages received so far."""
+        """Malformed internode messages received so far (each closed its connection)."""
         return self._dispatcher.protocol_errors
+
+    @property
+    def refused_messages(self) -> int:
+        """Internode messages refused so far: a sender without the standing its verb needs,
+        or a mutation for a local system keyspace or an unknown table (``_dispatch``)."""
+        return self._dispatcher.refused_messages
+
+    def refuse(self, source: str, request_id: int, verb: Verb, reason: str) -> None:
+        """Refuse request ``request_id`` of ``verb`` from ``source``: counted, logged, and
+        answered with FAILURE_RSP when ``source`` is known (``MessageDispatcher.refuse``)."""
+        self._dispatcher.refuse(source, request_id, verb, reason)
+
+    def standing_of(self, endpoint: str) -> Standing:
+        """What this node knows of ``endpoint`` (``_dispatch.Standing``)."""
+        if self.host_at(endpoint) is not None:
+            return Standing.MEMBER
+        if self.gossiper.endpoint_state(endpoint) is not None:
+            return Standing.KNOWN
+        return Standing.STRANGER
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -302,8 +343,7 @@ class ClusterNode:
 
     def fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
         """Answer request ``request_id`` of ``verb`` from ``to`` with FAILURE_RSP."""
-        body: bytes = msgpack.packb([int(verb), reason[:500]], use_bin_type=True)
-        self.send(to, Verb.FAILURE_RSP, request_id, body)
+        self.send(to, Verb.FAILURE_RSP, request_id, encode_failure(verb, reason))
 
     # -- gossip and membership -------------------------------------------------------------
 
@@ -324,7 +364,14 @@ class ClusterNode:
             self._refresh_ring()
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
+        if isinstance(message, GossipDigestAck | GossipDigestAck2) and not self._vouches(source):
+            message = _own_state_only(source, message)
         self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
+
+    def _vouches(self, source: str) -> bool:
+        """Whether gossip from ``source`` may tell us of other endpoints: a member or a seed.
+        Anyone else (a node starting to join) speaks for itself only (issue 16)."""
+        return source in self.settings.seeds or self.standing_of(source) is Standing.MEMBER
 
     def _on_liveness(self, endpoint: str, up: bool, now_ms: int) -> None:
         info = self.members.get(endpoint)
@@ -344,7 +391,9 @@ class ClusterNode:
         self._refresh_removals()
         members = {
             endpoint: info
-            for endpoint, info in ring_members(self.gossiper.endpoint_states()).items()
+            for endpoint, info in ring_members(
+                self.gossiper.endpoint_states(), (self.settings.endpoint, *self.members)
+            ).items()
             if self.removals.get(info.host.host_id) != REMOVED
         }
         changed = [
@@ -530,20 +579,20 @@ class ClusterNode:
         self.hint_delivery.on_hint_answer(source, request_id, True)
 
     def _on_failure_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        verb_value, reason = msgpack.unpackb(payload, raw=False)
+        verb, reason = decode_failure(payload)
         host = self.host_at(source)
-        _log.info("%s %s failed on %s: %s", Verb(verb_value).name, request_id, source, reason)
-        listener = self.failure_listeners.get(Verb(verb_value))
+        _log.info("%s %s failed on %s: %s", verb.name, request_id, source, reason)
+        listener = self.failure_listeners.get(verb)
         if listener is not None:
-            listener(source, request_id, str(reason))
-        elif verb_value == Verb.HINT_REQ:
+            listener(source, request_id, reason)
+        elif verb == Verb.HINT_REQ:
             self.hint_delivery.on_hint_answer(source, request_id, False)
         elif host is None:
             return
-        elif verb_value == Verb.RANGE_READ:
+        elif verb == Verb.RANGE_READ:
             self.range_reads.on_range_answer(request_id, host, None)
-        else:
-            self.requests.on_failure(request_id, host, verb_value)
+        elif verb in (Verb.READ_REQ, Verb.MUTATION_REQ):
+            self.requests.on_failure(request_id, host, verb)
 
     def host_at(self, endpoint: str) -> Host | None:
         """The host answering from ``endpoint``: a ring member, or a joining or leaving node
