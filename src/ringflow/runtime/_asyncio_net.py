@@ -9,19 +9,24 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
   tail written just before a connection broke (at most once, never duplicated).
 * **Wire format.** Every frame is a 4-byte big-endian length and that many bytes. The first frame
   of a connection is the hello ``b"RFN1" + src + b"\\n" + dst``, naming the sender's listening
-  endpoint (what ``on_message`` reports as ``src``); the listener checks that ``dst``'s port is
-  its own and (``verify_peer_address``) that ``src``'s host is the address the connection
-  comes from: outbound sockets are bound to the sender's own host, so a node can only claim
-  its own identity (Cassandra's ``InboundConnectionInitiator`` likewise checks the peer before
-  any message is read); with ``same_port_peers`` its port must be the listener's own (one
-  identity per address). A header announcing more than ``max_frame_bytes`` (or a hello above
-  1 KiB) is a peer protocol violation: the connection is closed before the body is buffered,
-  so a malicious length cannot make us allocate.
-* **Read deadlines.** A connection must send its hello within ``hello_timeout_ms``, and a frame
-  whose header has arrived must keep receiving bytes: ``frame_read_timeout_ms`` without progress
-  on an incomplete frame closes the connection (``NetworkStats.read_timeouts``), so a header
-  whose body never comes holds neither memory nor a connection slot for long. An idle
-  connection between frames holds nothing and may stay open.
+  endpoint (what ``on_message`` reports as ``src``). A header announcing more than
+  ``max_frame_bytes`` (or a hello above 1 KiB) is a peer protocol violation: the connection is
+  closed before the body is buffered, so a malicious length cannot make us allocate.
+* **Who is speaking.** The listener checks that the hello's ``dst`` port is its own, that
+  (``verify_peer_address``) ``src``'s host is the address the connection comes from (outbound
+  sockets are bound to the sender's own host, so a node can only claim its own identity) and,
+  with ``same_port_peers``, that ``src``'s port is its own too (one identity per address).
+  Cassandra's ``InboundConnectionInitiator`` authenticates the remote address
+  (``InternodeAuthenticator``) before reading any message, gives each connection its own frame
+  decoder and arms a handshake timeout; it trusts the claimed ``from`` (a broadcast address may
+  differ from the socket's behind NAT), which ringflow's nodes, always sending from their
+  listen address, do not need.
+* **Read deadlines.** A connection must send its hello within ``hello_timeout_ms`` (Cassandra's
+  ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame whose header has arrived must keep
+  receiving bytes: ``frame_read_timeout_ms`` without progress on an incomplete frame closes the
+  connection (``NetworkStats.read_timeouts``), so a header whose body never comes holds neither
+  memory nor a connection slot for long. An idle connection between frames holds nothing and
+  may stay open.
 * **Bounded, non-blocking send.** ``send`` appends to the link's queue or raises
   ``Backpressure`` when the queue holds ``max_queued_messages`` messages or
   ``max_queued_bytes`` bytes. The link's task writes while the transport is below its
