@@ -21,12 +21,16 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
   decoder and arms a handshake timeout; it trusts the claimed ``from`` (a broadcast address may
   differ from the socket's behind NAT), which ringflow's nodes, always sending from their
   listen address, do not need.
-* **Read deadlines.** A connection must send its hello within ``hello_timeout_ms`` (Cassandra's
-  ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame whose header has arrived must keep
-  receiving bytes: ``frame_read_timeout_ms`` without progress on an incomplete frame closes the
-  connection (``NetworkStats.read_timeouts``), so a header whose body never comes holds neither
-  memory nor a connection slot for long. An idle connection between frames holds nothing and
-  may stay open.
+* **Read deadlines and inbound limits.** A connection must send its hello within
+  ``hello_timeout_ms`` (Cassandra's ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame must be
+  complete within ``frame_read_timeout_ms`` of its first bytes, however slowly they trickle
+  (``NetworkStats.read_timeouts``): a header whose body never comes holds neither memory nor a
+  connection for long. An idle connection between frames holds nothing and may stay open. A
+  listener accepts at most ``max_inbound_connections``, at most
+  ``max_inbound_connections_per_address`` from one address (so one host cannot take every slot
+  from the real peers), and holds at most ``max_inbound_buffered_bytes`` of incomplete frames
+  over all its connections (the connection whose bytes would pass it is closed):
+  ``NetworkStats.connections_refused``.
 * **Bounded, non-blocking send.** ``send`` appends to the link's queue or raises
   ``Backpressure`` when the queue holds ``max_queued_messages`` messages or
   ``max_queued_bytes`` bytes. The link's task writes while the transport is below its
@@ -116,10 +120,14 @@ class AsyncioNetworkConfig:
     max_links: int = 4096
     max_inbound_connections: int = 1024
     """Per listener."""
+    max_inbound_connections_per_address: int = 16
+    """Per listener and peer address (a node opens one connection to each peer)."""
+    max_inbound_buffered_bytes: int = 256 * 1024 * 1024
+    """Per listener: bytes of incomplete frames held over all its connections."""
     hello_timeout_ms: int = 10_000
     """An accepted connection that has not sent its hello by then is closed."""
-    frame_read_timeout_ms: int = 30_000
-    """An incomplete frame that receives no byte for this long closes its connection."""
+    frame_read_timeout_ms: int = 60_000
+    """A frame not complete this long after its first bytes arrived closes its connection."""
     verify_peer_address: bool = True
     """The hello's claimed host must be the address the connection comes from."""
     same_port_peers: bool = False
@@ -139,6 +147,8 @@ class AsyncioNetworkConfig:
         check_limit("write_buffer_bytes_high", self.write_buffer_bytes_high)
         check_limit("max_links", self.max_links)
         check_limit("max_inbound_connections", self.max_inbound_connections)
+        check_limit("max_inbound_connections_per_address", self.max_inbound_connections_per_address)
+        check_limit("max_inbound_buffered_bytes", self.max_inbound_buffered_bytes)
         check_limit("hello_timeout_ms", self.hello_timeout_ms)
         check_limit("frame_read_timeout_ms", self.frame_read_timeout_ms)
         if self.socket_buffer_bytes is not None:
@@ -163,6 +173,7 @@ class NetworkStats:
     handler_errors: int
     read_timeouts: int
     links_evicted: int
+    connections_refused: int
 
 
 @final
@@ -265,37 +276,60 @@ class _InboundProtocol(asyncio.Protocol):
         self._peer_host: str | None = None
         self._paused = False
         self._deadline: asyncio.TimerHandle | None = None
-        self._progress_at = 0.0
+        self._frame_started_at = 0.0
+        self.accounted_bytes = 0
+        """Bytes of ``_buffer`` counted in the listener's ``buffered_bytes``."""
+
+    @property
+    def peer_host(self) -> str | None:
+        return self._peer_host
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = self._transport = _stream(transport)
         listener = self._listener
-        limit = listener.network.config.max_inbound_connections
-        if listener.closed or len(listener.inbound) >= limit:
+        config = listener.network.config
+        peer = stream.get_extra_info("peername")
+        self._peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        same = sum(1 for other in listener.inbound if other.peer_host == self._peer_host)
+        full = len(listener.inbound) >= config.max_inbound_connections
+        if listener.closed or full or same >= config.max_inbound_connections_per_address:
+            if not listener.closed:
+                listener.network._counters.add("connections_refused")
             stream.close()
             return
         listener.inbound.add(self)
-        peer = stream.get_extra_info("peername")
-        self._peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else None
         _set_nodelay(stream)
-        self._progress_at = listener.network._loop.time()
-        self._arm(listener.network.config.hello_timeout_ms / 1000.0)
+        self._arm(config.hello_timeout_ms / 1000.0)
         if listener.paused:
             self.pause()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.inbound.discard(self)
         self._transport = None
+        self._buffer.clear()
+        self._account()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def data_received(self, data: bytes) -> None:
-        self._progress_at = self._listener.network._loop.time()
+        listener = self._listener
+        limit = listener.network.config.max_inbound_buffered_bytes
+        if listener.buffered_bytes + len(data) > limit:
+            self._close_for("connections_refused", f"inbound buffers above {limit} bytes")
+            return
+        held = len(self._buffer)
         self._buffer += data
         self._deliver_frames()
+        if not held or len(self._buffer) < held + len(data):  # a new frame began in ``data``
+            self._frame_started_at = listener.network._loop.time()
+        self._account()
         if self._buffer and self._deadline is None:
-            self._arm(self._listener.network.config.frame_read_timeout_ms / 1000.0)
+            self._arm(listener.network.config.frame_read_timeout_ms / 1000.0)
+
+    def _account(self) -> None:
+        self._listener.buffered_bytes += len(self._buffer) - self.accounted_bytes
+        self.accounted_bytes = len(self._buffer)
 
     def eof_received(self) -> bool | None:
         return None
@@ -322,23 +356,29 @@ class _InboundProtocol(asyncio.Protocol):
         self._deadline = self._listener.network._loop.call_later(delay_s, self._on_deadline)
 
     def _on_deadline(self) -> None:
-        """No hello yet, or an incomplete frame that stopped growing: close (module docstring).
+        """No hello yet, or a frame still incomplete: close (module docstring).
         While the listener is paused the bytes held are ours to read, not the peer's fault."""
         self._deadline = None
         if not self._open():
             return
         config = self._listener.network.config
-        if self._src is None and not self._paused:
-            self._timeout(f"no hello within {config.hello_timeout_ms} ms")
+        if self._src is None:
+            if self._paused:
+                self._arm(config.hello_timeout_ms / 1000.0)
+            else:
+                self._timeout(f"no hello within {config.hello_timeout_ms} ms")
             return
         if not self._buffer:
             return  # between frames: an idle connection holds nothing
         timeout_s = config.frame_read_timeout_ms / 1000.0
-        idle_s = self._listener.network._loop.time() - self._progress_at
-        if idle_s >= timeout_s and not self._paused:
-            self._timeout(f"an incomplete frame got no byte for {config.frame_read_timeout_ms} ms")
+        now = self._listener.network._loop.time()
+        if self._paused:  # the frames held may be complete: count from the resume on
+            self._frame_started_at = now
+        elapsed_s = now - self._frame_started_at
+        if elapsed_s >= timeout_s:
+            self._timeout(f"a frame incomplete {config.frame_read_timeout_ms} ms after it began")
         else:
-            self._arm(max(0.001, timeout_s - idle_s))
+            self._arm(max(0.001, timeout_s - elapsed_s))
 
     def _timeout(self, reason: str) -> None:
         self._close_for("read_timeouts", reason)
@@ -365,6 +405,7 @@ class _InboundProtocol(asyncio.Protocol):
                 self._violation(f"message from {self._src} refused: {refused}")
                 return
         del buffer[:offset]
+        self._account()
 
     def _accept_hello(self, payload: bytes) -> None:
         src_bytes, separator, dst_bytes = payload[len(HELLO_MAGIC) :].partition(b"\n")
@@ -405,6 +446,7 @@ class _InboundProtocol(asyncio.Protocol):
                 reason,
             )
         self._buffer.clear()
+        self._account()
         self.close()
 
 
@@ -437,6 +479,8 @@ class _AsyncioListener:
         self.on_message = on_message
         self.on_link = on_link
         self.inbound: set[_InboundProtocol] = set()
+        self.buffered_bytes = 0
+        """Bytes of incomplete frames held by ``inbound`` (``max_inbound_buffered_bytes``)."""
         self.paused = False
         self.closed = False
         self._server_task = network._loop.create_task(
@@ -793,6 +837,8 @@ class AsyncioNetwork:
             )
         for endpoint, listener in self._listeners.items():
             invariant(listener.endpoint == endpoint and not listener.closed, f"{endpoint}")
+            held = sum(protocol.accounted_bytes for protocol in listener.inbound)
+            invariant(listener.buffered_bytes == held, f"{endpoint} buffered bytes drifted")
 
 
 def _conforms(network: AsyncioNetwork, listener: _AsyncioListener) -> tuple[Network, Listener]:

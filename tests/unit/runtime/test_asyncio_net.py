@@ -183,6 +183,47 @@ def test_a_connection_that_stops_mid_frame_is_closed_after_the_read_timeout(
     run(loop, scenario())
 
 
+async def _open_raw(endpoint: str, bind_host: str, data: bytes) -> asyncio.StreamWriter:
+    host, port = parse_endpoint(endpoint)
+    _reader, writer = await asyncio.open_connection(host, port, local_addr=(bind_host, 0))
+    writer.write(data)
+    return writer
+
+
+@pytest.mark.parametrize("limit", ["per address", "buffered bytes"])
+def test_one_host_cannot_take_the_inbound_slots_or_buffers_of_the_real_peers(
+    loop: asyncio.AbstractEventLoop, limit: str
+) -> None:
+    async def scenario() -> None:
+        config = AsyncioNetworkConfig(
+            max_inbound_connections_per_address=2, max_inbound_buffered_bytes=1_000
+        )
+        network = AsyncioNetwork(config, loop=loop)
+        received: list[bytes] = []
+        a = network.listen("127.0.0.2:0", lambda src, payload: received.append(payload))
+        peer = network.listen("127.0.0.4:0", lambda src, payload: None)
+        hello = encode_hello("127.0.0.3:1", a.endpoint)
+        if limit == "per address":  # three idle connections from 127.0.0.3: one too many
+            writers = [await _open_raw(a.endpoint, "127.0.0.3", hello) for _ in range(3)]
+        else:  # two incomplete frames of 600 bytes: the second passes the 1,000-byte limit
+            partial = (900).to_bytes(4, "big") + b"x" * 600
+            writers = [await _open_raw(a.endpoint, "127.0.0.3", hello + partial)]
+            await asyncio.sleep(0.05)
+            other = encode_hello("127.0.0.5:1", a.endpoint)
+            writers.append(await _open_raw(a.endpoint, "127.0.0.5", other + partial))
+        assert await eventually(lambda: network.stats().connections_refused == 1)
+        network.send(peer.endpoint, a.endpoint, b"the real peer")
+        assert await eventually(lambda: received == [b"the real peer"])
+        expected = 0 if limit == "per address" else 604
+        assert a.buffered_bytes == expected  # type: ignore[attr-defined]
+        network.validate()
+        for writer in writers:
+            writer.close()
+        await network.aclose()
+
+    run(loop, scenario())
+
+
 def test_a_protocol_violation_closes_that_connection_only(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
