@@ -11,6 +11,7 @@ Encodings of our application states: TOKENS is the comma-separated decimal token
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,10 +25,13 @@ from ringflow.cluster._gossip_state import (
 from ringflow.cluster._topology_change import Transition, transition_of
 from ringflow.errors import RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, Host, TokenMetadata, check_token
+from ringflow.runtime import format_endpoint
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
+from ringflow.storage import Store
 
 NORMAL_STATUS = "NORMAL"
+_MIN_TOKEN = -(2**63)
 RING_STATUSES = (NORMAL_STATUS, "LEAVING")
 """A LEAVING node stays a ring member (a natural replica) until it announces LEFT."""
 
@@ -139,6 +143,27 @@ def ring_members(
         host_ids_taken.add(info.host.host_id)
         members[endpoint] = info
     return members
+
+
+def saved_peer_endpoints(store: Store, port: int) -> set[str]:
+    """The internode endpoints of the ``system.peers`` rows (the members an earlier run of this
+    node knew): a restarted node counts them as members before gossip has told it anything, as
+    Cassandra's ``StorageService`` loads its ring from ``system.peers`` at start."""
+    endpoints: set[str] = set()
+    state: bytes | None = None
+    while True:
+        page = store.scan(
+            ("system", "peers"), _MIN_TOKEN, _MIN_TOKEN, page_size=256, paging_state=state, now_s=0
+        )
+        for row in page.rows:
+            try:
+                address = ipaddress.ip_address(row.partition_key[0])
+            except (ValueError, IndexError):
+                continue
+            endpoints.add(format_endpoint(str(address), port))
+        state = page.paging_state
+        if state is None:
+            return endpoints
 
 
 def token_metadata_of(members: Iterable[PeerInfo]) -> TokenMetadata:

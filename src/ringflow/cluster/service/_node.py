@@ -82,6 +82,7 @@ from ringflow.cluster.service._membership import (
     peer_mutation,
     peer_removal_mutation,
     ring_members,
+    saved_peer_endpoints,
     token_metadata_of,
 )
 from ringflow.cluster.service._point_requests import PointRequests
@@ -235,6 +236,8 @@ class ClusterNode:
             read_timeout_ms=settings.read_timeout_ms,
         )
         self.members: dict[str, PeerInfo] = {}
+        self._saved_peers = saved_peer_endpoints(store, INTERNODE_PORT)
+        """Members an earlier run knew (``system.peers``), until they are seen leaving."""
         self.token_metadata = TokenMetadata({host: tuple(tokens)})
         self.removals: dict[uuid.UUID, str] = {}
         """Host ids being removed (``removenode``) or removed, as gossiped by anyone."""
@@ -287,10 +290,17 @@ class ClusterNode:
         self._dispatcher.refuse(source, request_id, verb, reason)
 
     def standing_of(self, endpoint: str) -> Standing:
-        """What this node knows of ``endpoint`` (``_dispatch.Standing``)."""
+        """What this node knows of ``endpoint`` (``_dispatch.Standing``): a saved peer is a
+        member until gossip shows it left (a restarted node hears from its peers before
+        gossip has told it who they are)."""
         if self.host_at(endpoint) is not None:
             return Standing.MEMBER
-        if self.gossiper.endpoint_state(endpoint) is not None:
+        state = self.gossiper.endpoint_state(endpoint)
+        if endpoint in self._saved_peers:
+            status = None if state is None else state.get(ApplicationState.STATUS)
+            if status is None or status_word(status.value) != LEFT_STATUS:
+                return Standing.MEMBER
+        if state is not None:
             return Standing.KNOWN
         return Standing.STRANGER
 
@@ -452,6 +462,7 @@ class ClusterNode:
             removed = self.removals.get(info.host.host_id) == REMOVED
             if removed or (status is not None and status_word(status.value) == LEFT_STATUS):
                 left.append(info)
+        self._saved_peers.difference_update(info.host.endpoint for info in left)
         if not left:
             return
         rows = [peer_removal_mutation(info, self.clock.now_us()) for info in left]

@@ -198,7 +198,8 @@ def internode_counters(cluster: ClusterNode) -> dict[str, int]:
     stats = getattr(cluster.network, "stats", None)
     if callable(stats):
         snapshot = stats()
-        for name in ("protocol_violations", "read_timeouts", "handler_errors", "links_evicted"):
+        names = ("frames_received", "protocol_violations", "read_timeouts", "handler_errors")
+        for name in (*names, "links_evicted", "connections_refused"):
             value = getattr(snapshot, name, None)
             if isinstance(value, int):
                 counters[f"network_{name}"] = value
