@@ -30,7 +30,7 @@ from ringflow.cluster.service import (
     encode_failure,
     sample_envelopes,
 )
-from ringflow.cluster.service._dispatch import MessageDispatcher
+from ringflow.cluster.service._dispatch import Holding, MessageDispatcher
 from ringflow.cluster.service._membership import local_endpoint_state, ring_members
 from ringflow.runtime import ProtocolViolation
 from ringflow.schema import Cell, Mutation, Row
@@ -170,3 +170,33 @@ def test_gossip_values_that_do_not_parse_or_collide_leave_the_members_alone() ->
     }
     members = ring_members(states, prefer=("10.0.0.1:7000", "10.0.0.2:7000"))  # type: ignore[arg-type]
     assert sorted(members) == ["10.0.0.1:7000", "10.0.0.2:7000"]
+
+
+def test_a_sender_not_known_yet_is_held_then_served_once_gossip_knows_it() -> None:
+    """Knowledge is not symmetric: a member may write to us before gossip told us of it."""
+    node = _Node({})
+    timers: list[object] = []
+    learned: list[str] = []
+    dispatcher = MessageDispatcher(
+        lambda source, message: node.standings.update({source: Standing.MEMBER}),
+        {verb: node.handler(verb) for verb in Verb},  # type: ignore[misc]
+        {},
+        standing_of=lambda e: node.standings.get(e, Standing.STRANGER),
+        fail=lambda to, request_id, verb, reason: node.failed.append((to, verb)),
+        holding=Holding(lambda delay_ms, callback: timers.append(callback), learned.append),
+    )
+    samples = {e.verb: e for e in _samples()}
+    for verb in (Verb.MUTATION_REQ, Verb.READ_REQ):
+        dispatcher.on_message(SOURCE, encode_envelope(samples[verb]))
+    assert node.handled == [] and learned == [SOURCE] and dispatcher.held_messages == 2
+    dispatcher.on_message(SOURCE, encode_envelope(samples[Verb.GOSSIP_DIGEST_ACK2]))
+    assert node.handled == [(Verb.MUTATION_REQ, SOURCE), (Verb.READ_REQ, SOURCE)]
+    assert dispatcher.refused_messages == 0 and dispatcher.held_messages == 0
+    # A stranger that stays one: refused when the hold expires, never answered.
+    stranger = "127.0.0.9:7000"
+    envelope = next(e for e in _samples(stranger) if e.verb is Verb.MUTATION_REQ)
+    dispatcher.on_message(stranger, encode_envelope(envelope))
+    for callback in timers:
+        callback()  # type: ignore[operator]
+    assert dispatcher.refused_messages == 1 and node.failed == []
+    assert (Verb.MUTATION_REQ, stranger) not in node.handled

@@ -22,9 +22,16 @@ Rules:
   anyone (a node joins by gossiping with a seed that has never heard of it); schema pulls
   and answers to our own requests need an endpoint gossip knows; every verb that writes or
   reads data or schema (``MEMBER_VERBS``) needs a ring member or a node gossip shows joining or
-  leaving (``ClusterNode.host_at``). A refused message is counted (``refused_messages``),
-  logged (rate-limited) and not handled; a refused request from a known endpoint is answered
-  with FAILURE_RSP, one from a stranger gets no answer (we open no link to whoever asks).
+  leaving (``ClusterNode.host_at``, or a ``system.peers`` row of an earlier run).
+* Knowledge is not symmetric: a member may see us before gossip has told us of it (a node
+  just started, a peer's state one round behind). So a message whose sender lacks the standing
+  is first held (``Holding``: at most ``max_held_per_source`` messages of at most
+  ``max_held_sources`` senders, ``hold_ms``), and the sender is asked for its state (an empty
+  SYN); held messages are dispatched, in order, as soon as gossip gives the sender the
+  standing, and refused when ``hold_ms`` passes without it (or when the hold is full). A
+  refused message is counted (``refused_messages``), logged (rate-limited) and not handled; a
+  refused request from a known endpoint is answered with FAILURE_RSP, one from a stranger gets
+  no answer (we open no link to whoever asks).
 * What a peer may write (``peer_write_refusal``): MUTATION_REQ, HINT_REQ and streamed
   partitions never touch a local system keyspace (``system``, ``system_schema``: each node
   owns its own; ``system_schema`` changes only through schema migrations, SCHEMA_PUSH_REQ and
@@ -37,7 +44,9 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from ringflow.cluster._gossip_state import GossipMessage
@@ -110,6 +119,19 @@ _LOG_FIRST: Final = 20
 _LOG_EVERY: Final = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """How a dispatcher holds the messages of senders it does not know yet (module rules)."""
+
+    call_later: Callable[[int, Callable[[], None]], object]
+    """The node's clock: ``call_later(delay_ms, callback)``."""
+    learn: Callable[[str], None]
+    """Ask an endpoint for its gossip state (an empty SYN)."""
+    hold_ms: int = 3_000
+    max_held_per_source: int = 64
+    max_held_sources: int = 64
+
+
 class MessageDispatcher:
     """Decodes, checks and routes each message (see the module docstring). ``handlers`` and
     ``extra_handlers`` are read at every message: later registrations count."""
@@ -123,8 +145,11 @@ class MessageDispatcher:
         standing_of: Callable[[str], Standing],
         fail: Callable[[str, int, Verb, str], None],
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        holding: Holding | None = None,
     ) -> None:
         self._on_gossip = on_gossip
+        self._holding = holding
+        self._held: dict[str, deque[Envelope]] = {}
         self._handlers = handlers
         self._extra_handlers = extra_handlers
         self._standing_of = standing_of
@@ -142,20 +167,65 @@ class MessageDispatcher:
                     f"envelope claims to be from {envelope.from_endpoint!r:.80}"
                 )
             standing = self._standing_of(source)
-            if standing < VERB_STANDING[envelope.verb]:
-                self.refuse(source, envelope.request_id, envelope.verb, standing.name.lower())
+            required = VERB_STANDING[envelope.verb]
+            if required > Standing.STRANGER and (source in self._held or standing < required):
+                if not self._hold(source, envelope):
+                    self.refuse(source, envelope.request_id, envelope.verb, standing.name.lower())
                 return
             self.dispatch(envelope)
         except InternodeProtocolError as error:
-            self.protocol_errors += 1
-            if _worth_logging(self.protocol_errors):
-                _log.warning(
-                    "protocol error #%d from %s, closing its connection: %s",
-                    self.protocol_errors,
-                    source,
-                    error,
-                )
+            self._protocol_error(source, error)
             raise ProtocolViolation(str(error)) from None
+
+    def _protocol_error(self, source: str, error: InternodeProtocolError) -> None:
+        self.protocol_errors += 1
+        if _worth_logging(self.protocol_errors):
+            _log.warning("protocol error #%d from %s: %s", self.protocol_errors, source, error)
+
+    @property
+    def held_messages(self) -> int:
+        return sum(len(queue) for queue in self._held.values())
+
+    def _hold(self, source: str, envelope: Envelope) -> bool:
+        """Hold ``envelope`` until gossip tells who ``source`` is; False when the hold is full."""
+        holding = self._holding
+        if holding is None:
+            return False
+        queue = self._held.get(source)
+        if queue is None:
+            if len(self._held) >= holding.max_held_sources:
+                return False
+            queue = self._held[source] = deque()
+            holding.learn(source)
+            holding.call_later(holding.hold_ms, lambda: self.release(source, final=True))
+        if len(queue) >= holding.max_held_per_source:
+            return False
+        queue.append(envelope)
+        return True
+
+    def release_all(self) -> None:
+        """Dispatch the held messages whose senders now have the standing (after gossip)."""
+        for source in list(self._held):
+            self.release(source)
+
+    def release(self, source: str, *, final: bool = False) -> None:
+        """Dispatch ``source``'s held messages, in order, while its standing admits them; with
+        ``final`` (the hold expired) refuse the others."""
+        queue = self._held.get(source)
+        while queue:
+            standing = self._standing_of(source)
+            envelope = queue[0]
+            if standing < VERB_STANDING[envelope.verb] and not final:
+                return
+            queue.popleft()
+            if standing < VERB_STANDING[envelope.verb]:
+                self.refuse(source, envelope.request_id, envelope.verb, standing.name.lower())
+                continue
+            try:
+                self.dispatch(envelope)
+            except InternodeProtocolError as error:  # its connection may be gone: count it
+                self._protocol_error(source, error)
+        self._held.pop(source, None)
 
     def refuse(self, source: str, request_id: int, verb: Verb, reason: str) -> None:
         """Count and log a refused message; answer a refused request from a known node."""
@@ -176,6 +246,8 @@ class MessageDispatcher:
         verb, source, payload = envelope.verb, envelope.from_endpoint, envelope.payload
         if not isinstance(payload, bytes):
             self._on_gossip(source, payload)
+            if self._held:  # gossip may have told us who a held sender is
+                self.release_all()
             return
         extra = self._extra_handlers.get(verb)
         if extra is not None:

@@ -55,6 +55,7 @@ from ringflow.cluster._gossip_state import (
     ApplicationState,
     GossipDigestAck,
     GossipDigestAck2,
+    GossipDigestSyn,
     GossipMessage,
 )
 from ringflow.cluster._hints import HintManager
@@ -73,7 +74,7 @@ from ringflow.cluster._topology_change import (
 )
 from ringflow.cluster._write_path import TokenReplicas
 from ringflow.cluster.service._codec import decode_failure, encode_failure
-from ringflow.cluster.service._dispatch import Handler, MessageDispatcher, Standing
+from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
@@ -266,6 +267,7 @@ class ClusterNode:
             self.extra_handlers,
             standing_of=self.standing_of,
             fail=self.fail,
+            holding=Holding(self._call_later, self._learn),
         )
         self._refresh_ring()
 
@@ -377,6 +379,15 @@ class ClusterNode:
         if isinstance(message, GossipDigestAck | GossipDigestAck2) and not self._vouches(source):
             message = _own_state_only(source, message)
         self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
+
+    def _learn(self, endpoint: str) -> None:
+        """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every
+        state it has (of which we keep its own unless it vouches, ``_vouches``)."""
+        syn = GossipDigestSyn(self.settings.cluster_name, self.gossiper.partitioner, ())
+        self._send_envelope(endpoint, Envelope.of_gossip(syn, 0, self.settings.endpoint, 0))
+
+    def _call_later(self, delay_ms: int, callback: Callable[[], None]) -> object:
+        return self.clock.call_later(delay_ms, callback)
 
     def _vouches(self, source: str) -> bool:
         """Whether gossip from ``source`` may tell us of other endpoints: a member or a seed.
