@@ -27,13 +27,13 @@ Rules:
   ``failure_listeners`` entry when there is one, else to the helper that sent the request.
 * A joining or leaving node answers as a pending replica (``host_at``).
 * Internode admission (issue 16, ``_dispatch``): what a sender may ask depends on
-  ``standing_of``; gossip ACK/ACK2 from a sender that is neither a member nor a seed keep
-  that sender's own endpoint state only (a joiner speaks for itself, never for the ring).
+  ``standing_of``. Gossip itself stays open, states relayed by anyone included, as
+  Cassandra's: what a forged state can do is bounded by ``ring_members`` (values that do not
+  parse, or a member's tokens or host id, make no member).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import uuid
@@ -53,8 +53,6 @@ from ringflow.cluster._gossip import (
 )
 from ringflow.cluster._gossip_state import (
     ApplicationState,
-    GossipDigestAck,
-    GossipDigestAck2,
     GossipDigestSyn,
     GossipMessage,
 )
@@ -168,16 +166,6 @@ def _local_gossiper(
         rng,
         FailureDetector(settings.phi_convict_threshold),
     )
-
-
-def _own_state_only(
-    source: str, message: GossipDigestAck | GossipDigestAck2
-) -> GossipDigestAck | GossipDigestAck2:
-    """``message`` with the endpoint states of ``source`` only."""
-    own = {e: state for e, state in message.states.items() if e == source}
-    if len(own) == len(message.states):
-        return message
-    return dataclasses.replace(message, states=own)
 
 
 def _hint_manager(settings: ClusterSettings, schema_version: uuid.UUID) -> HintManager:
@@ -376,23 +364,16 @@ class ClusterNode:
             self._refresh_ring()
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
-        if isinstance(message, GossipDigestAck | GossipDigestAck2) and not self._vouches(source):
-            message = _own_state_only(source, message)
         self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
 
     def _learn(self, endpoint: str) -> None:
         """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every
-        state it has (of which we keep its own unless it vouches, ``_vouches``)."""
+        state it has."""
         syn = GossipDigestSyn(self.settings.cluster_name, self.gossiper.partitioner, ())
         self._send_envelope(endpoint, Envelope.of_gossip(syn, 0, self.settings.endpoint, 0))
 
     def _call_later(self, delay_ms: int, callback: Callable[[], None]) -> object:
         return self.clock.call_later(delay_ms, callback)
-
-    def _vouches(self, source: str) -> bool:
-        """Whether gossip from ``source`` may tell us of other endpoints: a member or a seed.
-        Anyone else (a node starting to join) speaks for itself only (issue 16)."""
-        return source in self.settings.seeds or self.standing_of(source) is Standing.MEMBER
 
     def _on_liveness(self, endpoint: str, up: bool, now_ms: int) -> None:
         info = self.members.get(endpoint)
