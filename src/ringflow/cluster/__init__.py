@@ -135,6 +135,7 @@ from ringflow.cluster._messages import (
     Payload,
     Verb,
     decode_body,
+    decode_frame,
     encode_envelope,
     verb_of,
 )
@@ -321,6 +322,7 @@ __all__ = [
     "check_subrange",
     "common_depth",
     "decode_body",
+    "decode_frame",
     "depth_for",
     "describe_ranges",
     "difference",

@@ -19,6 +19,11 @@ Rules:
   be trusted to resynchronise.
 * The decoder keeps at most one incomplete frame (at most ``4 + max_frame_size`` bytes) beyond
   the complete frames the caller fed and has not drained yet.
+* Each network message carries exactly one frame (``encode_envelope``'s bytes), and a receiving
+  node decodes each message on its own with ``decode_frame``: no decoder state outlives a
+  message, so nothing one connection sends can change how another's bytes are read (issue 16:
+  a shared per-source decoder let a forged half frame swallow a real peer's traffic).
+  ``EnvelopeDecoder`` remains for byte streams (tests, tools).
 * A body that is not valid msgpack, has the wrong shape, an unknown verb or application state,
   or values that break a message's own rules, is ``InternodeProtocolError`` (a ``PeerError``)
   and nothing else. The frame boundary is intact, so the decoder may go on, but the shell
@@ -368,6 +373,22 @@ def decode_body(body: bytes) -> Envelope:
     except RingflowError as error:
         # A value object refused what the peer sent (negative version, empty endpoint...).
         raise InternodeProtocolError(f"invalid message from peer: {error}") from None
+
+
+def decode_frame(frame: bytes, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> Envelope:
+    """The envelope of one whole frame, as ``encode_envelope`` made it: its length prefix must
+    announce exactly the bytes that follow (no more, no fewer, at most ``max_frame_size``),
+    else ``InternodeProtocolError``."""
+    if len(frame) < FRAME_LENGTH_SIZE:
+        raise InternodeProtocolError(f"a frame of {len(frame)} bytes has no length prefix")
+    (length,) = _LENGTH.unpack_from(frame, 0)
+    if length > max_frame_size:
+        raise FrameTooLarge(length, max_frame_size)
+    if length != len(frame) - FRAME_LENGTH_SIZE:
+        raise InternodeProtocolError(
+            f"frame announces {length} bytes and carries {len(frame) - FRAME_LENGTH_SIZE}"
+        )
+    return decode_body(frame[FRAME_LENGTH_SIZE:])
 
 
 @final

@@ -7,9 +7,8 @@ the asyncio shell; ``ringflow.sim`` implements the same interfaces deterministic
 ``_`` modules are private; everything public is re-exported here.
 """
 
+from ringflow.runtime._asyncio_inbound import HELLO_MAGIC, MAX_HELLO_BYTES
 from ringflow.runtime._asyncio_net import (
-    HELLO_MAGIC,
-    MAX_HELLO_BYTES,
     AsyncioNetwork,
     AsyncioNetworkConfig,
     NetworkStats,
@@ -38,6 +37,7 @@ from ringflow.runtime._interfaces import (
     Network,
     NetworkError,
     NotListening,
+    ProtocolViolation,
     RandomSource,
     Runtime,
     SupportsClose,
@@ -79,6 +79,7 @@ __all__ = [
     "NetworkError",
     "NetworkStats",
     "NotListening",
+    "ProtocolViolation",
     "RandomSource",
     "Runtime",
     "SupportsClose",

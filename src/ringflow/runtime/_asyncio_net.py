@@ -1,6 +1,7 @@
 """The real network: asyncio TCP with length-prefixed frames, bounded queues and reconnection.
 
-The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory of operation:
+The asyncio shell's implementation of ``Network`` (``_interfaces.py``); the receiving side of a
+connection is ``_asyncio_inbound.py``. Theory of operation:
 
 * **One connection per direction.** A link ``src -> dst`` owns one outbound TCP connection,
   opened lazily by the first ``send`` and bound to ``src``'s host, as Cassandra's outbound
@@ -9,10 +10,28 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
   tail written just before a connection broke (at most once, never duplicated).
 * **Wire format.** Every frame is a 4-byte big-endian length and that many bytes. The first frame
   of a connection is the hello ``b"RFN1" + src + b"\\n" + dst``, naming the sender's listening
-  endpoint (what ``on_message`` reports as ``src``); the listener checks that ``dst``'s port is
-  its own. A header announcing more than ``max_frame_bytes`` (or a hello above 1 KiB) is a
-  peer protocol violation: the connection is closed before the body is buffered, so a
-  malicious length cannot make us allocate.
+  endpoint (what ``on_message`` reports as ``src``). A header announcing more than
+  ``max_frame_bytes`` (or a hello above 1 KiB) is a peer protocol violation: the connection is
+  closed before the body is buffered, so a malicious length cannot make us allocate.
+* **Who is speaking.** The listener checks that the hello's ``dst`` port is its own, that
+  (``verify_peer_address``) ``src``'s host is the address the connection comes from (outbound
+  sockets are bound to the sender's own host, so a node can only claim its own identity) and,
+  with ``same_port_peers``, that ``src``'s port is its own too (one identity per address).
+  Cassandra's ``InboundConnectionInitiator`` authenticates the remote address
+  (``InternodeAuthenticator``) before reading any message, gives each connection its own frame
+  decoder and arms a handshake timeout; it trusts the claimed ``from`` (a broadcast address may
+  differ from the socket's behind NAT), which ringflow's nodes, always sending from their
+  listen address, do not need.
+* **Read deadlines and inbound limits.** A connection must send its hello within
+  ``hello_timeout_ms`` (Cassandra's ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame must be
+  complete within ``frame_read_timeout_ms`` of its first bytes, however slowly they trickle
+  (``NetworkStats.read_timeouts``): a header whose body never comes holds neither memory nor a
+  connection for long. An idle connection between frames holds nothing and may stay open. A
+  listener accepts at most ``max_inbound_connections``, at most
+  ``max_inbound_connections_per_address`` from one address (so one host cannot take every slot
+  from the real peers), and holds at most ``max_inbound_buffered_bytes`` of incomplete frames
+  over all its connections (the connection whose bytes would pass it is closed):
+  ``NetworkStats.connections_refused``.
 * **Bounded, non-blocking send.** ``send`` appends to the link's queue or raises
   ``Backpressure`` when the queue holds ``max_queued_messages`` messages or
   ``max_queued_bytes`` bytes. The link's task writes while the transport is below its
@@ -28,7 +47,14 @@ The asyncio shell's implementation of ``Network`` (``_interfaces.py``). Theory o
   listener (TCP fills up, senders see ``Backpressure``); ``resume`` delivers buffered frames in
   order, from the event loop, never from inside ``resume``.
 * Handlers (``on_message``, ``on_link``) run on the event loop; an exception from one is logged
-  and counted (``NetworkStats.handler_errors``), never allowed to kill a connection.
+  and counted (``NetworkStats.handler_errors``), never allowed to kill a connection, except
+  ``ProtocolViolation`` from ``on_message``: the message broke the protocol, so that one
+  connection is closed and the violation counted (``protocol_violations``).
+* **Bounded links.** At ``max_links`` outbound links a new destination evicts an idle link (empty
+  queue), else one that is not connected (its queued messages are dropped, as a lost
+  connection's would be), the least recently used first; only when every link is connected and
+  busy does ``send`` refuse with ``NetworkError``. So endpoints named by strangers (gossip
+  answers to spoofed sources) cannot lock real peers out.
 """
 
 from __future__ import annotations
@@ -37,13 +63,18 @@ import asyncio
 import logging
 import random
 import socket
-import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, final
 
 from ringflow.errors import InternalError, invariant
+from ringflow.runtime._asyncio_inbound import (
+    HEADER,
+    HELLO_MAGIC,
+    InboundProtocol,
+    stream_of,
+)
 from ringflow.runtime._interfaces import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_QUEUED_MESSAGES,
@@ -59,6 +90,7 @@ from ringflow.runtime._interfaces import (
     Network,
     NetworkError,
     NotListening,
+    ProtocolViolation,
     check_limit,
     check_payload,
     format_endpoint,
@@ -66,9 +98,7 @@ from ringflow.runtime._interfaces import (
 )
 
 _LOG: Final = logging.getLogger("ringflow.runtime.network")
-_HEADER: Final = struct.Struct(">I")
-HELLO_MAGIC: Final = b"RFN1"
-MAX_HELLO_BYTES: Final = 1024
+_HEADER: Final = HEADER
 _LISTEN_BACKLOG: Final = 128
 
 
@@ -91,6 +121,19 @@ class AsyncioNetworkConfig:
     max_links: int = 4096
     max_inbound_connections: int = 1024
     """Per listener."""
+    max_inbound_connections_per_address: int = 16
+    """Per listener and peer address (a node opens one connection to each peer)."""
+    max_inbound_buffered_bytes: int = 256 * 1024 * 1024
+    """Per listener: bytes of incomplete frames held over all its connections."""
+    hello_timeout_ms: int = 10_000
+    """An accepted connection that has not sent its hello by then is closed."""
+    frame_read_timeout_ms: int = 60_000
+    """A frame not complete this long after its first bytes arrived closes its connection."""
+    verify_peer_address: bool = True
+    """The hello's claimed host must be the address the connection comes from."""
+    same_port_peers: bool = False
+    """The hello's claimed port must be the listener's own: every node of a cluster listens on
+    the same port (7000), so one address can claim one identity, not one per port."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -105,6 +148,10 @@ class AsyncioNetworkConfig:
         check_limit("write_buffer_bytes_high", self.write_buffer_bytes_high)
         check_limit("max_links", self.max_links)
         check_limit("max_inbound_connections", self.max_inbound_connections)
+        check_limit("max_inbound_connections_per_address", self.max_inbound_connections_per_address)
+        check_limit("max_inbound_buffered_bytes", self.max_inbound_buffered_bytes)
+        check_limit("hello_timeout_ms", self.hello_timeout_ms)
+        check_limit("frame_read_timeout_ms", self.frame_read_timeout_ms)
         if self.socket_buffer_bytes is not None:
             check_limit("socket_buffer_bytes", self.socket_buffer_bytes, minimum=1024)
         if self.reconnect_delay_ms_max < self.reconnect_delay_ms_min:
@@ -125,6 +172,9 @@ class NetworkStats:
     connections_lost: int
     protocol_violations: int
     handler_errors: int
+    read_timeouts: int
+    links_evicted: int
+    connections_refused: int
 
 
 @final
@@ -137,6 +187,9 @@ class _Counters:
     def add(self, name: str, amount: int = 1) -> None:
         invariant(name in self._values, f"unknown network counter {name!r}")
         self._values[name] += amount
+
+    def value(self, name: str) -> int:
+        return self._values[name]
 
     def snapshot(self) -> NetworkStats:
         return NetworkStats(**self._values)
@@ -199,111 +252,6 @@ def _call_handler(network: AsyncioNetwork, handler: Callable[..., object], *args
 
 
 @final
-class _InboundProtocol(asyncio.Protocol):
-    """One accepted connection: hello, then frames delivered to the listener."""
-
-    def __init__(self, listener: _AsyncioListener) -> None:
-        self._listener = listener
-        self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
-        self._src: Endpoint | None = None
-        self._paused = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        stream = self._transport = _stream(transport)
-        listener = self._listener
-        limit = listener.network.config.max_inbound_connections
-        if listener.closed or len(listener.inbound) >= limit:
-            stream.close()
-            return
-        listener.inbound.add(self)
-        _set_nodelay(stream)
-        if listener.paused:
-            self.pause()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._listener.inbound.discard(self)
-        self._transport = None
-
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        self._deliver_frames()
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def pause(self) -> None:
-        self._paused = True
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
-
-    def resume(self) -> None:
-        self._paused = False
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
-            self._listener.network._loop.call_soon(self._deliver_frames)
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-    def _open(self) -> bool:
-        return self._transport is not None and not self._transport.is_closing()
-
-    def _deliver_frames(self) -> None:
-        buffer = self._buffer
-        offset = 0
-        while not self._paused and self._open() and len(buffer) - offset >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(buffer, offset)
-            limit = MAX_HELLO_BYTES if self._src is None else self._listener.network.max_frame_bytes
-            if length > limit:
-                self._violation(f"frame of {length} bytes above the limit of {limit}")
-                return
-            end = offset + _HEADER.size + length
-            if len(buffer) < end:
-                break
-            payload = bytes(buffer[offset + _HEADER.size : end])
-            offset = end
-            if self._src is None:
-                self._accept_hello(payload)
-            else:
-                self._listener.deliver(self._src, payload)
-        del buffer[:offset]
-
-    def _accept_hello(self, payload: bytes) -> None:
-        src_bytes, separator, dst_bytes = payload[len(HELLO_MAGIC) :].partition(b"\n")
-        try:
-            src, dst = src_bytes.decode(), dst_bytes.decode()
-            ok = payload.startswith(HELLO_MAGIC) and separator == b"\n"
-            ok = ok and parse_endpoint(dst)[1] == parse_endpoint(self._listener.endpoint)[1]
-            parse_endpoint(src)
-        except (UnicodeDecodeError, EndpointError):
-            ok = False
-        if not ok:
-            self._violation(f"bad hello {payload[:80]!r}")
-            return
-        self._src = src
-
-    def _violation(self, reason: str) -> None:
-        self._listener.network._counters.add("protocol_violations")
-        _LOG.warning("closing inbound connection to %s: %s", self._listener.endpoint, reason)
-        self._buffer.clear()
-        self.close()
-
-
-def _stream(transport: asyncio.BaseTransport) -> asyncio.Transport:
-    if not isinstance(transport, asyncio.Transport):
-        raise InternalError(f"expected a stream transport, got {transport!r}")
-    return transport
-
-
-def _set_nodelay(transport: asyncio.Transport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-@final
 class _AsyncioListener:
     """``Listener``: one listening socket and its inbound connections."""
 
@@ -319,20 +267,31 @@ class _AsyncioListener:
         self._endpoint = endpoint
         self.on_message = on_message
         self.on_link = on_link
-        self.inbound: set[_InboundProtocol] = set()
+        self.inbound: set[InboundProtocol] = set()
+        self.buffered_bytes = 0
+        """Bytes of incomplete frames held by ``inbound`` (``max_inbound_buffered_bytes``)."""
         self.paused = False
         self.closed = False
         self._server_task = network._loop.create_task(
-            network._loop.create_server(lambda: _InboundProtocol(self), sock=sock)
+            network._loop.create_server(lambda: InboundProtocol(self), sock=sock)
         )
 
     @property
     def endpoint(self) -> Endpoint:
         return self._endpoint
 
-    def deliver(self, src: Endpoint, payload: bytes) -> None:
+    def deliver(self, src: Endpoint, payload: bytes) -> str | None:
+        """Hand one message to ``on_message``; the reason when it refused it (its connection
+        is then closed), else None."""
         self.network._counters.add("frames_received")
-        _call_handler(self.network, self.on_message, src, payload)
+        try:
+            self.on_message(src, payload)
+        except ProtocolViolation as violation:
+            return str(violation)
+        except Exception:
+            self.network._counters.add("handler_errors")
+            _LOG.exception("network handler %r raised", self.on_message)
+        return None
 
     def notify(self, event: LinkEvent) -> None:
         if self.on_link is not None and not self.closed:
@@ -386,7 +345,7 @@ class _OutboundProtocol(asyncio.Protocol):
         self.lost_reason = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = _stream(transport)
+        self.transport = stream_of(transport)
 
     def data_received(self, data: bytes) -> None:
         # The listening side never writes on our outbound connection.
@@ -421,6 +380,7 @@ class _OutboundLink:
         self.queued_bytes = 0
         self.closed = False
         self.connected = False
+        self.used_at = network._loop.time()
         self._wakeup = asyncio.Event()
         self._protocol: _OutboundProtocol | None = None
         self.task = network._loop.create_task(self._run(), name=f"link {src}->{dst}")
@@ -598,12 +558,23 @@ class AsyncioNetwork:
             raise NotListening(f"cannot send from {src!r}: it is not listening")
         link = self._links.get((src, dst))
         if link is None:
-            if len(self._links) >= self.config.max_links:
-                raise NetworkError(f"{len(self._links)} links open, limit {self.config.max_links}")
             parse_endpoint(dst)
+            if len(self._links) >= self.config.max_links:
+                self._evict_link()
             link = _OutboundLink(self, src, dst)
             self._links[(src, dst)] = link
         link.enqueue(payload)
+        link.used_at = self._loop.time()
+
+    def _evict_link(self) -> None:
+        """Make room for one link (module docstring): idle first, then not connected, LRU."""
+        idle = [link for link in self._links.values() if not link.queue]
+        candidates = idle or [link for link in self._links.values() if not link.connected]
+        if not candidates:
+            raise NetworkError(f"{len(self._links)} links open, limit {self.config.max_links}")
+        victim = min(candidates, key=lambda link: link.used_at)
+        self._links.pop((victim.src, victim.dst)).close()
+        self._counters.add("links_evicted")
 
     def link_connected(self, src: Endpoint, dst: Endpoint) -> bool:
         """Whether ``src -> dst`` currently has a live connection (for tests and status)."""
@@ -655,6 +626,8 @@ class AsyncioNetwork:
             )
         for endpoint, listener in self._listeners.items():
             invariant(listener.endpoint == endpoint and not listener.closed, f"{endpoint}")
+            held = sum(protocol.accounted_bytes for protocol in listener.inbound)
+            invariant(listener.buffered_bytes == held, f"{endpoint} buffered bytes drifted")
 
 
 def _conforms(network: AsyncioNetwork, listener: _AsyncioListener) -> tuple[Network, Listener]:

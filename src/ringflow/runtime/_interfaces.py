@@ -96,6 +96,15 @@ class NotListening(EndpointError):
     """``send`` from an endpoint with no open listener (a node may only send as itself)."""
 
 
+class ProtocolViolation(PeerError):
+    """Raised by a ``MessageHandler``: the message it was given breaks the protocol.
+
+    The real network counts it (``NetworkStats.protocol_violations``) and closes the connection
+    the message came on, and only that one (Cassandra closes one inbound connection on a
+    ``ProtocolException`` the same way); the simulator counts it and drops the message.
+    """
+
+
 class DiskError(ClientError):
     """A bad file name, or a file that does not exist."""
 
@@ -122,7 +131,8 @@ class LinkDown:
 
 LinkEvent: TypeAlias = LinkUp | LinkDown
 MessageHandler: TypeAlias = Callable[[Endpoint, bytes], object]
-"""``on_message(src, payload)``: called once per delivered message; its result is ignored."""
+"""``on_message(src, payload)``: called once per delivered message; its result is ignored. It
+may raise ``ProtocolViolation`` to have the connection the message came on closed."""
 LinkHandler: TypeAlias = Callable[[LinkEvent], object]
 TimerCallback: TypeAlias = Callable[[], object]
 

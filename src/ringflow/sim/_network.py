@@ -33,6 +33,7 @@ writes, corruption (TCP's checksum hides it), and asymmetric latency between hos
 
 from __future__ import annotations
 
+import logging
 import random
 import zlib
 from collections import deque
@@ -56,6 +57,7 @@ from ringflow.runtime import (
     Network,
     NetworkError,
     NotListening,
+    ProtocolViolation,
     check_limit,
     check_payload,
     format_endpoint,
@@ -76,6 +78,8 @@ from ringflow.sim._trace import (
     Trace,
     TraceEvent,
 )
+
+_LOG: Final = logging.getLogger("ringflow.sim.network")
 
 DelayDistribution = Literal["uniform", "exponential"]
 DEFAULT_MAX_LINKS: Final = 100_000
@@ -219,6 +223,8 @@ class SimNetwork:
         self._rng = rng
         self._trace = trace
         self._config = config if config is not None else NetworkConfig()
+        self.protocol_violations = 0
+        """Messages a handler refused with ``ProtocolViolation`` (dropped, the run goes on)."""
         self._listeners: dict[Endpoint, SimListener] = {}
         self._links: dict[tuple[Endpoint, Endpoint], _SimLink] = {}
         self._blocked: set[tuple[str, str]] = set()
@@ -393,7 +399,11 @@ class SimNetwork:
         self._record(MessageDelivered(link.src, link.dst, flight.message_id, flight.copy))
         if link.up is not True:
             self._notify(link, up=True, reason="")
-        listener.on_message(link.src, flight.payload)
+        try:
+            listener.on_message(link.src, flight.payload)
+        except ProtocolViolation as violation:  # a simulated node sent nonsense: a bug to see
+            self.protocol_violations += 1
+            _LOG.warning("%s refused a message from %s: %s", link.dst, link.src, violation)
 
     def _schedule_flush(self, listener: SimListener) -> None:
         if listener.flush_scheduled or listener.paused or not listener.held:

@@ -24,6 +24,7 @@ from ringflow.runtime import (
     Backpressure,
     EndpointError,
     NetworkError,
+    ProtocolViolation,
     SystemClock,
     encode_frame,
     encode_hello,
@@ -98,10 +99,11 @@ async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0) -> b
     return True
 
 
-async def raw_client(endpoint: str, data: bytes) -> bytes:
-    """Connect, write ``data``, and return what arrives until the listener closes on us."""
+async def raw_client(endpoint: str, data: bytes, *, bind_host: str = "127.0.0.3") -> bytes:
+    """Connect from ``bind_host`` (the host the hellos below claim), write ``data``, and return
+    what arrives until the listener closes on us."""
     host, port = parse_endpoint(endpoint)
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(bind_host, 0))
     writer.write(data)
     await writer.drain()
     received = await asyncio.wait_for(reader.read(), 5)
@@ -132,6 +134,138 @@ def test_a_peer_breaking_the_protocol_is_disconnected_and_counted(
         assert await raw_client(endpoint, data) == b""  # closed by the listener, nothing sent
         assert network.stats().protocol_violations == 1
         assert received == ([b"ok"] if case == "oversized frame" else [])
+        await network.aclose()
+
+    run(loop, scenario())
+
+
+@pytest.mark.parametrize("claimed", ["127.0.0.2", "127.0.0.9", "localhost"])
+def test_a_hello_claiming_another_address_than_its_own_is_refused(
+    loop: asyncio.AbstractEventLoop, claimed: str
+) -> None:
+    """Issue 16: the hello's source must be where the connection comes from (here 127.0.0.3),
+    so a connection cannot speak as a member from another address."""
+
+    async def scenario() -> None:
+        network = AsyncioNetwork(loop=loop)
+        received: list[tuple[str, bytes]] = []
+        listener = network.listen("127.0.0.2:0", lambda src, p: received.append((src, p)))
+        spoof = encode_hello(f"{claimed}:{parse_endpoint(listener.endpoint)[1]}", listener.endpoint)
+        assert await raw_client(listener.endpoint, spoof + encode_frame(b"forged")) == b""
+        honest = encode_hello("127.0.0.3:7000", listener.endpoint) + encode_frame(b"ok")
+        writer_task = asyncio.ensure_future(raw_client(listener.endpoint, honest))
+        assert await eventually(lambda: received == [("127.0.0.3:7000", b"ok")])
+        assert network.stats().protocol_violations == 1
+        writer_task.cancel()
+        await network.aclose()
+
+    run(loop, scenario())
+
+
+@pytest.mark.parametrize("case", ["no hello", "header without its body"])
+def test_a_connection_that_stops_mid_frame_is_closed_after_the_read_timeout(
+    loop: asyncio.AbstractEventLoop, case: str
+) -> None:
+    async def scenario() -> None:
+        config = AsyncioNetworkConfig(hello_timeout_ms=100, frame_read_timeout_ms=150)
+        network = AsyncioNetwork(config, loop=loop)
+        listener = network.listen("127.0.0.2:0", lambda src, payload: None)
+        hello = encode_hello("127.0.0.3:1", listener.endpoint)
+        data = {
+            "no hello": b"RF",
+            "header without its body": hello + (16_000_000).to_bytes(4, "big") + b"abc",
+        }[case]
+        assert await raw_client(listener.endpoint, data) == b""  # closed by the listener
+        assert network.stats().read_timeouts == 1
+        assert not listener.inbound  # type: ignore[attr-defined]
+        await network.aclose()
+
+    run(loop, scenario())
+
+
+async def _open_raw(endpoint: str, bind_host: str, data: bytes) -> asyncio.StreamWriter:
+    host, port = parse_endpoint(endpoint)
+    _reader, writer = await asyncio.open_connection(host, port, local_addr=(bind_host, 0))
+    writer.write(data)
+    return writer
+
+
+@pytest.mark.parametrize("limit", ["per address", "buffered bytes"])
+def test_one_host_cannot_take_the_inbound_slots_or_buffers_of_the_real_peers(
+    loop: asyncio.AbstractEventLoop, limit: str
+) -> None:
+    async def scenario() -> None:
+        config = AsyncioNetworkConfig(
+            max_inbound_connections_per_address=2, max_inbound_buffered_bytes=1_000
+        )
+        network = AsyncioNetwork(config, loop=loop)
+        received: list[bytes] = []
+        a = network.listen("127.0.0.2:0", lambda src, payload: received.append(payload))
+        peer = network.listen("127.0.0.4:0", lambda src, payload: None)
+        hello = encode_hello("127.0.0.3:1", a.endpoint)
+        if limit == "per address":  # three idle connections from 127.0.0.3: one too many
+            writers = [await _open_raw(a.endpoint, "127.0.0.3", hello) for _ in range(3)]
+        else:  # two incomplete frames of 600 bytes: the second passes the 1,000-byte limit
+            partial = (900).to_bytes(4, "big") + b"x" * 600
+            writers = [await _open_raw(a.endpoint, "127.0.0.3", hello + partial)]
+            await asyncio.sleep(0.05)
+            other = encode_hello("127.0.0.5:1", a.endpoint)
+            writers.append(await _open_raw(a.endpoint, "127.0.0.5", other + partial))
+        assert await eventually(lambda: network.stats().connections_refused == 1)
+        network.send(peer.endpoint, a.endpoint, b"the real peer")
+        assert await eventually(lambda: received == [b"the real peer"])
+        expected = 0 if limit == "per address" else 604
+        assert a.buffered_bytes == expected  # type: ignore[attr-defined]
+        network.validate()
+        for writer in writers:
+            writer.close()
+        await network.aclose()
+
+    run(loop, scenario())
+
+
+def test_a_protocol_violation_closes_that_connection_only(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    async def scenario() -> None:
+        network = AsyncioNetwork(loop=loop)
+        received: list[bytes] = []
+
+        def handler(src: str, payload: bytes) -> None:
+            if payload == b"bad":
+                raise ProtocolViolation("not a message")
+            received.append(payload)
+
+        a = network.listen("127.0.0.2:0", handler)
+        b = network.listen("127.0.0.4:0", lambda src, payload: None)
+        hello = encode_hello("127.0.0.3:1", a.endpoint)
+        frames = hello + encode_frame(b"one") + encode_frame(b"bad") + encode_frame(b"lost")
+        assert await raw_client(a.endpoint, frames) == b""
+        network.send(b.endpoint, a.endpoint, b"other connection")
+        assert await eventually(lambda: received == [b"one", b"other connection"])
+        assert network.stats().protocol_violations == 1
+        assert network.stats().handler_errors == 0
+        await network.aclose()
+
+    run(loop, scenario())
+
+
+def test_links_past_the_limit_evict_idle_ones_instead_of_refusing(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    async def scenario() -> None:
+        network = AsyncioNetwork(AsyncioNetworkConfig(max_links=2), loop=loop)
+        received: list[bytes] = []
+        a = network.listen("127.0.0.2:0", lambda src, payload: None)
+        b = network.listen("127.0.0.3:0", lambda src, payload: received.append(payload))
+        network.send(a.endpoint, b.endpoint, b"first")
+        assert await eventually(lambda: received == [b"first"])
+        for port in (1, 2, 3):  # strangers nobody listens at: queued, never connected
+            network.send(a.endpoint, f"127.0.0.9:{port}", b"x")
+        network.send(a.endpoint, b.endpoint, b"again")
+        assert await eventually(lambda: received == [b"first", b"again"])
+        assert network.stats().links_evicted >= 2
+        network.validate()
         await network.aclose()
 
     run(loop, scenario())

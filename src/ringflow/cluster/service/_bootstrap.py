@@ -80,7 +80,7 @@ from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._failure_detector import FailureDetector
 from ringflow.cluster._gossip import Gossiper, Send
 from ringflow.cluster._gossip_state import ApplicationState
-from ringflow.cluster._messages import Envelope, EnvelopeDecoder, encode_envelope
+from ringflow.cluster._messages import Envelope, decode_frame, encode_envelope
 from ringflow.cluster._topology_change import (
     BOOT_STATUS,
     LEAVING_STATUS,
@@ -112,12 +112,13 @@ from ringflow.cluster.service._membership import (
     ring_members,
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._settings import NODE_NETWORK_CONFIG
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
 from ringflow.node import NodeConfig, NodeRecord, prepare_data_dir, save_record
 from ringflow.node._config import load_record
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
-from ringflow.runtime import AsyncioNetwork, Network
+from ringflow.runtime import AsyncioNetwork, Network, ProtocolViolation
 
 _log = logging.getLogger(__name__)
 
@@ -168,7 +169,6 @@ async def discover_ring(
 
     state = local_endpoint_state(int(time.time()), states)
     gossiper = Gossiper(endpoint, state, tuple(seeds), cluster_name, rng, FailureDetector())
-    decoders: dict[str, EnvelopeDecoder] = {}
 
     def send_all(actions: Sequence[object]) -> None:
         for action in actions:
@@ -178,15 +178,16 @@ async def discover_ring(
                     network.send(endpoint, action.to, encode_envelope(envelope))
 
     def on_message(source: str, payload: bytes) -> None:
-        decoder = decoders.setdefault(source, EnvelopeDecoder())
+        """Gossip only, one envelope per message (``_dispatch`` rules); the rest is ignored."""
         try:
-            decoder.feed(payload)
-            while (envelope := decoder.next_envelope()) is not None:
-                if not isinstance(envelope.payload, bytes):
-                    send_all(gossiper.receive(source, envelope.payload, now_ms()))
+            envelope = decode_frame(payload)
         except RingflowError as error:
             _log.warning("discovery: bad message from %s: %s", source, error)
-            decoders.pop(source, None)
+            raise ProtocolViolation(str(error)) from None
+        if envelope.from_endpoint != source:
+            raise ProtocolViolation(f"discovery: {source} sent as {envelope.from_endpoint!r:.80}")
+        if not isinstance(envelope.payload, bytes):
+            send_all(gossiper.receive(source, envelope.payload, now_ms()))
 
     listener = network.listen(endpoint, on_message)
     try:
@@ -773,7 +774,7 @@ async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Ran
     prepare_data_dir(config.data_dir)
     host_id = uuid.UUID(int=rng.getrandbits(128), version=4)
     endpoint = f"{config.address}:{INTERNODE_PORT}"
-    network = AsyncioNetwork(rng=random.Random(rng.getrandbits(64)))
+    network = AsyncioNetwork(NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)))
     try:
         ring = await discover_ring(
             network,

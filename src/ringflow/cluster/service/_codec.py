@@ -16,6 +16,8 @@ Owns the bytes inside an ``Envelope`` whose verb is not a gossip verb (the envel
   nil]``, plus ``[column...]`` when the replica does not know some of the columns asked for
   (a schema change that has not reached it, or has reached it and not the coordinator yet).
 * SCHEMA_PUSH_REQ / SCHEMA_PULL_RSP: ``[mutation bytes...]`` (``system_schema`` partitions).
+* FAILURE_RSP: ``[verb, reason]``: the verb of the request that failed, and why (at most
+  ``FAILURE_REASON_MAX_CHARS`` characters).
 * RANGE_READ carries both directions: the request ``["req", keyspace, table, low, high,
   limit]`` (the raw partitions of the token range ``(low, high]``, ``low < high``, at most
   ``limit``) and the answer ``["rsp", [mutation bytes...], more]`` (``more``: the replica holds
@@ -30,13 +32,14 @@ from dataclasses import dataclass
 import msgpack
 
 from ringflow.cdc import CdcCapture
-from ringflow.cluster._messages import InternodeProtocolError
+from ringflow.cluster._messages import InternodeProtocolError, Verb
 from ringflow.cluster._read_path import ReadKind
 from ringflow.cluster._write_path import WriteUnit
 from ringflow.schema import ClusteringBound, Mutation
 from ringflow.storage import decode_mutation, encode_mutation
 
 _NO_BOUND = ClusteringBound()
+FAILURE_REASON_MAX_CHARS = 500
 
 
 def _unpack(data: bytes, what: str) -> object:
@@ -65,6 +68,27 @@ def _mutation(value: object, what: str) -> Mutation:
         raise
     except Exception as error:
         raise InternodeProtocolError(f"{what}: undecodable mutation: {error}") from None
+
+
+def encode_failure(verb: Verb, reason: str) -> bytes:
+    payload: bytes = msgpack.packb(
+        [int(verb), reason[:FAILURE_REASON_MAX_CHARS]], use_bin_type=True
+    )
+    return payload
+
+
+def decode_failure(data: bytes) -> tuple[Verb, str]:
+    """A FAILURE_RSP payload: the failed request's verb and the reason."""
+    verb_code, reason = _list(_unpack(data, "failure"), "failure", 2)
+    if not isinstance(verb_code, int) or isinstance(verb_code, bool):
+        raise InternodeProtocolError(f"failure: bad verb {verb_code!r:.40}")
+    try:
+        verb = Verb(verb_code)
+    except ValueError:
+        raise InternodeProtocolError(f"failure: unknown verb {verb_code!r:.40}") from None
+    if not isinstance(reason, str) or len(reason) > FAILURE_REASON_MAX_CHARS:
+        raise InternodeProtocolError(f"failure: bad reason {reason!r:.40}")
+    return verb, reason
 
 
 def encode_mutations_payload(mutations: Sequence[Mutation]) -> bytes:

@@ -11,6 +11,7 @@ Encodings of our application states: TOKENS is the comma-separated decimal token
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,11 +23,15 @@ from ringflow.cluster._gossip_state import (
     VersionedValue,
 )
 from ringflow.cluster._topology_change import Transition, transition_of
-from ringflow.ring import Host, TokenMetadata
+from ringflow.errors import RingflowError
+from ringflow.ring import MAX_TOKENS_PER_HOST, Host, TokenMetadata, check_token
+from ringflow.runtime import format_endpoint
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
+from ringflow.storage import Store
 
 NORMAL_STATUS = "NORMAL"
+_MIN_TOKEN = -(2**63)
 RING_STATUSES = (NORMAL_STATUS, "LEAVING")
 """A LEAVING node stays a ring member (a natural replica) until it announces LEFT."""
 
@@ -88,7 +93,8 @@ def _value(state: EndpointState, key: ApplicationState) -> str | None:
 
 
 def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
-    """The ring member ``state`` describes, or None while it is incomplete or not NORMAL."""
+    """The ring member ``state`` describes, or None while it is incomplete or not NORMAL, or
+    when a value does not parse (gossip comes from peers: a bad value is theirs, issue 16)."""
     status = _value(state, ApplicationState.STATUS)
     host_id = _value(state, ApplicationState.HOST_ID)
     dc = _value(state, ApplicationState.DC)
@@ -100,23 +106,64 @@ def peer_info(endpoint: str, state: EndpointState) -> PeerInfo | None:
         return None
     schema = _value(state, ApplicationState.SCHEMA)
     rpc_address = _value(state, ApplicationState.RPC_ADDRESS) or endpoint.rsplit(":", 1)[0]
-    return PeerInfo(
-        Host(uuid.UUID(host_id), endpoint, dc, rack),
-        decode_tokens(tokens),
-        rpc_address,
-        None if schema is None else uuid.UUID(schema),
-        _value(state, ApplicationState.CDC_GENERATION_ID),
-    )
+    try:
+        parsed = tuple(check_token(token) for token in decode_tokens(tokens))
+        if not 0 < len(parsed) == len(set(parsed)) <= MAX_TOKENS_PER_HOST:
+            return None
+        return PeerInfo(
+            Host(uuid.UUID(host_id), endpoint, dc, rack),
+            parsed,
+            rpc_address,
+            None if schema is None else uuid.UUID(schema),
+            _value(state, ApplicationState.CDC_GENERATION_ID),
+        )
+    except (ValueError, RingflowError):
+        return None
 
 
-def ring_members(states: Mapping[str, EndpointState]) -> dict[str, PeerInfo]:
-    """Every complete NORMAL endpoint, by endpoint."""
-    members = {}
-    for endpoint, state in states.items():
-        info = peer_info(endpoint, state)
-        if info is not None:
-            members[endpoint] = info
+def ring_members(
+    states: Mapping[str, EndpointState], prefer: Iterable[str] = ()
+) -> dict[str, PeerInfo]:
+    """Every complete NORMAL endpoint, by endpoint. One whose tokens or host id another one
+    already holds is left out: the endpoints of ``prefer`` (the members so far) are taken
+    first, then the others in endpoint order, so a newcomer cannot take over a member's
+    tokens or identity (a ``TokenMetadata`` with a token twice cannot be built at all)."""
+    preferred = [endpoint for endpoint in dict.fromkeys(prefer) if endpoint in states]
+    others = sorted(endpoint for endpoint in states if endpoint not in set(preferred))
+    members: dict[str, PeerInfo] = {}
+    tokens_taken: set[int] = set()
+    host_ids_taken: set[uuid.UUID] = set()
+    for endpoint in (*preferred, *others):
+        info = peer_info(endpoint, states[endpoint])
+        if info is None:
+            continue
+        if info.host.host_id in host_ids_taken or not tokens_taken.isdisjoint(info.tokens):
+            continue
+        tokens_taken.update(info.tokens)
+        host_ids_taken.add(info.host.host_id)
+        members[endpoint] = info
     return members
+
+
+def saved_peer_endpoints(store: Store, port: int) -> set[str]:
+    """The internode endpoints of the ``system.peers`` rows (the members an earlier run of this
+    node knew): a restarted node counts them as members before gossip has told it anything, as
+    Cassandra's ``StorageService`` loads its ring from ``system.peers`` at start."""
+    endpoints: set[str] = set()
+    state: bytes | None = None
+    while True:
+        page = store.scan(
+            ("system", "peers"), _MIN_TOKEN, _MIN_TOKEN, page_size=256, paging_state=state, now_s=0
+        )
+        for row in page.rows:
+            try:
+                address = ipaddress.ip_address(row.partition_key[0])
+            except (ValueError, IndexError):
+                continue
+            endpoints.add(format_endpoint(str(address), port))
+        state = page.paging_state
+        if state is None:
+            return endpoints
 
 
 def token_metadata_of(members: Iterable[PeerInfo]) -> TokenMetadata:

@@ -8,6 +8,9 @@ The exposition server (``prometheus_client``'s WSGI server, one daemon thread) l
 node's own address, port ``metrics_port`` (default 9180; 0: no server), as every node of a local
 cluster binds its own loopback address with the same ports.
 
+Issue 16: the internode protocol counters (``status.json``'s ``internode``: malformed messages,
+refused ones, connections closed for a violation or a read timeout).
+
 Names follow Prometheus conventions: ``ringflow_`` prefix, base units in the name (``_bytes``,
 ``_seconds``), ``_total`` for counters. A failure to serve (port taken) is logged once and the
 node runs on without metrics: metrics are never a reason to stop serving data.
@@ -64,9 +67,35 @@ class NodeMetrics(Collector):
         with self._guard:
             document = self._document
         yield from _node_families(document)
+        yield from _internode_families(document.get("internode"))
         capture = document.get("capture")
         if isinstance(capture, Mapping):
             yield from _capture_families(capture)
+
+
+_INTERNODE_COUNTERS = (
+    ("protocol_errors", "ringflow_internode_protocol_errors", "malformed internode messages"),
+    ("refused_messages", "ringflow_internode_refused_messages", "internode messages refused"),
+    (
+        "network_protocol_violations",
+        "ringflow_internode_connections_closed_for_violations",
+        "internode connections closed for a protocol violation",
+    ),
+    (
+        "network_read_timeouts",
+        "ringflow_internode_read_timeouts",
+        "internode connections closed for a hello or frame that did not arrive in time",
+    ),
+)
+
+
+def _internode_families(internode: object) -> Iterator[Metric]:
+    if not isinstance(internode, Mapping):
+        return
+    for key, name, help_text in _INTERNODE_COUNTERS:
+        value = _number(internode.get(key))
+        if value is not None:
+            yield CounterMetricFamily(name, help_text, value)
 
 
 def _node_families(document: Mapping[str, Any]) -> Iterator[Metric]:

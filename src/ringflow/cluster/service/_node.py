@@ -26,6 +26,10 @@ Rules:
 * A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the verb's
   ``failure_listeners`` entry when there is one, else to the helper that sent the request.
 * A joining or leaving node answers as a pending replica (``host_at``).
+* Internode admission (issue 16, ``_dispatch``): what a sender may ask depends on
+  ``standing_of``. Gossip itself stays open, states relayed by anyone included, as
+  Cassandra's: what a forged state can do is bounded by ``ring_members`` (values that do not
+  parse, or a member's tokens or host id, make no member).
 """
 
 from __future__ import annotations
@@ -34,8 +38,6 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
-
-import msgpack
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
@@ -49,7 +51,11 @@ from ringflow.cluster._gossip import (
     Send,
     StateChanged,
 )
-from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
+from ringflow.cluster._gossip_state import (
+    ApplicationState,
+    GossipDigestSyn,
+    GossipMessage,
+)
 from ringflow.cluster._hints import HintManager
 from ringflow.cluster._messages import Envelope, Verb, encode_envelope
 from ringflow.cluster._topology_change import (
@@ -65,7 +71,8 @@ from ringflow.cluster._topology_change import (
     status_word,
 )
 from ringflow.cluster._write_path import TokenReplicas
-from ringflow.cluster.service._dispatch import Handler, MessageDispatcher
+from ringflow.cluster.service._codec import decode_failure, encode_failure
+from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
@@ -74,6 +81,7 @@ from ringflow.cluster.service._membership import (
     peer_mutation,
     peer_removal_mutation,
     ring_members,
+    saved_peer_endpoints,
     token_metadata_of,
 )
 from ringflow.cluster.service._point_requests import PointRequests
@@ -218,6 +226,8 @@ class ClusterNode:
             read_timeout_ms=settings.read_timeout_ms,
         )
         self.members: dict[str, PeerInfo] = {}
+        self._saved_peers = saved_peer_endpoints(store, INTERNODE_PORT)
+        """Members an earlier run knew (``system.peers``), until they are seen leaving."""
         self.token_metadata = TokenMetadata({host: tuple(tokens)})
         self.removals: dict[uuid.UUID, str] = {}
         """Host ids being removed (``removenode``) or removed, as gossiped by anyone."""
@@ -241,7 +251,12 @@ class ClusterNode:
         schema_offload = offload if schema_offload is None else schema_offload
         self.schema_sync = SchemaSync(self, schema_offload, on_schema_merged, schema_observer)
         self._dispatcher = MessageDispatcher(
-            self._on_gossip, self._verb_handlers(), self.extra_handlers
+            self._on_gossip,
+            self._verb_handlers(),
+            self.extra_handlers,
+            standing_of=self.standing_of,
+            fail=self.fail,
+            holding=Holding(self._call_later, self._learn),
         )
         self._refresh_ring()
 
@@ -251,8 +266,34 @@ class ClusterNode:
 
     @property
     def protocol_errors(self) -> int:
-        """Malformed internode messages received so far."""
+        """Malformed internode messages received so far (each closed its connection)."""
         return self._dispatcher.protocol_errors
+
+    @property
+    def refused_messages(self) -> int:
+        """Internode messages refused so far: a sender without the standing its verb needs,
+        or a mutation for a local system keyspace or an unknown table (``_dispatch``)."""
+        return self._dispatcher.refused_messages
+
+    def refuse(self, source: str, request_id: int, verb: Verb, reason: str) -> None:
+        """Refuse request ``request_id`` of ``verb`` from ``source``: counted, logged, and
+        answered with FAILURE_RSP when ``source`` is known (``MessageDispatcher.refuse``)."""
+        self._dispatcher.refuse(source, request_id, verb, reason)
+
+    def standing_of(self, endpoint: str) -> Standing:
+        """What this node knows of ``endpoint`` (``_dispatch.Standing``): a saved peer is a
+        member until gossip shows it left (a restarted node hears from its peers before
+        gossip has told it who they are)."""
+        if self.host_at(endpoint) is not None:
+            return Standing.MEMBER
+        state = self.gossiper.endpoint_state(endpoint)
+        if endpoint in self._saved_peers:
+            status = None if state is None else state.get(ApplicationState.STATUS)
+            if status is None or status_word(status.value) != LEFT_STATUS:
+                return Standing.MEMBER
+        if state is not None:
+            return Standing.KNOWN
+        return Standing.STRANGER
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -303,8 +344,7 @@ class ClusterNode:
 
     def fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
         """Answer request ``request_id`` of ``verb`` from ``to`` with FAILURE_RSP."""
-        body: bytes = msgpack.packb([int(verb), reason[:500]], use_bin_type=True)
-        self.send(to, Verb.FAILURE_RSP, request_id, body)
+        self.send(to, Verb.FAILURE_RSP, request_id, encode_failure(verb, reason))
 
     # -- gossip and membership -------------------------------------------------------------
 
@@ -327,6 +367,15 @@ class ClusterNode:
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
         self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
 
+    def _learn(self, endpoint: str) -> None:
+        """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every
+        state it has."""
+        syn = GossipDigestSyn(self.settings.cluster_name, self.gossiper.partitioner, ())
+        self._send_envelope(endpoint, Envelope.of_gossip(syn, 0, self.settings.endpoint, 0))
+
+    def _call_later(self, delay_ms: int, callback: Callable[[], None]) -> object:
+        return self.clock.call_later(delay_ms, callback)
+
     def _on_liveness(self, endpoint: str, up: bool, now_ms: int) -> None:
         info = self.members.get(endpoint)
         if info is None:
@@ -345,7 +394,9 @@ class ClusterNode:
         self._refresh_removals()
         members = {
             endpoint: info
-            for endpoint, info in ring_members(self.gossiper.endpoint_states()).items()
+            for endpoint, info in ring_members(
+                self.gossiper.endpoint_states(), (self.settings.endpoint, *self.members)
+            ).items()
             if self.removals.get(info.host.host_id) != REMOVED
         }
         changed = [
@@ -404,6 +455,7 @@ class ClusterNode:
             removed = self.removals.get(info.host.host_id) == REMOVED
             if removed or (status is not None and status_word(status.value) == LEFT_STATUS):
                 left.append(info)
+        self._saved_peers.difference_update(info.host.endpoint for info in left)
         if not left:
             return
         rows = [peer_removal_mutation(info, self.clock.now_us()) for info in left]
@@ -537,20 +589,20 @@ class ClusterNode:
         self.hint_delivery.on_hint_answer(source, request_id, True)
 
     def _on_failure_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        verb_value, reason = msgpack.unpackb(payload, raw=False)
+        verb, reason = decode_failure(payload)
         host = self.host_at(source)
-        _log.info("%s %s failed on %s: %s", Verb(verb_value).name, request_id, source, reason)
-        listener = self.failure_listeners.get(Verb(verb_value))
+        _log.info("%s %s failed on %s: %s", verb.name, request_id, source, reason)
+        listener = self.failure_listeners.get(verb)
         if listener is not None:
-            listener(source, request_id, str(reason))
-        elif verb_value == Verb.HINT_REQ:
+            listener(source, request_id, reason)
+        elif verb == Verb.HINT_REQ:
             self.hint_delivery.on_hint_answer(source, request_id, False)
         elif host is None:
             return
-        elif verb_value == Verb.RANGE_READ:
+        elif verb == Verb.RANGE_READ:
             self.range_reads.on_range_answer(request_id, host, None)
-        else:
-            self.requests.on_failure(request_id, host, verb_value)
+        elif verb in (Verb.READ_REQ, Verb.MUTATION_REQ):
+            self.requests.on_failure(request_id, host, verb)
 
     def host_at(self, endpoint: str) -> Host | None:
         """The host answering from ``endpoint``: a ring member, or a joining or leaving node

@@ -72,6 +72,7 @@ from ringflow.cluster._write_path import (
     WriteUnit,
 )
 from ringflow.cluster.service import _codec
+from ringflow.cluster.service._dispatch import peer_write_refusal
 from ringflow.cluster.service._group_commit import GroupCommit
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
 from ringflow.errors import RingflowError
@@ -361,6 +362,10 @@ class PointRequests:
         self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
     ) -> None:
         unit = _codec.decode_unit(payload)
+        refusal = peer_write_refusal(self._node.store, unit.mutations)
+        if refusal is not None:
+            self._node.refuse(source, request_id, verb, refusal)
+            return
         if verb == Verb.HINT_REQ:
             unit = dataclasses.replace(unit, origin=Origin.HINT)
 

@@ -60,7 +60,12 @@ from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._repair import RepairService
-from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings, NodeTimings
+from ringflow.cluster.service._settings import (
+    NODE_NETWORK_CONFIG,
+    CaptureSettings,
+    ClusterSettings,
+    NodeTimings,
+)
 from ringflow.cql import (
     EventType,
     Inet,
@@ -138,7 +143,11 @@ def _event_sink(
     server: CqlServer[SessionState], native_port: int
 ) -> Callable[[str, str, str], None]:
     def push(event_type: str, change: str, address: str) -> None:
-        node = Inet(ipaddress.ip_address(address), native_port)
+        try:  # the address a peer gossips: not ours to trust (issue 16)
+            node = Inet(ipaddress.ip_address(address), native_port)
+        except ValueError:
+            _log.warning("no %s event for %r: not an address", event_type, address)
+            return
         if event_type == "STATUS_CHANGE":
             server.push(StatusChangeEvent(StatusChangeType(change), node), EventType.STATUS_CHANGE)
         else:
@@ -176,7 +185,26 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         "schema_agreement": cluster.schema_agreement(),
         "written_ms": cluster.clock.now_ms(),
         "nodes": nodes,
+        "internode": internode_counters(cluster),
     }
+
+
+def internode_counters(cluster: ClusterNode) -> dict[str, int]:
+    """The node's internode protocol counters (issue 16): malformed messages (each closed its
+    connection), refused ones, and the network shell's own counters when it has them."""
+    counters = {
+        "protocol_errors": cluster.protocol_errors,
+        "refused_messages": cluster.refused_messages,
+    }
+    stats = getattr(cluster.network, "stats", None)
+    if callable(stats):
+        snapshot = stats()
+        names = ("frames_received", "protocol_violations", "read_timeouts", "handler_errors")
+        for name in (*names, "links_evicted", "connections_refused"):
+            value = getattr(snapshot, name, None)
+            if isinstance(value, int):
+                counters[f"network_{name}"] = value
+    return counters
 
 
 def _load_bytes(data_dir: Path) -> int:
@@ -279,7 +307,7 @@ async def _serve(
         shard_count=record.shard_count,
         ignore_msb=record.ignore_msb,
     )
-    network = AsyncioNetwork(rng=random.Random(rng.getrandbits(64)))
+    network = AsyncioNetwork(NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)))
     host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
 
     def schema_merged() -> None:

@@ -16,6 +16,8 @@ Rules:
 * ``disagreement`` names the live nodes gossiping another version (a DDL answer waits until
   there are none, ``ClusterDataPlane.await_schema_agreement``). Each migration stays in the
   chain of the node that ran it (``system.schema_migrations``); peers take its rows.
+* A push or pull answer carrying anything but ``system_schema`` partitions is refused whole
+  (issue 16: a peer's push could write any table, ``system`` included).
 * ``SchemaObserver`` (optional) is told of every ``SchemaStep`` as it is reached: the seam
   crash-point tests use (seed 004 "a node can fail during any step").
 """
@@ -188,7 +190,20 @@ class SchemaSync:
     # -- verbs -------------------------------------------------------------------------------
 
     def on_schema_push(self, source: str, request_id: int, payload: bytes) -> None:
-        self._merge_schema(source, _codec.decode_mutations_payload(payload))
+        self._merge_checked(source, request_id, Verb.SCHEMA_PUSH_REQ, payload)
+
+    def _merge_checked(self, source: str, request_id: int, verb: Verb, payload: bytes) -> None:
+        """Merge a peer's schema partitions, refused whole (counted, nothing applied) if any
+        of them is not a ``system_schema`` table's: a schema migration changes the schema
+        tables only, and only a migration may change them (``_dispatch`` rules)."""
+        mutations = _codec.decode_mutations_payload(payload)
+        for mutation in mutations:
+            key = (mutation.keyspace, mutation.table)
+            if key[0] != SYSTEM_SCHEMA_KEYSPACE_NAME or key[1] not in SYSTEM_SCHEMA_TABLE_NAMES:
+                reason = f"{verb.name} carries a mutation of {key[0]}.{key[1]}, not a schema table"
+                self._node.refuse(source, request_id, verb, reason)
+                return
+        self._merge_schema(source, mutations)
 
     def on_schema_pull(self, source: str, request_id: int, payload: bytes) -> None:
         node = self._node
@@ -201,4 +216,4 @@ class SchemaSync:
         node.offload(self._schema_mutations, done)
 
     def on_schema_pull_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        self._merge_schema(source, _codec.decode_mutations_payload(payload))
+        self._merge_checked(source, request_id, Verb.SCHEMA_PULL_RSP, payload)

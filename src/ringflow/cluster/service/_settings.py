@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from ringflow.cluster._failure_detector import (
     DEFAULT_PHI_CONVICT_THRESHOLD,
@@ -33,6 +33,7 @@ from ringflow.replication import (
     SliceSettings,
 )
 from ringflow.ring import Host
+from ringflow.runtime import AsyncioNetworkConfig
 from ringflow.schema import Mutation
 from ringflow.storage import CaptureCap, CapturePolicy
 
@@ -49,6 +50,11 @@ class Offload(Protocol):
 
 EventSink = Callable[[str, str, str], None]
 """Where native-protocol EVENTs go: ``("STATUS_CHANGE", "UP", "127.0.0.2")`` ..."""
+
+
+NODE_NETWORK_CONFIG: Final = AsyncioNetworkConfig(same_port_peers=True)
+"""The internode network of a node process: a peer's claimed endpoint is its own address on
+our port (issue 16; ``runtime`` ``AsyncioNetworkConfig``)."""
 
 
 @dataclass(frozen=True, slots=True)

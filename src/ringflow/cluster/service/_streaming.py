@@ -28,6 +28,11 @@ ends), every table of each task's keyspace, in order; a page that is not answere
 backoff, then its session fails, and the run reports the first failure once every session has
 ended. CDC log tables are streamed like their base tables: their token is the stream id's
 (``CDCPartitioner``), the range pieces the same.
+
+Checks (issue 16): a pull or push of a local system keyspace (``system``, ``system_schema``),
+or a push of a table this node does not know, is refused whole (``peer_write_refusal``); an
+answer counts only from the peer the request went to (a STREAM_RSP from anyone else with the
+same request id is refused and leaves the request waiting for its real answer).
 """
 
 from __future__ import annotations
@@ -42,10 +47,11 @@ import msgpack
 from ringflow.cluster._messages import InternodeProtocolError, Verb
 from ringflow.cluster._topology_change import StreamTask
 from ringflow.cluster.service._codec import _int, _list, _mutation, _unpack
+from ringflow.cluster.service._dispatch import peer_write_refusal
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.replication import Origin
 from ringflow.schema import Mutation
-from ringflow.storage import encode_mutation
+from ringflow.storage import Store, encode_mutation
 
 _log = logging.getLogger(__name__)
 
@@ -208,6 +214,7 @@ class Streamer:
         self._runs: dict[int, _Run] = {}
         self._pending_state: dict[int, bytes | None] = {}
         self._waiters: dict[int, Callable[[BaseException | None], None]] = {}
+        self._waiter_endpoints: dict[int, str] = {}
         """``request_restream`` calls waiting for their answer, by request id."""
         self.on_restream: Callable[[uuid.UUID, Callable[[BaseException | None], None]], None]
         self.on_restream = _no_restream
@@ -228,6 +235,10 @@ class Streamer:
     def _on_request(self, source: str, request_id: int, payload: bytes) -> None:
         message = decode_stream_message(payload)
         store, cluster = self.cluster.store, self.cluster
+        refusal = _request_refusal(store, message)
+        if refusal is not None:
+            cluster.refuse(source, request_id, Verb.STREAM_REQ, refusal)
+            return
 
         def answer(body: bytes | None, error: BaseException | None) -> None:
             if error is None and body is not None:
@@ -373,8 +384,10 @@ class Streamer:
         self._next_id += 1
         request_id = self._next_id
         self._waiters[request_id] = done
+        self._waiter_endpoints[request_id] = endpoint
 
         def timed_out() -> None:
+            self._waiter_endpoints.pop(request_id, None)
             waiter = self._waiters.pop(request_id, None)
             if waiter is not None:
                 waiter(StreamError(f"{endpoint} did not finish restreaming in time"))
@@ -382,18 +395,35 @@ class Streamer:
         self.cluster.clock.call_later(RESTREAM_TIMEOUT_MS, timed_out)
         body = encode_restream(RestreamRequest(host_id))
         if not self.cluster.send(endpoint, Verb.STREAM_REQ, request_id, body):
+            self._waiter_endpoints.pop(request_id, None)
             self._waiters.pop(request_id, None)
             done(StreamError(f"could not reach {endpoint}"))
 
+    def _expected_peer(self, request_id: int) -> str | None:
+        """The endpoint request ``request_id`` went to, if it is still waiting."""
+        if request_id in self._waiters:
+            return self._waiter_endpoints.get(request_id)
+        run = self._runs.get(request_id)
+        if run is None:
+            return None
+        task, _table = run.steps[run.index]
+        peer = task.target if task.source == self.cluster.host else task.source
+        return peer.endpoint
+
     def _on_response(self, source: str, request_id: int, payload: bytes) -> None:
+        expected = self._expected_peer(request_id)
+        if expected is None:
+            return
+        if source != expected:
+            self.cluster.refuse(source, request_id, Verb.STREAM_RSP, f"asked {expected}")
+            return
+        message = decode_stream_message(payload)
+        self._waiter_endpoints.pop(request_id, None)
         waiter = self._waiters.pop(request_id, None)
         if waiter is not None:
             waiter(None)
             return
-        run = self._runs.pop(request_id, None)
-        if run is None:
-            return
-        message = decode_stream_message(payload)
+        run = self._runs.pop(request_id)
         task, table = run.steps[run.index]
         if message is None:  # a push was applied
             state = self._pending_state.pop(request_id, None)
@@ -437,6 +467,9 @@ class Streamer:
         self._step(run)
 
     def _on_failure(self, source: str, request_id: int, reason: str) -> None:
+        if source != self._expected_peer(request_id):
+            return
+        self._waiter_endpoints.pop(request_id, None)
         waiter = self._waiters.pop(request_id, None)
         if waiter is not None:
             waiter(StreamError(f"{source}: {reason}"))
@@ -467,6 +500,17 @@ class Streamer:
         self._runs.pop(run.request_id, None)
         run.request_id = 0
         run.done(run.stats, error)
+
+
+def _request_refusal(
+    store: Store, message: PullRequest | PushRequest | RestreamRequest | Page | None
+) -> str | None:
+    """Why a peer's stream request may not be served here (module docstring), or None."""
+    if isinstance(message, PullRequest) and message.keyspace in LOCAL_KEYSPACES:
+        return f"{message.keyspace} is local to each node"
+    if isinstance(message, PushRequest):
+        return peer_write_refusal(store, message.partitions)
+    return None
 
 
 def _no_restream(host_id: uuid.UUID, done: Callable[[BaseException | None], None]) -> None:
