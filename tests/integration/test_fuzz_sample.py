@@ -6,9 +6,10 @@ messages. Each test asserts ONE invariant over the whole sample (no failure coun
 regression names the invariant; the counts show the sample was meaningful. Long runs:
 ``make fuzz N=1000000``; a failing input is saved and replays with ``python -m fuzz replay``.
 
-Before the issue 16 fixes the native checks of answers and node logs failed (oversized [string]
-answers never sent); the checks marked ``xfail(strict=True)`` still fail until the internode
-fix lands, and the marks go with it.
+Before the issue 16 fixes six of these checks failed: the native ones of answers and node logs
+(oversized [string] answers never sent) and the internode ones of cluster views, QUORUM and
+forged messages (a spoofed connection partitioned the cluster; forged writes and schema were
+applied).
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ INTERNODE_INPUTS = 300
 MAX_FAILURES = {"native": 1000, "cql": 4, "internode": 6}
 """A sample stops after this many failures (a CQL hang costs its deadline, an internode failure
 a cluster restart); native failures cost nothing, so its sample always runs whole."""
-
-INTERNODE_BUG = (
-    "issue 16: shared decoder per claimed source, spoofed hello, forged MUTATION_REQ / "
-    "SCHEMA_PUSH, malformed FAILURE_RSP (internode fix pending)"
-)
 
 
 def _sample(target: NativeTarget | CqlTarget | InternodeTarget, count: int, workdir: Path) -> Stats:
@@ -177,13 +173,11 @@ def test_internode_never_hangs_and_nodes_stay_alive(internode: Stats) -> None:
     _no_failure(internode, "every node accepts internode connections")
 
 
-@pytest.mark.xfail(strict=True, reason=INTERNODE_BUG)
 def test_internode_cluster_stays_up_and_serves_quorum(internode: Stats) -> None:
     _no_failure(internode, "cluster views stay UP: every node sees every node UP")
     _no_failure(internode, "QUORUM write+read through each node works")
 
 
-@pytest.mark.xfail(strict=True, reason=INTERNODE_BUG)
 def test_internode_forged_messages_change_nothing(internode: Stats) -> None:
     _no_failure(internode, "no forged write is applied: fz.canary is empty")
     _no_failure(internode, "no forged schema is applied: every node keeps its keyspaces and tables")
