@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ import msgpack
 
 from ringflow.cql._ast import SelectStatement, Term
 from ringflow.cql._exec_common import ExecutorLimits, StatementContext
+from ringflow.cql._exec_group import group_width as _group_width
+from ringflow.cql._exec_group import grouped_rows as _grouped_rows
 from ringflow.cql._exec_selectors import Selection, compile_selection, value_getter
 from ringflow.cql._exec_terms import partition_token, term_value
 from ringflow.cql._exec_where import (
@@ -296,6 +299,8 @@ class _Plan:
     limit: int | None
     per_partition_limit: int | None
     keys: tuple[Key, ...] | None
+    group_width: int | None = None
+    """``GROUP BY``: the primary key components a group shares (``_exec_group``)."""
 
     def accepts(self, row: ResultRow) -> bool:
         return all(
@@ -370,12 +375,15 @@ def _plan(
 ) -> _Plan:
     if statement.json:
         raise InvalidRequest("SELECT JSON is not supported by ringflow")
-    if statement.group_by:
-        raise InvalidRequest("GROUP BY is not supported by ringflow")
     selection = compile_selection(statement, table, context)
     restrictions = analyze_where(table, statement.where, context, limits)
     require_no_filtering(restrictions, statement.allow_filtering)
     per_partition = _positive(statement.per_partition_limit, "[per_partition_limit]", context)
+    group_width = None
+    if statement.group_by:
+        group_width = _group_width(
+            statement.group_by, table, restrictions, distinct=statement.distinct
+        )
     if statement.distinct:
         if statement.per_partition_limit is not None:  # Cassandra's SelectStatement check
             raise InvalidRequest("PER PARTITION LIMIT is not allowed with SELECT DISTINCT queries")
@@ -390,6 +398,7 @@ def _plan(
         limit=_positive(statement.limit, "[limit]", context),
         per_partition_limit=per_partition,
         keys=keys,
+        group_width=group_width,
     )
 
 
@@ -505,6 +514,18 @@ def execute_select(
     if request.paging_state is not None:
         position = _decode_state(request.fingerprint, request.paging_state)
     source = _source(plan, store, context.now_s, position)
+    if plan.group_width is not None:
+        # One answer per group, unpaged (each group is folded whole; at most
+        # max_aggregate_rows rows read): LIMIT and PER PARTITION LIMIT count groups.
+        grouping = dataclasses.replace(plan, limit=None, per_partition_limit=None)
+        answers = _grouped_rows(
+            _all_rows(source, grouping, limits, apply_limit=False),
+            plan.group_width,
+            plan.selection,
+            plan.limit,
+            plan.per_partition_limit,
+        )
+        return _result(plan, answers, None, request)
     if plan.selection.is_aggregate:
         folded = plan.selection.fold(_all_rows(source, plan, limits, apply_limit=False))
         return _result(plan, [folded], None, request)
