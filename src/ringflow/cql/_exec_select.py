@@ -49,18 +49,21 @@ from ringflow.cql._exec_where import (
     filter_matches,
     require_no_filtering,
 )
-from ringflow.cql._results import RowsMetadata, RowsResult
+from ringflow.cql._json_values import json_object
+from ringflow.cql._results import ColumnSpec, RowsMetadata, RowsResult
 from ringflow.cql._wire import UNSET
 from ringflow.errors import InvalidRequest
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import (
     INT,
+    TEXT,
     ClusteringBound,
     ClusteringOrder,
     ColumnKind,
     Table,
     compare,
     encode_clustering,
+    serialize,
 )
 from ringflow.storage import ResultRow, ScanPage, StoreLimits
 
@@ -301,6 +304,8 @@ class _Plan:
     keys: tuple[Key, ...] | None
     group_width: int | None = None
     """``GROUP BY``: the primary key components a group shares (``_exec_group``)."""
+    json: bool = False
+    """``SELECT JSON``: each row answered as one ``[json]`` text (``_json_values``)."""
 
     def accepts(self, row: ResultRow) -> bool:
         return all(
@@ -373,8 +378,6 @@ def _sorted_keys(table: Table, restrictions: Restrictions) -> tuple[Key, ...]:
 def _plan(
     statement: SelectStatement, table: Table, context: StatementContext, limits: ExecutorLimits
 ) -> _Plan:
-    if statement.json:
-        raise InvalidRequest("SELECT JSON is not supported by ringflow")
     selection = compile_selection(statement, table, context)
     restrictions = analyze_where(table, statement.where, context, limits)
     require_no_filtering(restrictions, statement.allow_filtering)
@@ -399,6 +402,7 @@ def _plan(
         per_partition_limit=per_partition,
         keys=keys,
         group_width=group_width,
+        json=statement.json,
     )
 
 
@@ -493,11 +497,20 @@ def _result(
     request: PageRequest,
 ) -> RowsResult:
     specs = plan.selection.specs(plan.table)
+    if plan.json:
+        names, types = [s.name for s in specs], [s.type for s in specs]
+        rows = [(serialize(TEXT, json_object(names, types, row)),) for row in rows]
+        specs = json_specs(plan.table)
     if request.skip_metadata:
         metadata = RowsMetadata.skipped(len(specs), paging_state)
     else:
         metadata = RowsMetadata.describing(specs, paging_state)
     return RowsResult(metadata, tuple(rows))
+
+
+def json_specs(table: Table) -> tuple[ColumnSpec, ...]:
+    """The one result column of ``SELECT JSON``: ``[json]`` text."""
+    return (ColumnSpec(table.keyspace, table.name, "[json]", TEXT),)
 
 
 def execute_select(

@@ -39,6 +39,7 @@ from ringflow.cql._ast import (
 from ringflow.cql._exec_common import StatementContext
 from ringflow.cql._exec_functions import AGGREGATE_NAMES, resolve_function
 from ringflow.cql._exec_terms import term_bytes
+from ringflow.cql._json_values import to_json
 from ringflow.cql._results import ColumnSpec
 from ringflow.cql._wire import UNSET
 from ringflow.errors import InvalidRequest
@@ -217,6 +218,8 @@ def _function(compiler: _Compiler, selector: Selector) -> OutputColumn:
         return _token(compiler, selector)
     if selector.keyspace in (None, "system") and selector.name in AGGREGATE_NAMES:
         return _aggregate(compiler, selector)
+    if selector.keyspace in (None, "system") and selector.name == "tojson":
+        return _to_json(compiler, selector)
     arguments: list[OutputColumn | None] = [
         None if isinstance(a, TermSelector) else compiler.plain(a) for a in selector.args
     ]
@@ -248,6 +251,18 @@ def _function(compiler: _Compiler, selector: Selector) -> OutputColumn:
 
     shown = ", ".join(a.name if a is not None else "?" for a in arguments)
     return OutputColumn(f"system.{selector.name}({shown})", function.return_type, value)
+
+
+def _to_json(compiler: _Compiler, selector: FunctionSelector) -> OutputColumn:
+    """``toJson(x)``: the JSON text of any value (``_json_values``)."""
+    if len(selector.args) != 1 or isinstance(selector.args[0], TermSelector):
+        raise InvalidRequest("toJson() takes exactly one argument, a selector")
+    inner = compiler.plain(selector.args[0])
+
+    def value(row: ResultRow) -> bytes | None:
+        return serialize(TEXT, to_json(inner.type, inner.value(row)))
+
+    return OutputColumn(f"system.tojson({inner.name})", TEXT, value)
 
 
 def _token(compiler: _Compiler, selector: FunctionSelector) -> OutputColumn:

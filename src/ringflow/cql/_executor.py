@@ -101,7 +101,7 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
-from ringflow.cql._exec_select import PageRequest, RowReader, execute_select
+from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
     dropped_keyspace_rows,
@@ -761,7 +761,7 @@ class QueryProcessor:
             assert table is not None
             unset = {index: UNSET for index in range(len(specs))}
             selection = compile_selection(statement, table, self._context(unset, keyspace))
-            result_columns = selection.specs(table)
+            result_columns = json_specs(table) if statement.json else selection.specs(table)
         statement_id = prepared_id(query, keyspace)
         pk_indexes = partition_key_indexes(statement, table)
         self._prepared.put(

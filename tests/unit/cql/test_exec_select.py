@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,7 +299,6 @@ SELECT_ERRORS = [
     ("SELECT DISTINCT s FROM t", "must request all the partition key columns"),
     ("SELECT token(a) FROM t", "partition key columns"),
     ("SELECT * FROM t WHERE token(a) > 0", "token() function must be applied"),
-    ("SELECT JSON * FROM t", "not supported"),
     ("SELECT nofunction(k) FROM t", "Unknown function"),
     ("SELECT * FROM t WHERE m = {'a': 1} ALLOW FILTERING", "cannot be restricted"),
 ]
@@ -511,4 +511,39 @@ def test_group_by_primary_key_prefixes(tmp_path: Path) -> None:
     ):
         error = node.error(statement)
         assert error.code == ErrorCode.INVALID and message in error.message, error
+    node.close()
+
+
+def test_select_json_and_to_json(tmp_path: Path) -> None:
+    """Cassandra 4's SELECT JSON (one ``[json]`` text column: an object of the selected
+    columns, case-sensitive names quoted) and toJson(): numbers and booleans bare, timestamps
+    in UTC with milliseconds, blobs as 0x..., sets and maps in their CQL order, map keys that
+    are not text as the key's JSON text, UDTs as objects. Before, refused."""
+    node = node_with_keyspace(tmp_path)
+    node.ok('CREATE TYPE pair (x int, "Y" text)')
+    node.ok(
+        "CREATE TABLE j (k int PRIMARY KEY, t text, ts timestamp, b blob, m map<int, text>, "
+        "s set<int>, l list<double>, u pair, tu frozen<tuple<int, text>>, d duration, dt date, "
+        'tm time, "Cap" int, dec decimal, ok boolean)'
+    )
+    node.ok(
+        'INSERT INTO j (k, t, ts, b, m, s, l, u, tu, d, dt, tm, "Cap", dec, ok) VALUES (1, '
+        "'a\"b', '2011-02-03 04:05:06.789+0000', 0xcafe, {10: 'x', 2: 'y'}, {10, 2, 33}, "
+        "[1.5, 2.0], {x: 1, \"Y\": 'z'}, (3, 'w'), 1h30m, '2011-02-03', '04:05:06.123456789', "
+        "7, 1.25, true)"
+    )
+    (row,) = node.ok("SELECT JSON * FROM j WHERE k = 1")
+    assert row[0] == (
+        '{"k": 1, "\\"Cap\\"": 7, "b": "0xcafe", "d": "1h30m", "dec": 1.25, "dt": "2011-02-03", '
+        '"l": [1.5, 2.0], "m": {"2": "y", "10": "x"}, "ok": true, "s": [2, 10, 33], '
+        '"t": "a\\"b", "tm": "04:05:06.123456789", "ts": "2011-02-03 04:05:06.789Z", '
+        '"tu": [3, "w"], "u": {"x": 1, "\\"Y\\"": "z"}}'
+    )
+    assert json.loads(row[0])["m"] == {"2": "y", "10": "x"}
+    assert node.ok("SELECT JSON k, count(*) FROM j") == [('{"k": 1, "count": 1}',)]
+    assert node.ok("SELECT toJson(m), toJson(ts) FROM j WHERE k = 1") == [
+        ('{"2": "y", "10": "x"}', '"2011-02-03 04:05:06.789Z"')
+    ]
+    prepared = node.prepare("SELECT JSON * FROM j WHERE k = ?")
+    assert [(c.name, c.type) for c in prepared.result_metadata.columns] == [("[json]", TEXT)]
     node.close()
