@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
@@ -37,7 +39,17 @@ NEW_KEY = (90_001, 1)
 
 
 @pytest.fixture(scope="module")
-def replicated(postgres_url: str) -> Iterator[dict[str, Any]]:
+def diff_postgres(postgres_url: str) -> str:
+    """A database of this module's own on the session's PostgreSQL: other test files on the
+    same pytest worker replicate shop.orders there too, and their rows would be extra here."""
+    name = f"ringflow_diff_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="module")
+def replicated(diff_postgres: str) -> Iterator[dict[str, Any]]:
     """An edge node and a hub node with shop.orders; a workload replicated once to the hub, a
     lake and PostgreSQL."""
     base = Path(tempfile.mkdtemp(prefix="ringflow-diff-"))
@@ -65,7 +77,7 @@ def replicated(postgres_url: str) -> Iterator[dict[str, Any]]:
                 "replicate",
                 *("--source", edge.endpoint, "--table", f"{KEYSPACE}.{TABLE}"),
                 *("--to", f"ringflow://{hub.endpoint}?consistency=ONE"),
-                *("--to", f"parquet:{base / 'lake'}", "--to", postgres_url),
+                *("--to", f"parquet:{base / 'lake'}", "--to", diff_postgres),
                 *("--checkpoint", str(base / "checkpoints"), "--once"),
                 *("--confidence-window-ms", str(CONFIDENCE_MS), "--query-window-ms", "5000"),
             ]
@@ -104,7 +116,7 @@ def _report(capsys: Any) -> dict[str, Any]:
 
 
 def test_destinations_equal_the_edge_after_replication(
-    spark: SparkSession, replicated: dict[str, Any], postgres_url: str, capsys: Any
+    spark: SparkSession, replicated: dict[str, Any], diff_postgres: str, capsys: Any
 ) -> None:
     table = source_table(cdc_options(replicated["edge"].endpoint, f"{KEYSPACE}.{TABLE}"))
     rows = len(read_cql_table(replicated["edge_session"], table))
@@ -115,7 +127,7 @@ def test_destinations_equal_the_edge_after_replication(
         )[1]
         == []
     )
-    for name, target in _targets(replicated, postgres_url).items():
+    for name, target in _targets(replicated, diff_postgres).items():
         assert _diff(replicated, target, "--json") == 0, name
         report = _report(capsys)
         assert report["equal"] is True, name
@@ -155,11 +167,11 @@ def _changes_on_the_edge(session: Any, table: Any) -> dict[str, str]:
 
 
 def test_diff_finds_missing_extra_changed_and_retimed_rows(
-    spark: SparkSession, replicated: dict[str, Any], postgres_url: str, capsys: Any
+    spark: SparkSession, replicated: dict[str, Any], diff_postgres: str, capsys: Any
 ) -> None:
     table = source_table(cdc_options(replicated["edge"].endpoint, f"{KEYSPACE}.{TABLE}"))
     keys = _changes_on_the_edge(replicated["edge_session"], table)
-    for name, target in _targets(replicated, postgres_url).items():
+    for name, target in _targets(replicated, diff_postgres).items():
         assert _diff(replicated, target, "--json", "--examples", "3") == 1, name
         report = _report(capsys)
         assert report["equal"] is False

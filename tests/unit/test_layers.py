@@ -13,7 +13,9 @@ one that is gone, so the list only shrinks.
 from __future__ import annotations
 
 import ast
-import concurrent.futures
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import ringflow
@@ -88,11 +90,24 @@ PRIVATE_KNOWN = frozenset(
 
 def imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """(file, higher layer) pairs and (package, private module of another package) pairs,
-    parsed on a thread of their own: CPython 3.11's ``ast.parse`` raises "AST constructor
-    recursion depth mismatch" on a thread whose recursion counter an earlier RecursionError
-    (a deep-nesting parser test on the same pytest worker) left off."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(_imports).result()
+    parsed in a fresh interpreter: in a pytest worker that ran the suite's other files,
+    CPython 3.11's ``ast.parse`` can raise "AST constructor recursion depth mismatch" (its
+    recursion bookkeeping disturbed by code the garbage collector runs mid-parse)."""
+    script = (
+        "import json, tests.unit.test_layers as t; "
+        "u, p = t._imports(); print(json.dumps([sorted(u), sorted(p)]))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    upward, private = json.loads(done.stdout)
+    return {tuple(pair) for pair in upward}, {tuple(pair) for pair in private}
 
 
 def _imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
