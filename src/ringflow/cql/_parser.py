@@ -22,6 +22,7 @@ from ringflow.cql._lexer import CqlSyntaxProblem, tokenize
 from ringflow.cql._parse_core import DEFAULT_PARSE_LIMITS, Cursor, ParseLimits
 from ringflow.cql._parse_ddl import (
     parse_alter,
+    parse_call,
     parse_create,
     parse_drop,
     parse_truncate,
@@ -50,10 +51,11 @@ _STATEMENTS: dict[str, Callable[[Cursor], Statement]] = {
     "create": parse_create,
     "alter": parse_alter,
     "drop": parse_drop,
+    "call": parse_call,
 }
 _EXPECTED_STATEMENT = (
     "expected a statement (SELECT, INSERT, UPDATE, DELETE, BEGIN BATCH, USE, TRUNCATE, "
-    "CREATE, ALTER, DROP)"
+    "CREATE, ALTER, DROP, CALL)"
 )
 
 
