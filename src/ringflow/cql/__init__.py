@@ -227,6 +227,7 @@ from ringflow.cql._server import (
     Handled,
 )
 from ringflow.cql._server_limits import ServerLimits, ServerStats
+from ringflow.cql._tls_listener import TLS_HANDSHAKE_RECORD, NativeTls
 from ringflow.cql._wire import (
     UNSET,
     Consistency,
@@ -249,6 +250,7 @@ __all__ = [
     "MAX_TYPE_NESTING",
     "NEED_DATA",
     "PROTOCOL_VERSION",
+    "TLS_HANDSHAKE_RECORD",
     "UNSET",
     "AddColumns",
     "AddTo",
@@ -332,6 +334,7 @@ __all__ = [
     "Message",
     "ModificationStatement",
     "MultiColumnRelation",
+    "NativeTls",
     "NeedData",
     "NodeIdentity",
     "NullLiteral",
