@@ -168,7 +168,7 @@ class ClientEncryptionOptions:
 
     @classmethod
     def from_map(cls, options: Mapping[str, object]) -> ClientEncryptionOptions:
-        return cls(**_typed(cls, "client_encryption_options", options))
+        return cls(**_typed(cls, "client_encryption_options", options))  # type: ignore[arg-type]
 
     def to_map(self) -> dict[str, str]:
         return _as_map(self)
@@ -223,7 +223,7 @@ class ServerEncryptionOptions:
 
     @classmethod
     def from_map(cls, options: Mapping[str, object]) -> ServerEncryptionOptions:
-        return cls(**_typed(cls, "server_encryption_options", options))
+        return cls(**_typed(cls, "server_encryption_options", options))  # type: ignore[arg-type]
 
     def to_map(self) -> dict[str, str]:
         return _as_map(self)
