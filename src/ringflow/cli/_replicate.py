@@ -51,7 +51,7 @@ from ringflow.cli._replicate_replica import (
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
-    from ringflow.pipeline._cluster_client import DriverTls
+    from ringflow.pipeline import DriverTls
 
 EXIT_INTERRUPTED = 130  # a --once run stopped by Ctrl-C before its target (as shells report)
 
@@ -144,7 +144,7 @@ def add_ssl_options(parser: argparse.ArgumentParser) -> None:
 
 
 def given_ssl(arguments: argparse.Namespace) -> DriverTls | None:
-    from ringflow.pipeline._cluster_client import driver_tls
+    from ringflow.pipeline import driver_tls
 
     return driver_tls(
         {

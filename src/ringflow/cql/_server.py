@@ -45,6 +45,10 @@ Rules:
 * **Shutdown** (``close``): stop accepting, let statements in flight finish (at most
   ``shutdown_grace_s``), then close every connection.
 
+TLS (issue 18): given ``tls`` (a ``NativeTls``, the node's ``client_encryption_options``), the
+port is served by ``_tls_listener``: TLS required or optional (the first byte sniffed), the
+handshake bounded, plaintext on a required port answered with a protocol error and closed.
+
 Scylla sharding: each connection is told a shard id (round-robin over ``shard_count``) in its
 SUPPORTED options. No shard-aware port is advertised, so the Scylla driver opens connections on
 the normal port until it has seen every shard id (``HostConnection`` in the driver's

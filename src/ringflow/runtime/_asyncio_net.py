@@ -22,6 +22,11 @@ connection is ``_asyncio_inbound.py``. Theory of operation:
   decoder and arms a handshake timeout; it trusts the claimed ``from`` (a broadcast address may
   differ from the socket's behind NAT), which ringflow's nodes, always sending from their
   listen address, do not need.
+* **TLS** (``tls=InternodeTls``, issue 18): listener and outbound connections run TLS with
+  mutual certificates chained to the cluster's CA; the dialing side checks the peer's IP SAN
+  against the address it dials, the listener that the hello's claimed host is one of the
+  peer certificate's IP SANs (``_asyncio_inbound``). The handshake is bounded
+  (``handshake_timeout_s``); a failed one is a failed connect (backoff) or a closed socket.
 * **Read deadlines and inbound limits.** A connection must send its hello within
   ``hello_timeout_ms`` (Cassandra's ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame must be
   complete within ``frame_read_timeout_ms`` of its first bytes, however slowly they trickle
