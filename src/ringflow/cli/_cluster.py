@@ -20,6 +20,10 @@ replica capture's (``--slice-width-s``, ``--slice-count``, ``--capture-max-bytes
 ``--capture-max-age-s``, ``--capture-policy refuse|drop-oldest``, ``--replica-capture on|off``,
 ``--drop-sent-slices on|off``: ``CaptureSettings``, seed 002). ``status`` adds one line per
 running node on its capture (slices open, sealed, unpublished, rows, bytes, dropped once sent).
+
+``start --tls`` (``_tls_options``) makes a local CA and per-node certificates under
+``<data>/tls`` and runs every node with TLS on the native port and between nodes; ``status``
+then names the CA a client needs.
 """
 
 from __future__ import annotations
@@ -47,6 +51,14 @@ from ringflow.cli._native_options import (
     given_native_limits,
     given_native_options,
     native_arguments,
+)
+from ringflow.cli._tls_options import (
+    add_cluster_tls_options,
+    add_node_tls_options,
+    cluster_tls_layout,
+    given_node_tls,
+    node_tls_arguments,
+    tls_summary,
 )
 from ringflow.cluster.service._settings import (
     CAPTURE_OPTIONS,
@@ -98,6 +110,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(start)
     add_capture_options(start)
     add_native_options(start)
+    add_cluster_tls_options(start)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -139,6 +152,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(node)
     add_capture_options(node)
     add_native_options(node)
+    add_node_tls_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
@@ -372,6 +386,9 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
         "capture": given_capture(arguments),
         "native": given_native_options(arguments),
     }
+    tls = cluster_tls_layout(arguments, data, [str(node["address"]) for node in nodes])
+    if tls is not None:
+        layout["tls"] = tls
     data.mkdir(parents=True, exist_ok=True)
     (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     return layout
@@ -444,6 +461,7 @@ def _spawn(
         *timing_arguments(_layout_timings(layout)),
         *capture_arguments(layout_capture(layout)),
         *native_arguments(layout.get("native")),
+        *node_tls_arguments(layout.get("tls"), str(node["address"])),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -511,6 +529,8 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     native = given_native_options(arguments)
     if (data / LAYOUT_FILE).exists():
         layout = _load_layout(data)
+        if getattr(arguments, "tls", False) and "tls" not in layout:
+            raise ConfigurationError(f"{data} holds a cluster laid out without --tls")
         if timings or capture or native:  # new settings for the nodes started from now on
             layout["timings"] = {**_layout_timings(layout), **timings}
             layout["capture"] = {**layout_capture(layout), **capture}
@@ -578,6 +598,9 @@ def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
     lines.extend(
         capture_summary(status) for status in statuses if isinstance(status.get("capture"), dict)
     )
+    tls = tls_summary(layout.get("tls"))
+    if tls is not None:
+        lines.append(tls)
     from ringflow.cli._repair import format_last_repairs
 
     lines.extend(format_last_repairs(data, layout))
@@ -675,10 +698,13 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    client_encryption, server_encryption = given_node_tls(arguments)
     config = node_config(
         address=arguments.address,
         data_dir=arguments.data,
         limits=given_native_limits(arguments),
+        client_encryption=client_encryption,
+        server_encryption=server_encryption,
     )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(given_timings(arguments))

@@ -69,8 +69,11 @@ def postgres_binary(name: str) -> str:
 class PostgresServer:
     """One throwaway server; ``start()`` returns it, ``stop()`` is idempotent."""
 
-    def __init__(self, parent: Path | None = None) -> None:
+    def __init__(self, parent: Path | None = None, *, tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: a server certificate and key (PEM): the server then has ``ssl = on`` and
+        accepts TCP connections over TLS only (``hostssl`` in ``pg_hba.conf``)."""
         self.base = Path(tempfile.mkdtemp(prefix="ringflow-pg-", dir=parent))
+        self.tls = tls
         self.data = self.base / "data"
         self.port = 0
         self.started = False
@@ -98,6 +101,8 @@ class PostgresServer:
         self._run([*initdb, "--no-sync", "-E", "UTF8", "--locale=C"], START_TIMEOUT_S)
         self.port = free_port()
         options = f"-k {self.base} -h 127.0.0.1 -p {self.port} -F -c max_connections=50"
+        if self.tls is not None:
+            options += self._tls_options(*self.tls)
         pg_ctl = postgres_binary("pg_ctl")
         log = str(self.base / "log")
         self._run(
@@ -107,6 +112,25 @@ class PostgresServer:
         self.started = True
         self._wait_ready()
         return self
+
+    def _tls_options(self, certificate: Path, key: Path) -> str:
+        """Copy the certificate and key where the server's user owns them (PostgreSQL refuses
+        a key others can read), allow TLS connections only, and the options that turn it on."""
+        copies = []
+        for source, name in ((certificate, "server.crt"), (key, "server.key")):
+            target = self.base / name
+            target.write_bytes(source.read_bytes())
+            target.chmod(0o600)
+            if os.geteuid() == 0:
+                entry = pwd.getpwnam(PG_USER)
+                os.chown(target, entry.pw_uid, entry.pw_gid)
+            copies.append(target)
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n"
+            "hostnossl all all 0.0.0.0/0 reject\n"
+        )
+        return f" -c ssl=on -c ssl_cert_file={copies[0]} -c ssl_key_file={copies[1]}"
 
     def _wait_ready(self) -> None:
         import psycopg

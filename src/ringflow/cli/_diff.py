@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from ringflow.cli._replicate import add_ssl_options, given_ssl
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -66,6 +67,7 @@ def register(subcommands: Subcommands) -> None:
         default=10,
         help="example keys shown per kind (default 10)",
     )
+    add_ssl_options(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master (default local[2], or spark-submit's)")
     parser.add_argument(
@@ -102,6 +104,7 @@ def run(arguments: argparse.Namespace) -> int:
             target_table=arguments.target_table,
             consistency=arguments.consistency,
             splits=arguments.splits,
+            tls=given_ssl(arguments),
         )
         report = _run_job(plan, settings, arguments.examples)
     except RingflowError as error:

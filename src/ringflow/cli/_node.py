@@ -37,6 +37,7 @@ from ringflow.cli._native_options import (
     add_native_options,
     given_native_limits,
 )
+from ringflow.cli._tls_options import add_node_tls_options, given_node_tls
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
 
@@ -70,6 +71,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(start)
     add_capture_options(start)
     add_native_options(start)
+    add_node_tls_options(start)
     start.set_defaults(handler=run_start)
     from ringflow.cli._topology import register_node
 
@@ -90,6 +92,7 @@ def run_start(arguments: argparse.Namespace) -> int:
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    client_encryption, server_encryption = given_node_tls(arguments)
     config = node_config(
         address=arguments.address,
         data_dir=arguments.data,
@@ -101,6 +104,8 @@ def run_start(arguments: argparse.Namespace) -> int:
         shard_count=arguments.shards,
         ignore_msb=arguments.ignore_msb,
         limits=given_native_limits(arguments),
+        client_encryption=client_encryption,
+        server_encryption=server_encryption,
     )
 
     def announce(line: str) -> None:

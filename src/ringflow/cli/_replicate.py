@@ -24,6 +24,12 @@ ringflow's defaults (``local[2]``, the driver on loopback in local mode only); `
 is the address executors reach the driver at. A bad setting exits 2. ``spark-submit`` runs the
 same job with the same options through :mod:`ringflow.cli.replicate_job`.
 
+TLS (issue 18): ``--ssl-ca FILE`` (with ``--ssl-certfile``/``--ssl-keyfile`` when the edge
+requires client certificates) connects to the source over TLS; a hub destination takes
+``ringflow://host/ks.t?ssl=true[&ca=FILE][&certfile=FILE&keyfile=FILE]`` and PostgreSQL its
+libpq parameters in the URL (``?sslmode=verify-full&sslrootcert=FILE``). Only file paths are
+given; a password in a URL is redacted wherever the URL is printed.
+
 ``--capture replica`` transmits the replicas' sealed time slices instead (seed 002; the
 channels of ``system_replication.channels``): :mod:`ringflow.cli._replicate_replica`.
 """
@@ -45,6 +51,7 @@ from ringflow.cli._replicate_replica import (
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
+    from ringflow.pipeline import DriverTls
 
 EXIT_INTERRUPTED = 130  # a --once run stopped by Ctrl-C before its target (as shells report)
 
@@ -97,6 +104,7 @@ def register(subcommands: Subcommands) -> None:
         type=int,
         help="how far behind now the source reads (default: the source's, 30 s)",
     )
+    add_ssl_options(parser)
     parser.add_argument("--query-window-ms", type=int, help="source query window (default 30 s)")
     parser.add_argument("--max-window-ms", type=int, help="at most this much time a batch")
     parser.add_argument("--timeout", type=float, help="stop after this many seconds")
@@ -120,6 +128,31 @@ def register(subcommands: Subcommands) -> None:
     )
     add_replica_options(parser)
     parser.set_defaults(handler=run)
+
+
+def add_ssl_options(parser: argparse.ArgumentParser) -> None:
+    """``--ssl-ca FILE`` (and a client certificate) for the source cluster, and the default of
+    ``ringflow://...?ssl=true`` destinations (issue 18)."""
+    parser.add_argument(
+        "--ssl-ca",
+        metavar="FILE",
+        help="TLS to the source cluster: the CA (PEM) its certificates chain to; also used by "
+        "ringflow:// destinations given ?ssl=true without ca=FILE",
+    )
+    parser.add_argument("--ssl-certfile", metavar="FILE", help="client certificate (PEM)")
+    parser.add_argument("--ssl-keyfile", metavar="FILE", help="its private key (PEM)")
+
+
+def given_ssl(arguments: argparse.Namespace) -> DriverTls | None:
+    from ringflow.pipeline import driver_tls
+
+    return driver_tls(
+        {
+            "ssl_ca": arguments.ssl_ca or "",
+            "ssl_certfile": arguments.ssl_certfile or "",
+            "ssl_keyfile": arguments.ssl_keyfile or "",
+        }
+    )
 
 
 def _port(text: str) -> int:
@@ -154,6 +187,7 @@ def run(arguments: argparse.Namespace) -> int:
         confidence_window_ms=arguments.confidence_window_ms,
         query_window_ms=arguments.query_window_ms,
         max_window_ms=arguments.max_window_ms,
+        tls=given_ssl(arguments),
     )
     alter = alter_destinations(arguments.alter_destinations)
     plan = plan_replication(options, arguments.to, arguments.checkpoint, alter_destinations=alter)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
 from ringflow.cli import _cluster as cluster_cli
+from ringflow.cli._tls_options import add_node_tls_options, given_node_tls, node_tls_arguments
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, prepare_data_dir
 
@@ -101,6 +102,7 @@ def _join_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="WARNING")
     cluster_cli.add_timing_options(parser)
     cluster_cli.add_capture_options(parser)
+    add_node_tls_options(parser)
 
 
 def run_join_node(arguments: argparse.Namespace) -> int:
@@ -115,12 +117,15 @@ def run_join_node(arguments: argparse.Namespace) -> int:
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    client_encryption, server_encryption = given_node_tls(arguments)
     config = node_config(
         address=arguments.address,
         data_dir=arguments.data,
         dc=arguments.dc,
         rack=arguments.rack,
         num_tokens=arguments.num_tokens,
+        client_encryption=client_encryption,
+        server_encryption=server_encryption,
     )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(cluster_cli.given_timings(arguments))
@@ -191,6 +196,7 @@ def run_cluster_add(arguments: argparse.Namespace) -> int:
         str(node["num_tokens"]),
         *cluster_cli.timing_arguments(cluster_cli._layout_timings(layout)),
         *cluster_cli.capture_arguments(cluster_cli.layout_capture(layout)),
+        *node_tls_arguments(layout.get("tls"), str(node["address"]), make=True),
     ]
     with (directory / cluster_cli.LOG_FILE).open("ab") as log:
         process = subprocess.Popen(

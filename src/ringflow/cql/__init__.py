@@ -228,6 +228,7 @@ from ringflow.cql._server import (
     Handled,
 )
 from ringflow.cql._server_limits import ServerLimits, ServerStats
+from ringflow.cql._tls_listener import TLS_HANDSHAKE_RECORD, NativeTls
 from ringflow.cql._wire import (
     UNSET,
     Consistency,
@@ -250,6 +251,7 @@ __all__ = [
     "MAX_TYPE_NESTING",
     "NEED_DATA",
     "PROTOCOL_VERSION",
+    "TLS_HANDSHAKE_RECORD",
     "UNSET",
     "AddColumns",
     "AddTo",
@@ -333,6 +335,7 @@ __all__ = [
     "Message",
     "ModificationStatement",
     "MultiColumnRelation",
+    "NativeTls",
     "NeedData",
     "NodeIdentity",
     "NullLiteral",

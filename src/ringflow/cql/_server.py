@@ -45,6 +45,10 @@ Rules:
 * **Shutdown** (``close``): stop accepting, let statements in flight finish (at most
   ``shutdown_grace_s``), then close every connection.
 
+TLS (issue 18): given ``tls`` (a ``NativeTls``, the node's ``client_encryption_options``), the
+port is served by ``_tls_listener``: TLS required or optional (the first byte sniffed), the
+handshake bounded, plaintext on a required port answered with a protocol error and closed.
+
 Scylla sharding: each connection is told a shard id (round-robin over ``shard_count``) in its
 SUPPORTED options. No shard-aware port is advertised, so the Scylla driver opens connections on
 the normal port until it has seen every shard id (``HostConnection`` in the driver's
@@ -92,6 +96,7 @@ from ringflow.cql._responses import (
 )
 from ringflow.cql._results import SchemaChange, SchemaChangeResult
 from ringflow.cql._server_limits import ServerLimits, ServerStats
+from ringflow.cql._tls_listener import NativeTls, TlsListener
 from ringflow.cql._wire import LocalProtocolError
 from ringflow.errors import ConfigurationError, ErrorCode, RingflowError
 
@@ -185,8 +190,11 @@ class CqlServer(Generic[SessionT]):
         limits: ServerLimits | None = None,
         shard_count: int = 1,
         ignore_msb: int = 12,
+        tls: NativeTls | None = None,
     ) -> None:
         self._backend = backend
+        self._tls = tls
+        self._tls_listener: TlsListener | None = None
         self._worker = worker
         self._host = host
         self._port = port
@@ -208,6 +216,8 @@ class CqlServer(Generic[SessionT]):
     @property
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
+        if self._tls_listener is not None:
+            return self._tls_listener.port
         if self._server is None or not self._server.sockets:
             raise LocalProtocolError("the server is not started")
         port: int = self._server.sockets[0].getsockname()[1]
@@ -222,6 +232,17 @@ class CqlServer(Generic[SessionT]):
         """Listen; ConfigurationError if the address cannot be bound (in use, not local)."""
         self._pending = asyncio.Semaphore(self.limits.max_pending_requests)
         try:
+            if self._tls is not None:
+                listener = TlsListener(
+                    self._tls,
+                    self._accept,
+                    self._refuse_plaintext,
+                    self.stats,
+                    read_limit=READ_CHUNK_BYTES,
+                )
+                listener.start(self._host, self._port, _LISTEN_BACKLOG)
+                self._tls_listener = listener
+                return
             self._server = await asyncio.start_server(
                 self._accept,
                 self._host,
@@ -239,6 +260,8 @@ class CqlServer(Generic[SessionT]):
         """Stop accepting, let statements in flight finish (bounded), close every connection."""
         if self._server is not None:
             self._server.close()
+        if self._tls_listener is not None:
+            self._tls_listener.close()
         grace = self.limits.shutdown_grace_s
         in_flight = [task for client in self._clients for task in client.tasks]
         if in_flight:
@@ -251,6 +274,8 @@ class CqlServer(Generic[SessionT]):
                 task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._tls_listener is not None:
+            await self._tls_listener.wait_closed()
 
     def push(self, event: PushEvent, event_type: EventType) -> None:
         """Push ``event`` to every connection registered for ``event_type``."""
@@ -438,8 +463,26 @@ class CqlServer(Generic[SessionT]):
                 _log.info("closing CQL connection from %s: %s", client.peer, what)
                 return b""
 
+    async def _refuse_plaintext(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A plaintext client on a port that requires TLS: its first request is answered
+        with a protocol error saying so, then the connection is closed (``_tls_listener``)."""
+        message = (
+            "this native port requires TLS (client_encryption_options enabled, not optional): "
+            "connect with SSL"
+        )
+        try:
+            await self._refuse(reader, writer, message, ErrorCode.PROTOCOL_ERROR)
+        finally:
+            writer.close()
+
     async def _refuse(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        message: str,
+        code: ErrorCode = ErrorCode.OVERLOADED,
     ) -> None:
         """Answer the first request of a connection over a limit with Overloaded, and close.
 
@@ -463,7 +506,7 @@ class CqlServer(Generic[SessionT]):
                     connection.receive_data(data)
                     continue
                 if isinstance(event, RequestEvent | ProtocolErrorEvent):
-                    refusal = ErrorResponse(ErrorCode.OVERLOADED, message)
+                    refusal = ErrorResponse(code, message)
                     if isinstance(event, ProtocolErrorEvent):
                         refusal = event.error
                     writer.write(connection.send(refusal, event.stream_id))

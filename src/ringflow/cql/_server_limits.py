@@ -144,3 +144,9 @@ class ServerStats:
     """Times a connection stopped being read because the request-data budget was full."""
     frames_overloaded: int = 0
     """Frames answered Overloaded over the budget (``throw_on_overload``)."""
+    tls_connections: int = 0
+    """Connections that completed a TLS handshake (``_tls_listener``)."""
+    tls_handshake_failures: int = 0
+    """Sockets closed before or during the TLS handshake: failed, timed out, over the limit."""
+    plaintext_refused: int = 0
+    """Plaintext connections to a port that requires TLS: answered with an error, closed."""

@@ -23,6 +23,10 @@ Rules:
   ``native_transport_frame_body_timeout``); sizes accept ``B``/``KiB``/``MiB``/``GiB`` and
   durations ``ms``/``s``/``m`` as Cassandra's ``DataStorageSpec``/``DurationSpec`` do, a bare
   number being bytes or milliseconds. Defaults and why: ``ringflow.cql._server_limits``.
+* TLS (issue 18): ``client_encryption_options`` and ``server_encryption_options`` with
+  Cassandra's names and Scylla's PEM file keys (``ringflow.runtime``'s
+  ``ClientEncryptionOptions``, ``ServerEncryptionOptions``); ``native_tls`` and
+  ``internode_tls`` read the files when the node starts, so a bad file fails the start.
 * Identity is persisted once, atomically (temp file, fsync, rename, fsync of the directory), the
   first time the node starts. On a restart the saved host id and tokens are used, and a cluster
   name, DC, rack, vnode count or sharding that differs from the saved one is refused: a node
@@ -44,9 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cql import ServerLimits
+from ringflow.cql import NativeTls, ServerLimits
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, TokenMetadata, allocate_random, check_sharding
+from ringflow.runtime import ClientEncryptionOptions, InternodeTls, ServerEncryptionOptions
 
 DEFAULT_CLUSTER_NAME = "ringflow"
 DEFAULT_NATIVE_PORT = 9042
@@ -190,6 +195,10 @@ class NodeConfig:
     shard_count: int = DEFAULT_SHARD_COUNT
     ignore_msb: int = DEFAULT_IGNORE_MSB
     limits: ServerLimits = field(default_factory=ServerLimits)
+    client_encryption: ClientEncryptionOptions = field(default_factory=ClientEncryptionOptions)
+    """``client_encryption_options``: TLS on the native port (``ringflow.runtime._tls``)."""
+    server_encryption: ServerEncryptionOptions = field(default_factory=ServerEncryptionOptions)
+    """``server_encryption_options``: internode TLS, mutual."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "address", check_address(self.address))
@@ -209,6 +218,10 @@ class NodeConfig:
             raise ConfigurationError(f"bad sharding: {error}") from None
         if not isinstance(self.limits, ServerLimits):
             raise ConfigurationError(f"limits must be ServerLimits, got {self.limits!r}")
+        if not isinstance(self.client_encryption, ClientEncryptionOptions):
+            raise ConfigurationError(f"bad client_encryption {self.client_encryption!r}")
+        if not isinstance(self.server_encryption, ServerEncryptionOptions):
+            raise ConfigurationError(f"bad server_encryption {self.server_encryption!r}")
 
     @property
     def record_path(self) -> Path:
@@ -402,6 +415,8 @@ def node_config(
     shard_count: int | None = None,
     ignore_msb: int | None = None,
     limits: ServerLimits | None = None,
+    client_encryption: ClientEncryptionOptions | None = None,
+    server_encryption: ServerEncryptionOptions | None = None,
 ) -> NodeConfig:
     """A ``NodeConfig`` whose omitted settings come from the data dir's saved record (a
     restart), else from the defaults (a first start)."""
@@ -431,4 +446,21 @@ def node_config(
             ignore_msb, None if record is None else record.ignore_msb, DEFAULT_IGNORE_MSB
         ),
         limits=limits or ServerLimits(),
+        client_encryption=client_encryption or ClientEncryptionOptions(),
+        server_encryption=server_encryption or ServerEncryptionOptions(),
     )
+
+
+def native_tls(config: NodeConfig) -> NativeTls | None:
+    """The native port's TLS (``client_encryption_options``), or None when not enabled."""
+    options = config.client_encryption
+    if not options.enabled:
+        return None
+    return NativeTls(options.server_context(), optional=options.optional)
+
+
+def internode_tls(config: NodeConfig) -> InternodeTls | None:
+    """Internode TLS (``server_encryption_options``), or None for ``internode_encryption:
+    none``."""
+    options = config.server_encryption
+    return options.contexts() if options.enabled else None

@@ -77,6 +77,7 @@ from ringflow.node._config import (
     NodeConfig,
     NodeRecord,
     load_record,
+    native_tls,
     prepare_data_dir,
     save_record,
 )
@@ -494,6 +495,7 @@ async def _serve(
         limits=config.limits,
         shard_count=node.record.shard_count,
         ignore_msb=node.record.ignore_msb,
+        tls=native_tls(config),
     )
     loop = asyncio.get_running_loop()
     await server.start()

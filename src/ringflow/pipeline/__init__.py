@@ -76,7 +76,9 @@ if TYPE_CHECKING:
     )
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
+        DriverTls,
         cluster_options,
+        driver_tls,
         load_table,
     )
     from ringflow.pipeline._cluster_client import connect as connect_cluster
@@ -183,6 +185,8 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "DriverTls": ("ringflow.pipeline._cluster_client", "DriverTls"),
+    "driver_tls": ("ringflow.pipeline._cluster_client", "driver_tls"),
     "DeadLetter": ("ringflow.pipeline._dead_letters", "DeadLetter"),
     "ReplayReport": ("ringflow.pipeline._dead_letters", "ReplayReport"),
     "change_from_json": ("ringflow.pipeline._dead_letters", "change_from_json"),
@@ -359,6 +363,7 @@ __all__ = [
     "DiffReport",
     "Difference",
     "DifferenceKind",
+    "DriverTls",
     "HubDataSource",
     "HubReport",
     "InvalidChange",
@@ -402,6 +407,7 @@ __all__ = [
     "create_channel",
     "dead_letter_options",
     "describe_change",
+    "driver_tls",
     "drop_channel",
     "drop_dead_letters",
     "failed_before",

@@ -11,6 +11,11 @@ Executors keep one connected session per cluster options in each Python worker p
 (:func:`shared_session`; Spark reuses its Python workers, ``spark.python.worker.reuse``), with
 its prepared statements (:func:`prepared`), so a task costs queries, not a connection.
 
+TLS (issue 18): ``ssl_ca`` (a PEM file of the CAs the cluster's certificates chain to; given,
+the connection is TLS and each node's IP SAN is checked against its address), with
+``ssl_certfile``/``ssl_keyfile`` for a cluster that requires client certificates. Only paths
+travel in the options; the ``ssl.SSLContext`` is made where the session is opened.
+
 Errors are the operator's: an unreachable contact point, an unknown keyspace or table, a bad
 option, all raise :class:`PipelineConfigError` on the driver program when the DataFrame is
 created (``schema()``), before any Spark job starts.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -41,7 +47,9 @@ from cassandra.policies import (
 from cassandra.query import PreparedStatement, dict_factory
 from cassandra.util import Date, Time
 
+from ringflow.errors import ConfigurationError
 from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.runtime import client_context
 from ringflow.schema import (
     CdcOptions,
     ClusteringOrder,
@@ -77,10 +85,52 @@ class ClusterOptions:
     page_size: int = DEFAULT_PAGE_SIZE
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    tls: DriverTls | None = None
 
     @property
     def table_name(self) -> str:
         return f"{self.keyspace}.{self.table}"
+
+
+TLS_OPTIONS = ("ssl_ca", "ssl_certfile", "ssl_keyfile")
+"""The TLS options of the sources and the hub sink: paths of PEM files."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverTls:
+    """TLS of a driver session: the CA file, and a client certificate and key when the
+    cluster requires one (paths: picklable; the context is made where it is used)."""
+
+    ca: str
+    certfile: str = ""
+    keyfile: str = ""
+
+    def context(self) -> ssl.SSLContext:
+        try:
+            return client_context(
+                self.ca, certificate=self.certfile or None, keyfile=self.keyfile or None
+            )
+        except ConfigurationError as error:
+            raise PipelineConfigError(f"TLS: {error}") from None
+
+    def as_options(self) -> dict[str, str]:
+        found = {"ssl_ca": self.ca, "ssl_certfile": self.certfile, "ssl_keyfile": self.keyfile}
+        return {name: value for name, value in found.items() if value}
+
+
+def driver_tls(options: Mapping[str, str]) -> DriverTls | None:
+    """The TLS options of a source or sink (``TLS_OPTIONS``), checked: None without
+    ``ssl_ca``; PipelineConfigError for a certificate without its key or a missing file."""
+    ca, certfile, keyfile = (str(options.get(name, "") or "").strip() for name in TLS_OPTIONS)
+    if not ca:
+        if certfile or keyfile:
+            raise PipelineConfigError("options ssl_certfile/ssl_keyfile need ssl_ca")
+        return None
+    if bool(certfile) != bool(keyfile):
+        raise PipelineConfigError("options ssl_certfile and ssl_keyfile go together")
+    tls = DriverTls(ca, certfile, keyfile)
+    tls.context()  # the files are read now: a mistake fails before any job starts
+    return tls
 
 
 def parse_hosts(text: str, what: str) -> tuple[tuple[str, ...], int]:
@@ -146,6 +196,7 @@ def cluster_options(options: Mapping[str, str]) -> ClusterOptions:
         min(option_int(options, "page_size", DEFAULT_PAGE_SIZE), MAX_PAGE_SIZE),
         option_float(options, "connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
         option_float(options, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S),
+        driver_tls(options),
     )
 
 
@@ -171,6 +222,7 @@ def make_cluster(options: ClusterOptions, *, metadata: bool = True) -> Cluster:
         schema_metadata_enabled=metadata,
         token_metadata_enabled=metadata,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, RECONNECT_MAX_S),
+        ssl_context=None if options.tls is None else options.tls.context(),
     )
 
 

@@ -4,10 +4,15 @@ the destinations (``--to`` URLs), each checked against its sink before Spark sta
 Destinations (``--to``):
 
 - ``ringflow://host[,host...][:port][/keyspace.table][?consistency=ONE]``: a hub cluster through
-  ``ringflow-hub`` (default target: the source's keyspace and table name).
+  ``ringflow-hub`` (default target: the source's keyspace and table name). TLS (issue 18):
+  ``?ssl=true&ca=FILE`` (``ca`` alone implies ``ssl``), with ``certfile=FILE&keyfile=FILE``
+  for a hub that requires client certificates; ``ssl=true`` without ``ca`` uses the job's
+  ``--ssl-ca`` (``default_tls``).
 - ``parquet:DIR`` (or ``parquet://DIR``): the Parquet change lake ``ringflow-lake`` at ``DIR``.
 - ``postgresql://user@host:port/db`` (or ``postgres://``): ``ringflow-postgres``, target table
-  ``<keyspace>_<table>`` (with its ``_live`` view).
+  ``<keyspace>_<table>`` (with its ``_live`` view). libpq parameters pass through the URL
+  (``?sslmode=verify-full&sslrootcert=ca.crt``); a password in it is redacted wherever the URL
+  is shown.
 
 A destination is built for one version of the source table (:func:`destination`): the hub and
 PostgreSQL targets are checked and, when the channel may alter them, given the table's new
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from ringflow.pipeline._cluster_client import DriverTls, driver_tls
 from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
@@ -76,9 +82,15 @@ def parse_table_name(text: str) -> tuple[str, str]:
 
 
 def cdc_options(
-    source: str, table: str, *, consistency: str = "QUORUM", **extra: int | None
+    source: str,
+    table: str,
+    *,
+    consistency: str = "QUORUM",
+    tls: DriverTls | None = None,
+    **extra: int | None,
 ) -> dict[str, str]:
-    """The ``ringflow-cdc`` options for ``table`` at ``source`` (extra: window options)."""
+    """The ``ringflow-cdc`` options for ``table`` at ``source`` (extra: window options;
+    ``tls``: the source's TLS, ``ssl_ca``...)."""
     hosts, port = parse_hosts(source, "source")
     keyspace, name = parse_table_name(table)
     options = {
@@ -89,6 +101,8 @@ def cdc_options(
         "consistency": consistency,
     }
     options.update({k: str(v) for k, v in extra.items() if v is not None})
+    if tls is not None:
+        options.update(tls.as_options())
     return options
 
 
@@ -108,19 +122,47 @@ def _hub_target(url: str, table: Table) -> str:
     return urlsplit(url).path.strip("/") or f"{table.keyspace}.{table.name}"
 
 
+_HUB_PARAMETERS = frozenset({"consistency", "ssl", "ca", "certfile", "keyfile"})
+
+
+def hub_tls(url: str, default: DriverTls | None = None) -> DriverTls | None:
+    """The TLS of a ``ringflow://`` URL: ``?ssl=true`` (with ``default``'s files unless
+    ``ca`` is given), ``ca=FILE``, ``certfile``/``keyfile``; None for plaintext."""
+    query = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+    flag = query.get("ssl", "").strip().lower()
+    if flag not in ("", "true", "false"):
+        raise PipelineConfigError(f"{url!r}: ssl must be true or false, got {flag!r}")
+    if flag == "false" or (not flag and "ca" not in query):
+        return None
+    if "ca" not in query:
+        if default is None:
+            raise PipelineConfigError(f"{url!r}: ssl=true needs ca=FILE (or --ssl-ca)")
+        return default
+    given = {"ssl_ca": query["ca"]}
+    given.update({f"ssl_{k}": query[k] for k in ("certfile", "keyfile") if k in query})
+    return driver_tls(given)
+
+
 def _hub_destination(
-    url: str, table: Table, allow_alter: bool
+    url: str, table: Table, allow_alter: bool, default_tls: DriverTls | None = None
 ) -> tuple[str, Mapping[str, str], str]:
     parts = urlsplit(url)
     hosts, port = parse_hosts(parts.netloc, "hub address")
     keyspace, name = parse_table_name(_hub_target(url, table))
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = sorted(set(query) - {"consistency"})
+    unknown = sorted(set(query) - _HUB_PARAMETERS)
     if unknown:
         raise PipelineConfigError(f"{url!r}: unknown parameter(s) {unknown}")
     consistency = query.get("consistency", "QUORUM").upper()
     options = hub_options(
-        hosts, keyspace, name, table, port=port, consistency=consistency, allow_alter=allow_alter
+        hosts,
+        keyspace,
+        name,
+        table,
+        port=port,
+        consistency=consistency,
+        allow_alter=allow_alter,
+        tls=hub_tls(url, default_tls),
     )
     return HUB_FORMAT, options, f"{keyspace}.{name}"
 
@@ -188,6 +230,7 @@ def destination(
     allow_alter: bool = False,
     channel: str | None = None,
     dead_letters: str = "",
+    default_tls: DriverTls | None = None,
 ) -> Destination:
     """One ``--to`` URL checked against its sink for ``table`` (module docstring); the channel
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
@@ -198,7 +241,10 @@ def destination(
     channel = channel or channel_name(url, taken)
     display = redact(url)
     try:
-        sink_format, options, target = build(url, table, allow_alter)
+        if kind == "hub":  # ``ssl=true`` without ``ca=`` takes the job's TLS
+            sink_format, options, target = _hub_destination(url, table, allow_alter, default_tls)
+        else:
+            sink_format, options, target = build(url, table, allow_alter)
     except (DestinationBehind, SchemaConflict) as error:
         return Destination(
             channel,
@@ -243,7 +289,14 @@ def plan_replication(
             not isinstance(alter_destinations, bool) and channel in alter_destinations
         )
         destinations.append(
-            destination(url, table, allow_alter=allowed, channel=channel, dead_letters=edge)
+            destination(
+                url,
+                table,
+                allow_alter=allowed,
+                channel=channel,
+                dead_letters=edge,
+                default_tls=driver_tls(source_options),
+            )
         )
     root = Path(checkpoint).expanduser().absolute()
     try:

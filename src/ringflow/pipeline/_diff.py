@@ -37,11 +37,13 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from ringflow.pipeline._changes import change_from_row, table_from_json, table_to_json
 from ringflow.pipeline._cluster_client import (
+    DriverTls,
     cluster_options,
     load_table,
     open_session,
     parse_hosts,
 )
+from ringflow.pipeline._destinations import hub_tls
 from ringflow.pipeline._diff_core import (
     MAX_EXAMPLES,
     Difference,
@@ -98,6 +100,8 @@ class DiffSide:
     address: str
     table: str
     port: int = 9042
+    tls: DriverTls | None = None
+    """A cluster side's TLS (``--ssl-ca``, or ``?ssl=true&ca=FILE`` on a ``ringflow://`` URL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +121,9 @@ class DiffPlan:
         return [until for _, until in self.ranges]
 
 
-def parse_side(text: str, table_name: str, what: str) -> DiffSide:
-    """A ``--source`` / ``--target`` (module docstring) for ``table_name`` (keyspace.table)."""
+def parse_side(text: str, table_name: str, what: str, tls: DriverTls | None = None) -> DiffSide:
+    """A ``--source`` / ``--target`` (module docstring) for ``table_name`` (keyspace.table);
+    ``tls``: a cluster side's TLS (a ``ringflow://`` URL may give its own, ``hub_tls``)."""
     text = text.strip()
     scheme = text.split(":", 1)[0].lower() if "://" in text or ":" in text else ""
     if scheme in ("lake", "parquet"):
@@ -134,14 +139,15 @@ def parse_side(text: str, table_name: str, what: str) -> DiffSide:
     if scheme == "ringflow":
         parts = urlsplit(text)
         hosts, port = parse_hosts(parts.netloc, what)
-        return DiffSide("cluster", text, ",".join(hosts), parts.path.strip("/") or table_name, port)
+        target = parts.path.strip("/") or table_name
+        return DiffSide("cluster", text, ",".join(hosts), target, port, hub_tls(text, tls))
     if "://" in text:
         raise PipelineConfigError(
             f"{what} {redact(text)!r}: expected host[,host...][:port], ringflow://host[:port], "
             "lake:DIR (parquet:DIR) or postgresql://user@host:port/db"
         )
     hosts, port = parse_hosts(text, what)
-    return DiffSide("cluster", text, ",".join(hosts), table_name, port)
+    return DiffSide("cluster", text, ",".join(hosts), table_name, port, tls)
 
 
 def _split_table(text: str) -> tuple[str, str]:
@@ -159,6 +165,7 @@ def _cluster_settings(side: DiffSide, consistency: str, **extra: str) -> dict[st
         keyspace=keyspace,
         table=name,
         consistency=consistency,
+        **({} if side.tls is None else side.tls.as_options()),
         **extra,
     )
 
@@ -226,20 +233,21 @@ def plan_diff(
     consistency: str = "ALL",
     splits: int = DEFAULT_SPLITS,
     now_s: int | None = None,
+    tls: DriverTls | None = None,
 ) -> DiffPlan:
     """Check both sides (module docstring) and cut the source's ring into ``splits`` ranges."""
     if not 1 <= splits <= MAX_SPLITS:
         raise PipelineConfigError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
     _split_table(table)
-    source_side = parse_side(source, table, "source")
+    source_side = parse_side(source, table, "source", tls)
     if source_side.kind != "cluster":
         raise PipelineConfigError(
             f"the source must be a cluster (host[,host...][:port]): {source!r}"
         )
-    target_side = parse_side(target, target_table or table, "target")
+    target_side = parse_side(target, target_table or table, "target", tls)
     if target_table is not None and target_side.kind == "cluster":
         target_side = DiffSide(
-            "cluster", target, target_side.address, target_table, target_side.port
+            "cluster", target, target_side.address, target_table, target_side.port, target_side.tls
         )
     source_table, tokens, owners = _cluster_table(source_side, consistency)
     _check_target(target_side, source_table, consistency)

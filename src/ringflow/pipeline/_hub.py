@@ -95,7 +95,13 @@ from ringflow.pipeline._changes import (
     table_to_json,
     validate_change,
 )
-from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
+from ringflow.pipeline._cluster_client import (
+    TLS_OPTIONS,
+    ClusterOptions,
+    DriverTls,
+    driver_tls,
+    parse_hosts,
+)
 from ringflow.pipeline._dead_letters import (
     dead_letter_options,
     dead_letter_settings,
@@ -133,6 +139,7 @@ _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
     | {"dead_letters", "channel"}
+    | set(TLS_OPTIONS)
 )
 MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
@@ -160,6 +167,7 @@ class HubConfig:
     batch_bytes: int = DEFAULT_BATCH_BYTES
     dead_letters: str = ""
     channel: str = ""
+    tls: DriverTls | None = None
 
     @property
     def dead_letter_options(self) -> ClusterOptions | None:
@@ -222,6 +230,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         _bounded_int(options, "batch_bytes", DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES),
         dead_letters,
         channel,
+        driver_tls(options),
     )
 
 
@@ -260,6 +269,7 @@ def connect(config: HubConfig, *, metadata: bool = True) -> tuple[Cluster, Sessi
         reconnection_policy=ExponentialReconnectionPolicy(0.5, _RECONNECT_MAX_S),
         schema_metadata_enabled=metadata,
         token_metadata_enabled=metadata,
+        ssl_context=None if config.tls is None else config.tls.context(),
     )
     try:
         return cluster, cluster.connect()
@@ -358,6 +368,7 @@ def hub_options(
     grouping: str = DEFAULT_GROUPING,
     batch_statements: int = DEFAULT_BATCH_STATEMENTS,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    tls: DriverTls | None = None,
 ) -> dict[str, str]:
     """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
     hub and looks the target up, adding the source's new columns when ``allow_alter``) so
@@ -376,6 +387,7 @@ def hub_options(
         "grouping": grouping,
         "batch_statements": str(batch_statements),
         "batch_bytes": str(batch_bytes),
+        **({} if tls is None else tls.as_options()),
     }
     check_hub(parse_options(options))
     return options

@@ -134,12 +134,14 @@ _OPTIONS = frozenset(
 )
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
 _log = logging.getLogger(__name__)
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    return _PASSWORD.sub(r"\1***@", url)
+    """``url`` with its password (and any ``password=``/``sslpassword=`` libpq parameter)
+    replaced by ``***``."""
+    return _QUERY_SECRET.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,10 @@ format, who is speaking, read deadlines and inbound limits). ``_InboundProtocol`
 hello, checks the claimed endpoint against the connection's peer address, enforces the frame
 and buffer limits and deadlines, and hands each complete frame to its listener; a
 ``ProtocolViolation`` from the listener's handler closes this connection only (issue 16).
+With internode TLS (``AsyncioNetwork(tls=...)``, issue 18) the connection is only made once
+the peer's certificate chained to the cluster's CA, and the hello's claimed host must also be
+one of the certificate's IP SANs: a node holding a valid certificate for one address cannot
+speak for another.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from ringflow.errors import InternalError
 from ringflow.runtime._interfaces import Endpoint, EndpointError, parse_endpoint
+from ringflow.runtime._tls import peer_addresses
 
 if TYPE_CHECKING:
     from ringflow.runtime._asyncio_net import _AsyncioListener
@@ -44,6 +49,14 @@ def _same_address(claimed_host: str, peer_host: str | None) -> bool:
     return claimed == peer
 
 
+def _certified_for(claimed_host: str, certified: frozenset[str]) -> bool:
+    """Whether a certificate naming ``certified`` addresses may speak for ``claimed_host``."""
+    try:
+        return str(ipaddress.ip_address(claimed_host)) in certified
+    except ValueError:
+        return False
+
+
 @final
 class InboundProtocol(asyncio.Protocol):
     """One accepted connection: hello, then frames delivered to the listener."""
@@ -54,6 +67,8 @@ class InboundProtocol(asyncio.Protocol):
         self._buffer = bytearray()
         self._src: Endpoint | None = None
         self._peer_host: str | None = None
+        self._certified: frozenset[str] | None = None
+        """With internode TLS, the addresses the peer's verified certificate names."""
         self._paused = False
         self._deadline: asyncio.TimerHandle | None = None
         self._frame_started_at = 0.0
@@ -70,6 +85,8 @@ class InboundProtocol(asyncio.Protocol):
         config = listener.network.config
         peer = stream.get_extra_info("peername")
         self._peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        if listener.network.tls is not None:  # called once the handshake is done
+            self._certified = peer_addresses(stream.get_extra_info("peercert"))
         same = sum(1 for other in listener.inbound if other.peer_host == self._peer_host)
         full = len(listener.inbound) >= config.max_inbound_connections
         if listener.closed or full or same >= config.max_inbound_connections_per_address:
@@ -202,6 +219,11 @@ class InboundProtocol(asyncio.Protocol):
         config = self._listener.network.config
         if config.verify_peer_address and not _same_address(src_host, self._peer_host):
             self._violation(f"hello claims {src!r} from address {self._peer_host}")
+            return
+        if self._certified is not None and not _certified_for(src_host, self._certified):
+            self._violation(
+                f"hello claims {src!r}; the peer's certificate names {sorted(self._certified)}"
+            )
             return
         if config.same_port_peers and src_port != parse_endpoint(self._listener.endpoint)[1]:
             self._violation(f"hello claims {src!r}: peers listen on the same port as we do")

@@ -22,6 +22,11 @@ connection is ``_asyncio_inbound.py``. Theory of operation:
   decoder and arms a handshake timeout; it trusts the claimed ``from`` (a broadcast address may
   differ from the socket's behind NAT), which ringflow's nodes, always sending from their
   listen address, do not need.
+* **TLS** (``tls=InternodeTls``, issue 18): listener and outbound connections run TLS with
+  mutual certificates chained to the cluster's CA; the dialing side checks the peer's IP SAN
+  against the address it dials, the listener that the hello's claimed host is one of the
+  peer certificate's IP SANs (``_asyncio_inbound``). The handshake is bounded
+  (``handshake_timeout_s``); a failed one is a failed connect (backoff) or a closed socket.
 * **Read deadlines and inbound limits.** A connection must send its hello within
   ``hello_timeout_ms`` (Cassandra's ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame must be
   complete within ``frame_read_timeout_ms`` of its first bytes, however slowly they trickle
@@ -96,6 +101,7 @@ from ringflow.runtime._interfaces import (
     format_endpoint,
     parse_endpoint,
 )
+from ringflow.runtime._tls import InternodeTls
 
 _LOG: Final = logging.getLogger("ringflow.runtime.network")
 _HEADER: Final = HEADER
@@ -273,7 +279,14 @@ class _AsyncioListener:
         self.paused = False
         self.closed = False
         self._server_task = network._loop.create_task(
-            network._loop.create_server(lambda: InboundProtocol(self), sock=sock)
+            network._loop.create_server(
+                lambda: InboundProtocol(self),
+                sock=sock,
+                ssl=None if network.tls is None else network.tls.server,
+                ssl_handshake_timeout=(
+                    None if network.tls is None else network.tls.handshake_timeout_s
+                ),
+            )
         )
 
     @property
@@ -460,10 +473,15 @@ class _OutboundLink:
                 network._loop.sock_connect(sock, (self._dst_host, self._dst_port)),
                 config.connect_timeout_ms / 1000.0,
             )
+            tls = network.tls
             transport, protocol = await network._loop.create_connection(
-                lambda: _OutboundProtocol(self), sock=sock
+                lambda: _OutboundProtocol(self),
+                sock=sock,
+                ssl=None if tls is None else tls.client,
+                server_hostname=None if tls is None else self._dst_host,
+                ssl_handshake_timeout=None if tls is None else tls.handshake_timeout_s,
             )
-        except (OSError, TimeoutError) as error:
+        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError
             sock.close()
             network._counters.add("connect_failures")
             _LOG.debug("connect %s -> %s failed: %s", self.src, self.dst, error)
@@ -508,8 +526,11 @@ class AsyncioNetwork:
         *,
         loop: asyncio.AbstractEventLoop | None = None,
         rng: random.Random | None = None,
+        tls: InternodeTls | None = None,
     ) -> None:
         self.config = config if config is not None else AsyncioNetworkConfig()
+        self.tls = tls
+        """Internode TLS (``_tls``): mutual certificates, the peer's IP SAN checked."""
         self.config.validate()
         self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._rng = rng if rng is not None else random.Random()

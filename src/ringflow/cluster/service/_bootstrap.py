@@ -115,7 +115,7 @@ from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._settings import NODE_NETWORK_CONFIG
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
-from ringflow.node import NodeConfig, NodeRecord, prepare_data_dir, save_record
+from ringflow.node import NodeConfig, NodeRecord, internode_tls, prepare_data_dir, save_record
 from ringflow.node._config import load_record
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.runtime import AsyncioNetwork, Network, ProtocolViolation
@@ -774,7 +774,9 @@ async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Ran
     prepare_data_dir(config.data_dir)
     host_id = uuid.UUID(int=rng.getrandbits(128), version=4)
     endpoint = f"{config.address}:{INTERNODE_PORT}"
-    network = AsyncioNetwork(NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)))
+    network = AsyncioNetwork(
+        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
+    )
     try:
         ring = await discover_ring(
             network,

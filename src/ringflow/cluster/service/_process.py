@@ -77,7 +77,7 @@ from ringflow.cql import (
 )
 from ringflow.cql._executor import SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
-from ringflow.node import NodeConfig, open_node
+from ringflow.node import NodeConfig, internode_tls, native_tls, open_node
 from ringflow.node._startup import (
     Node,
     ProcessorBackend,
@@ -307,8 +307,11 @@ async def _serve(
         limits=config.limits,
         shard_count=record.shard_count,
         ignore_msb=record.ignore_msb,
+        tls=native_tls(config),
     )
-    network = AsyncioNetwork(NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)))
+    network = AsyncioNetwork(
+        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
+    )
     host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
 
     def schema_merged() -> None:
