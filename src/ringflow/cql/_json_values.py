@@ -95,7 +95,8 @@ def _key_name(name: str) -> str:
 def _map_key(key_type: CqlType, key: bytes) -> str:
     if isinstance(key_type, NativeType) and key_type.name in ("text", "ascii", "varchar"):
         return json.dumps(deserialize(key_type, key))
-    return json.dumps(to_json(key_type, key))
+    text = to_json(key_type, key)  # MapType.toJSONString: a key already a JSON string stays as is
+    return text if text.startswith('"') else json.dumps(text)
 
 
 def _native(name: str, value: object) -> str:
