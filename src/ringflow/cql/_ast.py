@@ -344,6 +344,7 @@ class Operator(enum.Enum):
     GT = ">"
     GTE = ">="
     IN = "IN"
+    NOT_IN = "NOT IN"
     CONTAINS = "CONTAINS"
     CONTAINS_KEY = "CONTAINS KEY"
     LIKE = "LIKE"
@@ -361,7 +362,7 @@ RelationValue: TypeAlias = Term | InValues
 
 @dataclass(frozen=True, slots=True)
 class ColumnRelation:
-    """``column <op> value``; with ``Operator.IN`` the value is InValues or a BindMarker."""
+    """``column <op> value``; with ``IN``/``NOT IN`` the value is InValues or a BindMarker."""
 
     column: str
     operator: Operator

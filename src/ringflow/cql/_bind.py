@@ -178,7 +178,7 @@ class _SpecCollector:
             self.term_or_in(relation.value, f"value({column.name})", element)
         elif relation.operator is Operator.CONTAINS_KEY and isinstance(cql_type, MapType):
             self.term_or_in(relation.value, f"key({column.name})", cql_type.key)
-        elif relation.operator is Operator.IN:
+        elif relation.operator in (Operator.IN, Operator.NOT_IN):
             self.in_values(relation.value, column.name, cql_type.frozen_form())
         else:
             self.term_or_in(relation.value, column.name, cql_type.frozen_form())

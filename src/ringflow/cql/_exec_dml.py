@@ -36,6 +36,7 @@ from ringflow.cql._ast import (
     DeleteStatement,
     DeleteTarget,
     InsertStatement,
+    Operator,
     Prepend,
     RemoveFrom,
     SetElement,
@@ -421,6 +422,12 @@ def _modification_keys(table: Table, restrictions: Restrictions, *, what: str) -
         column = row_filter.columns[0]
         if column.kind in (ColumnKind.REGULAR, ColumnKind.STATIC):
             raise InvalidRequest(f"Non PRIMARY KEY columns found in where clause: {column.name}")
+        if row_filter.operator is Operator.NOT_IN and column.kind is ColumnKind.CLUSTERING:
+            # a modification names its rows; a row that is not there is not "all but these"
+            raise InvalidRequest(
+                f"NOT IN restrictions are not supported on the clustering columns in {what} "
+                "statements"
+            )
     if restrictions.partition_keys is None:
         restricted = {f.columns[0].name for f in restrictions.filters}
         missing = [c.name for c in table.partition_key_columns if c.name not in restricted]
