@@ -172,7 +172,22 @@ def _bound_bytes(
     if value is None or value is UNSET:
         return value
     assert isinstance(value, bytes)
+    if not value and allows_empty(cql_type):
+        return value
     return normalize(cql_type, value, column)
+
+
+EMPTY_VALUE_TYPES = frozenset(
+    {"int", "bigint", "varint", "decimal", "float", "double", "boolean", "timestamp", "uuid",
+     "timeuuid", "inet", "text", "ascii", "blob"}
+)  # fmt: skip
+"""Types whose Cassandra serializer accepts a zero-byte value (``AbstractType.allowsEmpty``):
+drivers can bind one (``b''``); ``tinyint``, ``smallint``, ``date``, ``time``, ``duration`` and
+collections cannot hold it."""
+
+
+def allows_empty(cql_type: CqlType) -> bool:
+    return isinstance(cql_type, NativeType) and cql_type.name in EMPTY_VALUE_TYPES
 
 
 def partition_token(table: Table, key: tuple[bytes, ...]) -> int:

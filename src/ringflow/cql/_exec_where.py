@@ -602,7 +602,9 @@ RowValue = Callable[[Column], bytes | None]
 
 def _compare_tuple(columns: Sequence[Column], left: Key, right: Key) -> int:
     for column, a, b in zip(columns, left, right, strict=False):
-        order = compare(column.type.frozen_form(), a, b)
+        # an empty value sorts before every other (Int32Type.compareCustom)
+        empty = not a or not b
+        order = bool(a) - bool(b) if empty else compare(column.type.frozen_form(), a, b)
         if order:
             return order
     return 0

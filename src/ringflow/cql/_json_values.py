@@ -34,6 +34,7 @@ from ringflow.schema import (
 
 _UNQUOTED = re.compile(r"[a-z][a-z0-9_]*")
 _STRING_TYPES = frozenset({"text", "ascii", "varchar", "uuid", "timeuuid", "inet"})
+_EMPTY_AS_IS = frozenset({"text", "ascii", "varchar", "blob"})
 _DURATION_UNITS = (
     ("h", 3_600_000_000_000),
     ("m", 60_000_000_000),
@@ -49,6 +50,8 @@ def to_json(cql_type: CqlType, data: bytes | None) -> str:
     order (a set by its element type's order, a map by its key's)."""
     if data is None:
         return "null"
+    if not data and isinstance(cql_type, NativeType) and cql_type.name not in _EMPTY_AS_IS:
+        return '""'  # an empty value: Int32Type.toJSONString's Objects.toString(null, "\"\"")
     if isinstance(cql_type, ListType):
         return "[" + ", ".join(to_json(cql_type.element, item) for item in list_values(
             cql_type, data)) + "]"  # fmt: skip
