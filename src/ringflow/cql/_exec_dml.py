@@ -336,9 +336,12 @@ def _json_sources(
             if table.column(name).is_primary_key:
                 raise InvalidRequest(f"Invalid unset value for column {name}")
             continue
-        present = None if isinstance(value, Missing) else value
-        assigned[name] = lambda column, present=present: present
+        assigned[name] = _fixed_source(None if isinstance(value, Missing) else value)
     return assigned
+
+
+def _fixed_source(value: bytes | None) -> ValueSource:
+    return lambda column: value
 
 
 def _insert_key(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from ringflow.errors import AlreadyExists
+from ringflow.errors import AlreadyExists, invariant
 from ringflow.schema._errors import SchemaError
 from ringflow.schema._table import Column, ColumnKind, Keyspace, Table, TableOptions
 from ringflow.schema._timeuuid import timeuuid_from_micros, timeuuid_to_micros
@@ -496,10 +496,12 @@ def _alter_type(state: SchemaState, migration: Migration) -> SchemaState:
             f"cannot alter type {keyspace.name}.{altered.name}: fields keep their types and "
             "positions, and at most one is added at the end"
         )
-    user_types = {
-        name: name_type if name == altered.name else _with_user_type(name_type, altered)
-        for name, name_type in {**keyspace.user_types, altered.name: altered}.items()
-    }
+    user_types: dict[str, UserType] = {}
+    for name, other in {**keyspace.user_types, altered.name: altered}.items():
+        followed = other if name == altered.name else _with_user_type(other, altered)
+        invariant(isinstance(followed, UserType), f"type {name} stays a user type")
+        assert isinstance(followed, UserType)
+        user_types[name] = followed
     tables = dict(state.tables)
     for key, table in state.tables.items():
         if key[0] != keyspace.name:
