@@ -71,6 +71,21 @@ class AlreadyExists(ClientError):
     code = ErrorCode.ALREADY_EXISTS
 
 
+class FunctionFailure(ClientError):
+    """A function failed on the values it was given (CQL 0x1400), e.g. ``fromJson('[')``;
+    the response names the function and its argument types."""
+
+    code = ErrorCode.FUNCTION_FAILURE
+
+    def __init__(
+        self, message: str, keyspace: str, function: str, argument_types: tuple[str, ...]
+    ) -> None:
+        super().__init__(message)
+        self.keyspace = keyspace
+        self.function = function
+        self.argument_types = argument_types
+
+
 class Overloaded(RingflowError):
     """The node has too much of this work in hand already: try later (CQL 0x1001)."""
 

@@ -344,6 +344,7 @@ class Operator(enum.Enum):
     GT = ">"
     GTE = ">="
     IN = "IN"
+    NOT_IN = "NOT IN"
     CONTAINS = "CONTAINS"
     CONTAINS_KEY = "CONTAINS KEY"
     LIKE = "LIKE"
@@ -361,7 +362,7 @@ RelationValue: TypeAlias = Term | InValues
 
 @dataclass(frozen=True, slots=True)
 class ColumnRelation:
-    """``column <op> value``; with ``Operator.IN`` the value is InValues or a BindMarker."""
+    """``column <op> value``; with ``IN``/``NOT IN`` the value is InValues or a BindMarker."""
 
     column: str
     operator: Operator
@@ -747,6 +748,21 @@ class CreateTypeStatement:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTypeStatement:
+    """``ALTER TYPE [IF EXISTS] t ADD [IF NOT EXISTS] f type``, ``... RENAME [IF EXISTS] f TO g
+    [AND ...]`` or ``... ALTER f TYPE t`` (refused as Cassandra 4 does): exactly one of ``add``,
+    ``renames`` and ``altered_field`` is set; ``if_field`` is the field's IF [NOT] EXISTS."""
+
+    type_name: QualifiedName
+    add: FieldDefinition | None = None
+    renames: tuple[tuple[str, str], ...] = ()
+    altered_field: str | None = None
+    if_exists: bool = False
+    if_field: bool = False
+    bind_markers: Markers = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DropTypeStatement:
     type_name: QualifiedName
     if_exists: bool = False
@@ -780,5 +796,6 @@ Statement: TypeAlias = (
     | AlterTableStatement
     | DropTableStatement
     | CreateTypeStatement
+    | AlterTypeStatement
     | DropTypeStatement
 )

@@ -78,6 +78,7 @@ from ringflow.schema import (
     BIGINT,
     DURATION,
     INT,
+    TEXT,
     CqlType,
     ListType,
     MapType,
@@ -135,6 +136,10 @@ class _SpecCollector:
             self.term(term.term, name, resolve_type(term.type, {}))
 
     def function(self, call: FunctionCall, name: str, receiver: CqlType) -> None:
+        if call.name == "fromjson" and call.keyspace in (None, "system"):
+            for argument in call.args:
+                self.term(argument, "fromjson(arg0)", TEXT)
+            return
         if call.name == "token":
             for argument, column in zip(call.args, self.table.partition_key_columns, strict=False):
                 self.term(argument, column.name, column.type)
@@ -173,7 +178,7 @@ class _SpecCollector:
             self.term_or_in(relation.value, f"value({column.name})", element)
         elif relation.operator is Operator.CONTAINS_KEY and isinstance(cql_type, MapType):
             self.term_or_in(relation.value, f"key({column.name})", cql_type.key)
-        elif relation.operator is Operator.IN:
+        elif relation.operator in (Operator.IN, Operator.NOT_IN):
             self.in_values(relation.value, column.name, cql_type.frozen_form())
         else:
             self.term_or_in(relation.value, column.name, cql_type.frozen_form())
@@ -286,6 +291,8 @@ def _select_specs(statement: SelectStatement, table: Table) -> MarkerSpecs:
 
 def _insert_specs(statement: InsertStatement, table: Table) -> MarkerSpecs:
     collector = _SpecCollector(table)
+    if statement.json is not None:  # Cassandra's Json.Marker: one text value named [json]
+        collector.term(statement.json, "[json]", TEXT)
     for name, value in zip(statement.columns, statement.values, strict=False):
         collector.term(value, name, table.column(name).type)
     collector.using(statement.using)

@@ -42,6 +42,7 @@ from ringflow.cql._ast import (
     AlterKeyspaceStatement,
     AlterTableProperties,
     AlterTableStatement,
+    AlterTypeStatement,
     ColumnDefinition,
     CreateKeyspaceStatement,
     CreateTableStatement,
@@ -60,6 +61,7 @@ from ringflow.cql._ast import (
     UnsupportedStatement,
     resolve_type,
 )
+from ringflow.cql._exec_alter_type import altered_user_type
 from ringflow.cql._exec_common import (
     RESERVED_KEYSPACES,
     TimestampSource,
@@ -85,6 +87,7 @@ from ringflow.schema import (
     AddColumn,
     AlterKeyspace,
     AlterTableOptions,
+    AlterType,
     CdcOptions,
     ClusteringOrder,
     Column,
@@ -705,6 +708,22 @@ def _create_type(statement: Statement, context: DdlContext) -> DdlOutcome:
     return _changed(context, change)
 
 
+def _alter_type(statement: Statement, context: DdlContext) -> DdlOutcome:
+    assert isinstance(statement, AlterTypeStatement)
+    keyspace = _keyspace(context, statement.type_name)
+    tables = context.state.tables_of(keyspace.name)
+    altered = altered_user_type(statement, keyspace, tables)
+    if altered is None:
+        return _void(context)
+    context.migrate(AlterType(altered))
+    after = context.state.tables_of(keyspace.name)
+    register = [table for table in after if table not in tables]
+    change = SchemaChange(
+        SchemaChangeType.UPDATED, SchemaChangeTarget.TYPE, keyspace.name, altered.name
+    )
+    return _changed(context, change, register=register)
+
+
 def _uses_type(cql_type: CqlType, keyspace: str, name: str) -> bool:
     if isinstance(cql_type, UserType) and (cql_type.keyspace, cql_type.name) == (keyspace, name):
         return True
@@ -751,6 +770,7 @@ DDL_HANDLERS: Mapping[type, Callable[[Statement, DdlContext], DdlOutcome]] = {
     AlterTableStatement: _alter_table,
     DropTableStatement: _drop_table,
     CreateTypeStatement: _create_type,
+    AlterTypeStatement: _alter_type,
     DropTypeStatement: _drop_type,
     TruncateStatement: _truncate,
     UnsupportedStatement: _unsupported,

@@ -36,6 +36,7 @@ from ringflow.cql._ast import (
     DeleteStatement,
     DeleteTarget,
     InsertStatement,
+    Operator,
     Prepend,
     RemoveFrom,
     SetElement,
@@ -48,12 +49,14 @@ from ringflow.cql._ast import (
 from ringflow.cql._exec_common import ExecutorLimits, StatementContext
 from ringflow.cql._exec_terms import required_bytes, term_bytes, term_value
 from ringflow.cql._exec_where import Key, Restrictions, analyze_where
-from ringflow.cql._wire import UNSET
+from ringflow.cql._json_input import MISSING, Missing, insert_json_values
+from ringflow.cql._wire import UNSET, Unset
 from ringflow.errors import InvalidRequest
 from ringflow.schema import (
     BIGINT,
     INT,
     MAX_TTL_SECONDS,
+    TEXT,
     Cell,
     Column,
     ColumnData,
@@ -257,23 +260,21 @@ class _PartitionWrites:
 # --- INSERT --------------------------------------------------------------------------------------
 
 
+ValueSource = Callable[[Column], bytes | Unset | None]
+"""Gives the serialized value an INSERT writes to a column (a VALUES term or a JSON value)."""
+
+
 def insert_mutations(
     statement: InsertStatement, table: Table, context: WriteContext
 ) -> list[Mutation]:
     if statement.if_not_exists:
         raise InvalidRequest("Conditional inserts (IF NOT EXISTS) are not supported by ringflow")
     if statement.json is not None:
-        raise InvalidRequest("INSERT JSON is not supported by ringflow")
-    if len(statement.columns) != len(statement.values):
-        raise InvalidRequest("Unmatched column names/values")
-    assigned: dict[str, Term] = {}
-    for name, value in zip(statement.columns, statement.values, strict=True):
-        table.column(name)
-        if name in assigned:
-            raise InvalidRequest(f"Multiple definitions found for column {name}")
-        assigned[name] = value
+        assigned = _json_sources(statement, statement.json, table, context)
+    else:
+        assigned = _value_sources(statement, table, context)
     params = write_parameters(statement.using, table, context)
-    key = _insert_key(table, assigned, context, "partition key part", table.partition_key_columns)
+    key = _insert_key(assigned, "partition key part", table.partition_key_columns)
     values = [c for c in table.columns if not c.is_primary_key and c.name in assigned]
     static_only = bool(table.clustering_columns) and all(
         c.name not in assigned for c in table.clustering_columns
@@ -286,9 +287,7 @@ def insert_mutations(
     if static_only:
         target = writes.static_row()
     else:
-        clustering = _insert_key(
-            table, assigned, context, "clustering key", table.clustering_columns
-        )
+        clustering = _insert_key(assigned, "clustering key", table.clustering_columns)
         target = writes.row(clustering)
         target.liveness = params.liveness()
     for column in values:
@@ -296,16 +295,57 @@ def insert_mutations(
             destination = writes.static_row()
         else:
             destination = target
-        data = _set_value(column, assigned[column.name], params, context)
+        data = _set_bytes(column, assigned[column.name](column), params, context)
         if data is not None:
             destination.put(column, data)
     return [writes.mutation()]
 
 
+def _value_sources(
+    statement: InsertStatement, table: Table, context: WriteContext
+) -> dict[str, ValueSource]:
+    if len(statement.columns) != len(statement.values):
+        raise InvalidRequest("Unmatched column names/values")
+    assigned: dict[str, ValueSource] = {}
+    for name, value in zip(statement.columns, statement.values, strict=True):
+        table.column(name)
+        if name in assigned:
+            raise InvalidRequest(f"Multiple definitions found for column {name}")
+        assigned[name] = _term_source(value, table, context)
+    return assigned
+
+
+def _term_source(term: Term, table: Table, context: WriteContext) -> ValueSource:
+    return lambda column: term_bytes(term, column.type, column.name, context.statement, table)
+
+
+def _json_sources(
+    statement: InsertStatement, json: Term, table: Table, context: WriteContext
+) -> dict[str, ValueSource]:
+    """Cassandra's ``Json.Prepared``: every column gets the object's value; a missing one is
+    null (``DEFAULT NULL``) or unset (``DEFAULT UNSET``: left out, and Invalid for a key)."""
+    text = term_value(json, TEXT, "[json]", context.statement)
+    if text is None:
+        raise InvalidRequest("Got null for INSERT JSON values")
+    if text is UNSET:
+        raise InvalidRequest("Got unset for INSERT JSON values")
+    assert isinstance(text, str)
+    assigned: dict[str, ValueSource] = {}
+    for name, value in insert_json_values(text, table).items():
+        if value is MISSING and statement.json_default_unset:
+            if table.column(name).is_primary_key:
+                raise InvalidRequest(f"Invalid unset value for column {name}")
+            continue
+        assigned[name] = _fixed_source(None if isinstance(value, Missing) else value)
+    return assigned
+
+
+def _fixed_source(value: bytes | None) -> ValueSource:
+    return lambda column: value
+
+
 def _insert_key(
-    table: Table,
-    assigned: dict[str, Term],
-    context: WriteContext,
+    assigned: dict[str, ValueSource],
     what: str,
     columns: Sequence[Column],
 ) -> Key:
@@ -315,14 +355,14 @@ def _insert_key(
         raise InvalidRequest(f"Some {label} are missing: {', '.join(missing)}")
     parts = []
     for column in columns:
-        value = term_bytes(
-            assigned[column.name], column.type, column.name, context.statement, table
-        )
+        value = assigned[column.name](column)
         if value is None:
             raise InvalidRequest(f"Invalid null value for {what} {column.name}")
         if value is UNSET:
             raise InvalidRequest(f"Invalid unset value for column {column.name}")
         assert isinstance(value, bytes)
+        if not value and what == "partition key part":
+            raise InvalidRequest("Key may not be empty")
         parts.append(value)
     return tuple(parts)
 
@@ -334,6 +374,12 @@ def _set_value(
     column: Column, term: Term, params: WriteParameters, context: WriteContext
 ) -> ColumnData | None:
     value = term_bytes(term, column.type, column.name, context.statement)
+    return _set_bytes(column, value, params, context)
+
+
+def _set_bytes(
+    column: Column, value: bytes | Unset | None, params: WriteParameters, context: WriteContext
+) -> ColumnData | None:
     if value is UNSET:
         return None
     assert value is None or isinstance(value, bytes)
@@ -379,6 +425,12 @@ def _modification_keys(table: Table, restrictions: Restrictions, *, what: str) -
         column = row_filter.columns[0]
         if column.kind in (ColumnKind.REGULAR, ColumnKind.STATIC):
             raise InvalidRequest(f"Non PRIMARY KEY columns found in where clause: {column.name}")
+        if row_filter.operator is Operator.NOT_IN and column.kind is ColumnKind.CLUSTERING:
+            # a modification names its rows; a row that is not there is not "all but these"
+            raise InvalidRequest(
+                f"NOT IN restrictions are not supported on the clustering columns in {what} "
+                "statements"
+            )
     if restrictions.partition_keys is None:
         restricted = {f.columns[0].name for f in restrictions.filters}
         missing = [c.name for c in table.partition_key_columns if c.name not in restricted]
@@ -388,6 +440,8 @@ def _modification_keys(table: Table, restrictions: Restrictions, *, what: str) -
             "Only EQ and IN relation are supported on the partition key (unless you use the "
             "token() function)"
         )
+    if any(not part for key in restrictions.partition_keys for part in key):
+        raise InvalidRequest("Key may not be empty")
     if restrictions.needs_filtering:
         first = restrictions.filters[0].columns[0]
         raise InvalidRequest(

@@ -50,9 +50,11 @@ from ringflow.schema import (
     CqlType,
     ListType,
     MapType,
+    NativeType,
     SetType,
     Table,
     TupleType,
+    UserType,
     compare,
     deserialize,
     encode_clustering,
@@ -157,6 +159,9 @@ class _Builder:
     multi_eq: dict[tuple[str, ...], tuple[Key, ...]] = field(default_factory=dict)
     slices: dict[tuple[str, ...], list[tuple[Operator, Key]]] = field(default_factory=dict)
     filters: list[RowFilter] = field(default_factory=list)
+    not_in: list[RowFilter] = field(default_factory=list)
+    """``c NOT IN (..)`` checks; one on a clustering column of a known partition filters
+    within it without ALLOW FILTERING (Cassandra 5)."""
     token: TokenBounds | None = None
     restricted: set[str] = field(default_factory=set)
     by_tuple: set[str] = field(default_factory=set)
@@ -246,7 +251,12 @@ def _add_relation(builder: _Builder, relation: Relation) -> None:
         builder.restricted.add(column.name)
         builder.by_column.add(column.name)
         return
+    if relation.operator is Operator.NOT_IN:
+        values = builder.in_values(relation.value, column)
+        builder.not_in.append(RowFilter((column,), Operator.NOT_IN, tuple((v,) for v in values)))
+        return
     if relation.operator in _SLICE_OPERATORS:
+        _check_slice_type(column)
         if column.name in builder.eq:
             raise InvalidRequest(
                 f"{column.name} cannot be restricted by more than one relation if it includes "
@@ -258,6 +268,36 @@ def _add_relation(builder: _Builder, relation: Relation) -> None:
         builder.by_column.add(column.name)
         return
     _add_contains(builder, relation, column)
+
+
+def _check_slice_type(column: Column) -> None:
+    """Cassandra's ``SingleColumnRelation.newSliceRestriction``: durations have no order."""
+    cql_type = column.type
+    if not references_duration(cql_type):
+        return
+    if cql_type.is_collection:
+        raise InvalidRequest(
+            "Slice restrictions are not supported on collections containing durations"
+        )
+    if isinstance(cql_type, TupleType):
+        raise InvalidRequest("Slice restrictions are not supported on tuples containing durations")
+    if isinstance(cql_type, UserType):
+        raise InvalidRequest("Slice restrictions are not supported on UDTs containing durations")
+    raise InvalidRequest("Slice restrictions are not supported on duration columns")
+
+
+def references_duration(cql_type: CqlType) -> bool:
+    if isinstance(cql_type, NativeType):
+        return cql_type.name == "duration"
+    if isinstance(cql_type, ListType | SetType):
+        return references_duration(cql_type.element)
+    if isinstance(cql_type, MapType):
+        return references_duration(cql_type.key) or references_duration(cql_type.value)
+    if isinstance(cql_type, TupleType):
+        return any(references_duration(t) for t in cql_type.elements)
+    if isinstance(cql_type, UserType):
+        return any(references_duration(t) for t in cql_type.field_types)
+    return False
 
 
 def _single(value: RelationValue) -> Term:
@@ -437,6 +477,10 @@ def _assemble(builder: _Builder) -> Restrictions:
         for operator, bound in builder.slices.get((column.name,), ()):
             filters.append(RowFilter((column,), operator, (bound,)))
             needs_filtering = True
+    for row_filter in builder.not_in:
+        filters.append(row_filter)
+        if row_filter.columns[0].kind is not ColumnKind.CLUSTERING or partition_keys is None:
+            needs_filtering = True
     clustering = _clustering(builder, partition_keys is not None, filters)
     prefixes, lower, upper, slice_columns, clustering_filtered = clustering
     needs_filtering = needs_filtering or clustering_filtered
@@ -558,7 +602,9 @@ RowValue = Callable[[Column], bytes | None]
 
 def _compare_tuple(columns: Sequence[Column], left: Key, right: Key) -> int:
     for column, a, b in zip(columns, left, right, strict=False):
-        order = compare(column.type.frozen_form(), a, b)
+        # an empty value sorts before every other (Int32Type.compareCustom)
+        empty = not a or not b
+        order = bool(a) - bool(b) if empty else compare(column.type.frozen_form(), a, b)
         if order:
             return order
     return 0
@@ -573,9 +619,17 @@ def filter_matches(row_filter: RowFilter, value_of: RowValue) -> bool:
     operator = row_filter.operator
     if operator in (Operator.CONTAINS, Operator.CONTAINS_KEY) or row_filter.element_key is not None:
         return _collection_matches(row_filter, present[0])
-    orders = [_compare_tuple(row_filter.columns, present, wanted) for wanted in row_filter.values]
+    if any(references_duration(c.type) for c in row_filter.columns):
+        # durations have no order, only equality of their bytes (Cassandra's BYTE_ORDER)
+        orders = [0 if present == wanted else 1 for wanted in row_filter.values]
+    else:
+        orders = [
+            _compare_tuple(row_filter.columns, present, wanted) for wanted in row_filter.values
+        ]
     if operator in (Operator.EQ, Operator.IN):
         return any(order == 0 for order in orders)
+    if operator is Operator.NOT_IN:
+        return all(order != 0 for order in orders)
     order = orders[0]
     return {
         Operator.LT: order < 0,

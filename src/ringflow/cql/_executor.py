@@ -77,6 +77,7 @@ from ringflow.cql._bind import (
 from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
     ErrorResponse,
+    FunctionFailureResponse,
     ReadFailureResponse,
     ReadTimeoutResponse,
     UnavailableResponse,
@@ -131,7 +132,14 @@ from ringflow.cql._results import (
     VoidResult,
 )
 from ringflow.cql._wire import UNSET, Consistency, CqlValue
-from ringflow.errors import AlreadyExists, ErrorCode, InvalidRequest, RingflowError, invariant
+from ringflow.errors import (
+    AlreadyExists,
+    ErrorCode,
+    FunctionFailure,
+    InvalidRequest,
+    RingflowError,
+    invariant,
+)
 from ringflow.schema import (
     BIGINT,
     CDC_LOG_SUFFIX,
@@ -197,6 +205,11 @@ def response_for_error(
         return AlreadyExistsResponse(str(error), error.keyspace, error.table), False
     if isinstance(error, AlreadyExists):
         return AlreadyExistsResponse(str(error), "", ""), False
+    if isinstance(error, FunctionFailure):
+        failure = FunctionFailureResponse(
+            str(error), error.keyspace, error.function, error.argument_types
+        )
+        return failure, False
     if isinstance(error, RingflowError):
         if error.code in _SIMPLE_ERROR_CODES:
             return ErrorResponse(error.code, str(error)), False

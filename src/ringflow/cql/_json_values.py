@@ -34,6 +34,7 @@ from ringflow.schema import (
 
 _UNQUOTED = re.compile(r"[a-z][a-z0-9_]*")
 _STRING_TYPES = frozenset({"text", "ascii", "varchar", "uuid", "timeuuid", "inet"})
+_EMPTY_AS_IS = frozenset({"text", "ascii", "varchar", "blob"})
 _DURATION_UNITS = (
     ("h", 3_600_000_000_000),
     ("m", 60_000_000_000),
@@ -49,6 +50,8 @@ def to_json(cql_type: CqlType, data: bytes | None) -> str:
     order (a set by its element type's order, a map by its key's)."""
     if data is None:
         return "null"
+    if not data and isinstance(cql_type, NativeType) and cql_type.name not in _EMPTY_AS_IS:
+        return '""'  # an empty value: Int32Type.toJSONString's Objects.toString(null, "\"\"")
     if isinstance(cql_type, ListType):
         return "[" + ", ".join(to_json(cql_type.element, item) for item in list_values(
             cql_type, data)) + "]"  # fmt: skip
@@ -95,7 +98,8 @@ def _key_name(name: str) -> str:
 def _map_key(key_type: CqlType, key: bytes) -> str:
     if isinstance(key_type, NativeType) and key_type.name in ("text", "ascii", "varchar"):
         return json.dumps(deserialize(key_type, key))
-    return json.dumps(to_json(key_type, key))
+    text = to_json(key_type, key)  # MapType.toJSONString: a key already a JSON string stays as is
+    return text if text.startswith('"') else json.dumps(text)
 
 
 def _native(name: str, value: object) -> str:

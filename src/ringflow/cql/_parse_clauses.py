@@ -45,7 +45,7 @@ _COMPARISONS = {
     ">": Operator.GT,
     ">=": Operator.GTE,
 }
-_EXPECTED_OPERATOR = "expected an operator (=, !=, <, <=, >, >=, IN, CONTAINS)"
+_EXPECTED_OPERATOR = "expected an operator (=, !=, <, <=, >, >=, IN, NOT IN, CONTAINS)"
 
 
 def parse_where(cursor: Cursor) -> tuple[Relation, ...]:
@@ -109,6 +109,10 @@ def _parse_operator(cursor: Cursor) -> Operator:
     """A comparison, ``IN``, ``CONTAINS [KEY]`` or ``LIKE``."""
     if cursor.accept_word("in"):
         return Operator.IN
+    if cursor.at_word("not") and cursor.at_word("in", ahead=1):
+        cursor.advance()
+        cursor.advance()
+        return Operator.NOT_IN
     if cursor.accept_word("contains"):
         return Operator.CONTAINS_KEY if cursor.accept_word("key") else Operator.CONTAINS
     if cursor.accept_word("like"):
@@ -121,7 +125,9 @@ def _parse_operator(cursor: Cursor) -> Operator:
 
 
 def _parse_operand(cursor: Cursor, operator: Operator) -> RelationValue:
-    return parse_in_values(cursor) if operator is Operator.IN else parse_term(cursor)
+    if operator in (Operator.IN, Operator.NOT_IN):
+        return parse_in_values(cursor)
+    return parse_term(cursor)
 
 
 # --- IF ------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ringflow.cql._ast import (
     AlterTableAction,
     AlterTableProperties,
     AlterTableStatement,
+    AlterTypeStatement,
     CallStatement,
     ColumnDefinition,
     CreateKeyspaceStatement,
@@ -343,6 +344,36 @@ def _create_type(cursor: Cursor) -> Statement:
     return CreateTypeStatement(name, tuple(fields), if_not_exists)
 
 
+def _alter_type(cursor: Cursor) -> Statement:
+    if_exists = parse_if_exists(cursor)
+    name = parse_qualified_name(cursor, "a type name")
+    if cursor.accept_word("add"):
+        if_not_exists = parse_if_not_exists(cursor)
+        field = parse_identifier(cursor, "a field name")
+        added = FieldDefinition(field, parse_type_spec(cursor))
+        return AlterTypeStatement(name, add=added, if_exists=if_exists, if_field=if_not_exists)
+    if cursor.accept_word("rename"):
+        if_field_exists = parse_if_exists(cursor)
+        renames = [_parse_field_rename(cursor)]
+        while cursor.accept_word("and"):
+            renames.append(_parse_field_rename(cursor))
+        return AlterTypeStatement(
+            name, renames=tuple(renames), if_exists=if_exists, if_field=if_field_exists
+        )
+    if cursor.accept_word("alter"):
+        field = parse_identifier(cursor, "a field name")
+        cursor.expect_word("type")
+        parse_type_spec(cursor)
+        return AlterTypeStatement(name, altered_field=field, if_exists=if_exists)
+    raise cursor.fail("expected ADD, RENAME or ALTER")
+
+
+def _parse_field_rename(cursor: Cursor) -> tuple[str, str]:
+    old = parse_identifier(cursor, "a field name")
+    cursor.expect_word("to")
+    return old, parse_identifier(cursor, "a field name")
+
+
 def _drop_type(cursor: Cursor) -> Statement:
     if_exists = parse_if_exists(cursor)
     return DropTypeStatement(parse_qualified_name(cursor, "a type name"), if_exists)
@@ -363,7 +394,6 @@ _UNSUPPORTED: dict[tuple[str, str], str] = {
     },
     **{(verb, "trigger"): _TRIGGERS for verb in ("create", "drop")},
     **{(verb, word): _ROLES for verb in ("create", "alter", "drop") for word in ("role", "user")},
-    ("alter", "type"): "ALTER TYPE is",
     **{(verb, ""): _ROLES for verb in ("grant", "revoke", "list")},
 }
 """Cassandra statements ringflow does not implement, answered with an InvalidRequest that says
@@ -393,6 +423,7 @@ _ALTER: dict[str, Callable[[Cursor], Statement]] = {
     "schema": _alter_keyspace,
     "table": _alter_table,
     "columnfamily": _alter_table,
+    "type": _alter_type,
 }
 _DROP: dict[str, Callable[[Cursor], Statement]] = {
     "keyspace": _drop_keyspace,

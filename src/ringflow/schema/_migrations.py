@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from ringflow.errors import AlreadyExists
+from ringflow.errors import AlreadyExists, invariant
 from ringflow.schema._errors import SchemaError
 from ringflow.schema._table import Column, ColumnKind, Keyspace, Table, TableOptions
 from ringflow.schema._timeuuid import timeuuid_from_micros, timeuuid_to_micros
@@ -168,6 +168,14 @@ class CreateType:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterType:
+    """``ALTER TYPE ... ADD`` / ``RENAME``: the type's complete new definition (its fields keep
+    their positions; one may be added at the end). Every table and type using it follows."""
+
+    user_type: UserType
+
+
+@dataclass(frozen=True, slots=True)
 class DropType:
     """``DROP TYPE``: a user type no table or other type uses."""
 
@@ -180,6 +188,7 @@ SchemaChange = (
     | AlterKeyspace
     | DropKeyspace
     | CreateType
+    | AlterType
     | DropType
     | CreateTable
     | DropTable
@@ -471,6 +480,64 @@ def _drop_type(state: SchemaState, migration: Migration) -> SchemaState:
     return dataclasses.replace(state, keyspaces={**state.keyspaces, keyspace.name: altered})
 
 
+def _alter_type(state: SchemaState, migration: Migration) -> SchemaState:
+    altered = _change(migration, AlterType).user_type
+    keyspace = state.keyspace(altered.keyspace)
+    current = keyspace.user_types.get(altered.name)
+    if current is None:
+        raise SchemaError(f"cannot alter type {keyspace.name}.{altered.name}: it does not exist")
+    kept = len(current.field_types)
+    if (
+        altered.frozen
+        or altered.field_types[:kept] != current.field_types
+        or not (kept <= len(altered.field_types) <= kept + 1)
+    ):
+        raise SchemaError(
+            f"cannot alter type {keyspace.name}.{altered.name}: fields keep their types and "
+            "positions, and at most one is added at the end"
+        )
+    user_types: dict[str, UserType] = {}
+    for name, other in {**keyspace.user_types, altered.name: altered}.items():
+        followed = other if name == altered.name else _with_user_type(other, altered)
+        invariant(isinstance(followed, UserType), f"type {name} stays a user type")
+        assert isinstance(followed, UserType)
+        user_types[name] = followed
+    tables = dict(state.tables)
+    for key, table in state.tables.items():
+        if key[0] != keyspace.name:
+            continue
+        columns = tuple(
+            dataclasses.replace(c, type=_with_user_type(c.type, altered)) for c in table.columns
+        )
+        if columns != table.columns:
+            tables[key] = dataclasses.replace(table, columns=columns)
+            tables[key].validate()
+    altered_keyspace = dataclasses.replace(keyspace, user_types=user_types)
+    return dataclasses.replace(
+        state, keyspaces={**state.keyspaces, keyspace.name: altered_keyspace}, tables=tables
+    )
+
+
+def _with_user_type(cql_type: CqlType, altered: UserType) -> CqlType:
+    """``cql_type`` with every use of ``altered``'s type replaced by it (frozen-ness kept)."""
+    if isinstance(cql_type, UserType):
+        if (cql_type.keyspace, cql_type.name) == (altered.keyspace, altered.name):
+            return altered.frozen_form() if cql_type.frozen else altered
+        fields = tuple(_with_user_type(t, altered) for t in cql_type.field_types)
+        return dataclasses.replace(cql_type, field_types=fields)
+    if isinstance(cql_type, ListType | SetType):
+        return dataclasses.replace(cql_type, element=_with_user_type(cql_type.element, altered))
+    if isinstance(cql_type, MapType):
+        key, value = (
+            _with_user_type(cql_type.key, altered),
+            _with_user_type(cql_type.value, altered),
+        )
+        return dataclasses.replace(cql_type, key=key, value=value)
+    if isinstance(cql_type, TupleType):
+        return TupleType(tuple(_with_user_type(t, altered) for t in cql_type.elements))
+    return cql_type
+
+
 def _uses_user_type(cql_type: CqlType, keyspace: str, name: str) -> bool:
     return any((t.keyspace, t.name) == (keyspace, name) for t in _user_types_in(cql_type))
 
@@ -479,6 +546,7 @@ _HANDLERS: Mapping[type, Callable[[SchemaState, Migration], SchemaState]] = {
     CreateKeyspace: _create_keyspace,
     AlterKeyspace: _alter_keyspace,
     CreateType: _create_type,
+    AlterType: _alter_type,
     DropType: _drop_type,
     DropKeyspace: _drop_keyspace,
     CreateTable: _create_table,

@@ -49,6 +49,7 @@ from ringflow.schema._migrations import (
     AddColumn,
     AlterKeyspace,
     AlterTableOptions,
+    AlterType,
     CreateKeyspace,
     CreateTable,
     CreateType,
@@ -587,6 +588,8 @@ def encode_change(change: MigrationChange) -> bytes:
         body = ["drop_keyspace", change.name]
     elif isinstance(change, CreateType):
         body = ["create_type", _type_body(change.user_type)]
+    elif isinstance(change, AlterType):
+        body = ["alter_type", _type_body(change.user_type)]
     elif isinstance(change, DropType):
         body = ["drop_type", change.keyspace, change.name]
     elif isinstance(change, CreateTable):
@@ -631,6 +634,11 @@ def _decode_change(kind: str, fields: list[Any]) -> MigrationChange:
         if not isinstance(user_type, UserType):
             raise MigrationDecodeError("stored CREATE TYPE holds no user type")
         return CreateType(user_type)
+    if kind == "alter_type":
+        altered = _type_from(fields[0])
+        if not isinstance(altered, UserType):
+            raise MigrationDecodeError("stored ALTER TYPE holds no user type")
+        return AlterType(altered)
     if kind == "drop_type":
         return DropType(str(fields[0]), str(fields[1]))
     if kind == "create_table":

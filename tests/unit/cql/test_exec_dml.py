@@ -238,7 +238,7 @@ WRITE_ERRORS = [
     ("INSERT INTO t (k, c) VALUES (1, 1) USING TTL -1", "A TTL must be greater or equal to 0"),
     ("INSERT INTO t (k, c) VALUES (1, 1) USING TTL 999999999", "ttl is too large"),
     ("INSERT INTO t (k, c) VALUES (1, 1) IF NOT EXISTS", "not supported"),
-    ("INSERT INTO t JSON '{}'", "INSERT JSON is not supported"),
+    ("INSERT INTO t JSON '{}'", "Invalid null value for partition key part k"),
     ("UPDATE t SET v = 'a' WHERE k = 1", "Some clustering keys are missing: c"),
     ("UPDATE t SET v = 'a' WHERE c = 1", "Some partition key parts are missing: k"),
     ("UPDATE t SET k = 2 WHERE k = 1 AND c = 1", "PRIMARY KEY part k found in SET part"),
