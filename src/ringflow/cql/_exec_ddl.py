@@ -259,6 +259,8 @@ def table_options(properties: Properties, base: TableOptions, table_name: str = 
             comment = _text(value)
         elif name in ENGINE_PROPERTY_KINDS:
             engine[name] = _engine_property(name, value)
+        elif name == "id":  # CREATE TABLE's ID (DESCRIBE ... WITH INTERNALS): build_table's
+            raise ConfigurationError("Cannot alter table id.")
         elif name not in _IGNORED_OPTIONS:
             raise SyntaxProblem(f"Unknown property '{name}'")
     check_engine_properties(engine)
@@ -484,6 +486,13 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
             raise InvalidRequest(f"duration type is not supported for PRIMARY KEY column '{name}'")
     orders = _clustering_orders(statement)
     keyed = set(statement.partition_key) | set(statement.clustering_columns)
+    given_id = statement.properties.get("id")
+    if given_id is not None:
+        try:
+            table_id = uuid.UUID(_text(given_id))
+        except ValueError:
+            raise ConfigurationError(f"Invalid table id {_text(given_id)!r}") from None
+    properties = Properties(tuple(p for p in statement.properties.items if p.name != "id"))
     return Table.create(
         keyspace.name,
         statement.table.name,
@@ -497,7 +506,7 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
             for d in statement.columns
             if d.name not in keyed and not d.static
         ],
-        options=table_options(statement.properties, TableOptions()),
+        options=table_options(properties, TableOptions()),
         table_id=table_id,
     )
 
