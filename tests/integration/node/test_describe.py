@@ -108,7 +108,7 @@ def test_cdc_log_ddl_as_scylla(described: Session) -> None:
     assert [tuple(r) for r in described.execute("SELECT k, v FROM descks.x_scylla_cdc_log")] == [
         (1, "one")
     ]
-    with pytest.raises(InvalidRequest, match="because a table of name descks.x_scylla_cdc_log"):
+    with pytest.raises(InvalidRequest, match=r"because a table of name descks\.x_scylla_cdc_log"):
         described.execute("CREATE TABLE descks.x (k int PRIMARY KEY) WITH cdc = {'enabled': true}")
     with pytest.raises(InvalidRequest, match="Modify the base table instead"):
         described.execute("ALTER TABLE descks.orders_scylla_cdc_log ADD z int")
