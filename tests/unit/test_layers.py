@@ -82,7 +82,6 @@ PRIVATE_KNOWN = frozenset(
         ("storage", "ringflow.cdc._log_schema"),
         ("storage", "ringflow.schema._codec"),
         ("storage", "ringflow.schema._comparable"),
-        ("storage", "ringflow.schema._partitioner"),
         ("storage", "ringflow.schema._reconcile"),
     }
 )

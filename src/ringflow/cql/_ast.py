@@ -779,8 +779,43 @@ class CallStatement:
     bind_markers: Markers = ()
 
 
+class DescribeKind(enum.Enum):
+    """What a ``DESCRIBE`` names (Cassandra 4's ``DescribeStatement`` factories)."""
+
+    KEYSPACES = "keyspaces"
+    KEYSPACE = "keyspace"
+    ONLY_KEYSPACE = "only keyspace"
+    TABLES = "tables"
+    TABLE = "table"
+    TYPES = "types"
+    TYPE = "type"
+    FUNCTIONS = "functions"
+    FUNCTION = "function"
+    AGGREGATES = "aggregates"
+    AGGREGATE = "aggregate"
+    INDEX = "index"
+    MATERIALIZED_VIEW = "materialized view"
+    CLUSTER = "cluster"
+    SCHEMA = "schema"
+    FULL_SCHEMA = "full schema"
+    GENERIC = "generic"
+    """``DESCRIBE name`` / ``DESCRIBE ks.name``: a keyspace or else a table, resolved at run."""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeStatement:
+    """``DESCRIBE``/``DESC`` (server-side, Cassandra 4 / Scylla 5): ``name`` is the keyspace,
+    table or type named, if any; ``with_internals`` is ``WITH INTERNALS``."""
+
+    kind: DescribeKind
+    name: QualifiedName | None = None
+    with_internals: bool = False
+    bind_markers: Markers = ()
+
+
 Statement: TypeAlias = (
     UseStatement
+    | DescribeStatement
     | CallStatement
     | UnsupportedStatement
     | SelectStatement

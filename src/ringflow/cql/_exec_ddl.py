@@ -20,9 +20,10 @@ re-expressed):
   ``tombstone_gc`` are accepted and ignored, so schemas exported by cqlsh ``DESCRIBE`` load.
 * ``cdc = {'enabled': true, ...}`` on CREATE or ALTER creates ``<table>_scylla_cdc_log``
   (``ringflow.cdc`` schema) in the same statement; later ADD/DROP/WITH on the base keep the log's
-  columns in step while CDC is on; disabling CDC keeps the log table (as Scylla); DROP TABLE
-  drops the log too; a log table cannot be created, altered or dropped directly while its base
-  table uses it.
+  columns in step while CDC is on (its properties stay as they are, as Scylla keeps them);
+  disabling CDC keeps the log table (as Scylla); DROP TABLE drops the log too; a log table
+  cannot be dropped directly while its base uses it; what ALTER may do to a log, and the
+  tables that merely have a log's name, follow Scylla (``_cdc_log_rules``).
 * IF [NOT] EXISTS turns "already there"/"not there" into a Void result; system keyspaces are not
   user-modifiable (0x2100).
 """
@@ -61,6 +62,7 @@ from ringflow.cql._ast import (
     UnsupportedStatement,
     resolve_type,
 )
+from ringflow.cql._cdc_log_rules import cdc_log_base, check_log_alter, check_log_name_free
 from ringflow.cql._exec_alter_type import altered_user_type
 from ringflow.cql._exec_common import (
     RESERVED_KEYSPACES,
@@ -81,7 +83,6 @@ from ringflow.cql._results import (
 from ringflow.errors import ConfigurationError, InvalidRequest, SyntaxProblem
 from ringflow.ring import replication_strategy
 from ringflow.schema import (
-    CDC_LOG_SUFFIX,
     ENGINE_PROPERTY_KINDS,
     NATIVE_TYPE_NAMES,
     AddColumn,
@@ -239,8 +240,9 @@ def _map_option(name: str, value: OptionValue) -> dict[str, str]:
     return {key: _text(item) for key, item in value.entries}
 
 
-def table_options(properties: Properties, base: TableOptions) -> TableOptions:
-    """``base`` with the options ``properties`` set; Invalid for unknown ones."""
+def table_options(properties: Properties, base: TableOptions, table_name: str = "") -> TableOptions:
+    """``base`` with the options ``properties`` set; Invalid for unknown ones. The storage-engine
+    properties kept are those that differ from what table ``table_name`` shows by default."""
     cdc, ttl, gc_grace, comment = (
         base.cdc,
         base.default_time_to_live_s,
@@ -260,10 +262,12 @@ def table_options(properties: Properties, base: TableOptions) -> TableOptions:
             comment = _text(value)
         elif name in ENGINE_PROPERTY_KINDS:
             engine[name] = _engine_property(name, value)
+        elif name == "id":  # CREATE TABLE's ID (DESCRIBE ... WITH INTERNALS): build_table's
+            raise ConfigurationError("Cannot alter table id.")
         elif name not in _IGNORED_OPTIONS:
             raise SyntaxProblem(f"Unknown property '{name}'")
     check_engine_properties(engine)
-    return TableOptions(cdc, ttl, gc_grace, comment, engine_overrides("", engine))
+    return TableOptions(cdc, ttl, gc_grace, comment, engine_overrides(table_name, engine))
 
 
 def _engine_property(name: str, value: OptionValue) -> PropertyValue:
@@ -485,6 +489,13 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
             raise InvalidRequest(f"duration type is not supported for PRIMARY KEY column '{name}'")
     orders = _clustering_orders(statement)
     keyed = set(statement.partition_key) | set(statement.clustering_columns)
+    given_id = statement.properties.get("id")
+    if given_id is not None:
+        try:
+            table_id = uuid.UUID(_text(given_id))
+        except ValueError:
+            raise ConfigurationError(f"Invalid table id {_text(given_id)!r}") from None
+    properties = Properties(tuple(p for p in statement.properties.items if p.name != "id"))
     return Table.create(
         keyspace.name,
         statement.table.name,
@@ -498,7 +509,7 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
             for d in statement.columns
             if d.name not in keyed and not d.static
         ],
-        options=table_options(statement.properties, TableOptions()),
+        options=table_options(properties, TableOptions()),
         table_id=table_id,
     )
 
@@ -528,16 +539,12 @@ def _create_table(statement: Statement, context: DdlContext) -> DdlOutcome:
         if statement.if_not_exists:
             return _void(context)
         raise SchemaAlreadyExists(keyspace.name, name)
-    if name.endswith(CDC_LOG_SUFFIX):
-        raise InvalidRequest(
-            f"Cannot create table {name}: names ending in {CDC_LOG_SUFFIX} are reserved for "
-            "CDC logs"
-        )
     table = build_table(statement, keyspace, context.new_id())
     context.migrate(CreateTable(table))
     created = [table]
     extra = []
     if table.options.cdc.enabled:
+        check_log_name_free(context.state, table)
         log = cdc_log_table(table)
         context.migrate(CreateTable(log))
         created.append(log)
@@ -556,24 +563,16 @@ def _existing_table(
     return keyspace, table
 
 
-def _log_base(state: SchemaState, table: Table) -> Table | None:
-    if not table.name.endswith(CDC_LOG_SUFFIX):
-        return None
-    base = state.tables.get((table.keyspace, table.name[: -len(CDC_LOG_SUFFIX)]))
-    return base if base is not None and base.cdc_log_name == table.name else None
-
-
 def _alter_table(statement: Statement, context: DdlContext) -> DdlOutcome:
     assert isinstance(statement, AlterTableStatement)
     keyspace, table = _existing_table(context, statement.table, statement.if_exists)
     if table is None:
         return _void(context)
-    if _log_base(context.state, table) is not None:
-        raise InvalidRequest(
-            f"Cannot alter CDC log table {table.name} directly: alter its base table"
-        )
     before = len(context.migrated)
     action = statement.action
+    log_of = cdc_log_base(context.state, table)
+    if log_of is not None:
+        check_log_alter(log_of, table, action)
     if isinstance(action, AddColumns):
         _add_columns(context, keyspace, table, action)
     elif isinstance(action, DropColumns):
@@ -582,7 +581,10 @@ def _alter_table(statement: Statement, context: DdlContext) -> DdlOutcome:
         raise InvalidRequest("ALTER TABLE ... RENAME is not supported by ringflow")
     else:
         assert isinstance(action, AlterTableProperties)
-        options = table_options(action.properties, table.options)
+        shown_as = table.name if log_of is not None else ""
+        options = table_options(action.properties, table.options, shown_as)
+        if log_of is None and options.cdc.enabled and not table.options.cdc.enabled:
+            check_log_name_free(context.state, table)
         context.migrate(AlterTableOptions(table.keyspace, table.name, options))
     if len(context.migrated) == before:
         return _void(context)
@@ -626,7 +628,9 @@ def _sync_log(context: DdlContext, base: Table) -> tuple[list[Table], list[Schem
         log = cdc_log_table(base)
         context.migrate(CreateTable(log))
         return [log], [_table_change(SchemaChangeType.CREATED, base.keyspace, log.name)]
-    wanted = cdc_log_table(base, existing.id)
+    # Scylla keeps a log's properties when its base changes or it is reattached: a user may
+    # have altered them (``_cdc_log_rules``).
+    wanted = dataclasses.replace(cdc_log_table(base, existing.id), options=existing.options)
     changed = False
     for column in existing.columns:
         if not wanted.has_column(column.name):
@@ -650,16 +654,18 @@ def _drop_table(statement: Statement, context: DdlContext) -> DdlOutcome:
     _, table = _existing_table(context, statement.table, statement.if_exists)
     if table is None:
         return _void(context)
-    base = _log_base(context.state, table)
+    base = cdc_log_base(context.state, table)
     if base is not None and base.options.cdc.enabled:
         raise InvalidRequest(
             f"Cannot drop CDC log table {table.name}: CDC is enabled on {base.name}; disable it "
             "first"
         )
+    log = context.state.tables.get((table.keyspace, table.cdc_log_name))
+    if log is not None and cdc_log_base(context.state, log) is None:
+        log = None  # a table of that name that is not this table's log stays
     context.migrate(DropTable(table.keyspace, table.name))
     dropped = [(table.keyspace, table.name)]
     extra = []
-    log = context.state.tables.get((table.keyspace, table.cdc_log_name))
     if log is not None:
         context.migrate(DropTable(log.keyspace, log.name))
         dropped.append((log.keyspace, log.name))

@@ -12,12 +12,18 @@ Rules:
   may come back short, with a paging state, as Cassandra's may.
 * The paging state is opaque to clients: ``0x01`` + msgpack ``[fingerprint, rows returned so
   far, partition index, slice index, last clustering, store scan state, last partition key, rows
-  of it returned]``. The fingerprint (8 bytes of the statement's id) must match, so a state
-  cannot be replayed against another query. Row sources never stop inside a batch, so the state
-  always names a position the store can resume from.
+  of it returned, last group key]``. The fingerprint (8 bytes of the statement's id) must
+  match, so a state cannot be replayed against another query. Row sources never stop inside a
+  batch, so the state always names a position the store can resume from.
 * ``LIMIT`` counts rows over all pages; ``PER PARTITION LIMIT`` and ``DISTINCT`` (a per-partition
   limit of 1) skip the rest of a partition when reading by key; aggregates read every row (up to
   ``max_aggregate_rows``) and answer one unpaged row.
+* ``GROUP BY`` pages count groups, as Cassandra's ``GroupByPagingState``: a page holds up to
+  ``page_size`` groups, each folded whole (at most ``max_aggregate_rows`` rows read per page); it
+  ends at a group boundary, the position put back to just after the last row of its last group
+  (the batch that crossed the boundary is read again up to there) and the state naming that
+  group, whose rows a resumed page skips; ``LIMIT`` and ``PER PARTITION LIMIT`` count groups
+  across pages.
 * ``ORDER BY`` needs the partition key restricted by ``=``/``IN`` and follows the clustering
   columns in key order; across several partitions the rows are sorted by clustering, which cannot
   be paged (Cassandra's message).
@@ -124,6 +130,8 @@ class _Position:
     scan_state: bytes | None = None
     last_partition: Key | None = None
     partition_rows: int = 0
+    last_group: Key | None = None
+    """``GROUP BY``: the key of the last group answered (its rows are not read again)."""
 
 
 def _encode_state(fingerprint: bytes, position: _Position) -> bytes:
@@ -136,6 +144,7 @@ def _encode_state(fingerprint: bytes, position: _Position) -> bytes:
         position.scan_state,
         None if position.last_partition is None else list(position.last_partition),
         position.partition_rows,
+        None if position.last_group is None else list(position.last_group),
     ]
     packed: bytes = msgpack.packb(body, use_bin_type=True)
     return bytes([PAGING_STATE_VERSION]) + packed
@@ -149,15 +158,15 @@ def _decode_state(fingerprint: bytes, data: bytes) -> _Position:
         fields = msgpack.unpackb(data[1:], raw=False)
     except (ValueError, TypeError, msgpack.UnpackException):
         raise problem from None
-    if type(fields) is not list or len(fields) != 8 or fields[0] != fingerprint:
+    if type(fields) is not list or len(fields) != 9 or fields[0] != fingerprint:
         raise problem
-    _, returned, partition_index, slice_index, last_ck, scan_state, last_pk, rows = fields
+    _, returned, partition_index, slice_index, last_ck, scan_state, last_pk, rows, group = fields
     ints = (returned, partition_index, slice_index, rows)
     if any(type(value) is not int or value < 0 for value in ints):
         raise problem
     if scan_state is not None and type(scan_state) is not bytes:
         raise problem
-    for key in (last_ck, last_pk):
+    for key in (last_ck, last_pk, group):
         if key is not None and (type(key) is not list or any(type(p) is not bytes for p in key)):
             raise problem
     return _Position(
@@ -168,6 +177,7 @@ def _decode_state(fingerprint: bytes, data: bytes) -> _Position:
         scan_state,
         None if last_pk is None else tuple(last_pk),
         rows,
+        None if group is None else tuple(group),
     )
 
 
@@ -527,6 +537,12 @@ def execute_select(
     if request.paging_state is not None:
         position = _decode_state(request.fingerprint, request.paging_state)
     source = _source(plan, store, context.now_s, position)
+    page_size = request.page_size if request.page_size and request.page_size > 0 else None
+    if plan.group_width is not None and page_size is not None:
+        page_size = min(page_size, limits.max_page_size_rows)
+        answers, done = _grouped_page(source, plan, limits, page_size)
+        state = None if done else _encode_state(request.fingerprint, source.position)
+        return _result(plan, answers, state, request)
     if plan.group_width is not None:
         # One answer per group, unpaged (each group is folded whole; at most
         # max_aggregate_rows rows read): LIMIT and PER PARTITION LIMIT count groups.
@@ -542,7 +558,6 @@ def execute_select(
     if plan.selection.is_aggregate:
         folded = plan.selection.fold(_all_rows(source, plan, limits, apply_limit=False))
         return _result(plan, [folded], None, request)
-    page_size = request.page_size if request.page_size and request.page_size > 0 else None
     many_keys = plan.keys is not None and len(plan.keys) > 1
     if statement.order_by and many_keys:
         if page_size is not None:
@@ -559,6 +574,68 @@ def execute_select(
     rows = _collect(source, plan, page_size, limits.max_rows_examined_per_page)
     state = None if _done(source, plan) else _encode_state(request.fingerprint, source.position)
     return _result(plan, [plan.selection.row(r) for r in rows], state, request)
+
+
+def _grouped_page(
+    source: _Source, plan: _Plan, limits: ExecutorLimits, page_groups: int
+) -> tuple[list[tuple[bytes | None, ...]], bool]:
+    """Up to ``page_groups`` groups (module rules), and whether nothing is left."""
+    position, width = source.position, plan.group_width
+    assert width is not None
+    answered_before = position.last_group  # its rows open this page: skipped
+    answers: list[tuple[bytes | None, ...]] = []
+    group: list[ResultRow] = []
+    key: Key | None = None
+    read = 0
+    while not source.exhausted:
+        before = dataclasses.replace(position)
+        batch = source.next_batch(limits.max_page_size_rows)
+        read += len(batch)
+        if read > limits.max_aggregate_rows:
+            raise InvalidRequest(
+                f"the query reads more than {limits.max_aggregate_rows} rows; restrict it"
+            )
+        for index, row in enumerate(batch):
+            row_key = (*row.partition_key, *row.clustering)[:width]
+            if row_key == answered_before or not plan.accepts(row):
+                continue
+            if row_key != key:
+                if group:
+                    answers.append(plan.selection.fold(group))
+                    group = []
+                limit_reached = plan.limit is not None and position.returned >= plan.limit
+                if limit_reached or len(answers) == page_groups:
+                    _rewind(source, before, index)
+                    return answers, limit_reached
+                key = row_key
+                if row.partition_key != position.last_partition:
+                    position.last_partition, position.partition_rows = row.partition_key, 0
+                position.partition_rows += 1
+                per_partition = plan.per_partition_limit
+                if per_partition is None or position.partition_rows <= per_partition:
+                    position.returned += 1
+                    position.last_group = row_key
+            if position.last_group == row_key:
+                group.append(row)
+    if group:
+        answers.append(plan.selection.fold(group))
+    return answers, True
+
+
+def _rewind(source: _Source, before: _Position, rows: int) -> None:
+    """Put ``source`` back to just after the first ``rows`` rows read from ``before`` (the
+    counters and the last group are kept); a shorter re-read leaves rows of the last group
+    ahead, which the next page skips by its key."""
+    counters = source.position
+    kept = (counters.returned, counters.last_partition, counters.partition_rows)
+    restored = dataclasses.replace(before)
+    restored.returned, restored.last_partition, restored.partition_rows = kept
+    restored.last_group = counters.last_group
+    source.position = restored
+    if isinstance(source, _ScanSource):
+        source._exhausted = False
+    if rows > 0:
+        source.next_batch(rows)
 
 
 def _ordered_rows(

@@ -207,7 +207,10 @@ def lookup_table(state: SchemaState, keyspace: str, name: str) -> Table:
 # --- system_schema rows --------------------------------------------------------------------------
 
 
-def _compaction(state: SchemaState) -> CompactionFor:
+def compaction_for(state: SchemaState) -> CompactionFor:
+    """The ``compaction`` map each table of ``state`` shows (a CDC log's follows its base's
+    cdc ``ttl``)."""
+
     def compaction(table: Table) -> Mapping[str, str]:
         if not table.name.endswith(CDC_LOG_SUFFIX):
             return default_compaction(table)
@@ -240,7 +243,7 @@ def schema_rows(
         described,
         timestamp_us,
         include_system_keyspaces=keyspaces is None,
-        compaction=_compaction(state),
+        compaction=compaction_for(state),
     )
 
 

@@ -56,6 +56,7 @@ from ringflow.cql._ast import (
     BeginBatchStatement,
     CallStatement,
     DeleteStatement,
+    DescribeStatement,
     InsertStatement,
     ModificationStatement,
     QualifiedName,
@@ -74,6 +75,8 @@ from ringflow.cql._bind import (
     partition_key_indexes,
     prepared_id,
 )
+from ringflow.cql._cdc_log_rules import cdc_log_base
+from ringflow.cql._describe import DescribePage, describe_context, execute_describe
 from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
     ErrorResponse,
@@ -142,7 +145,6 @@ from ringflow.errors import (
 )
 from ringflow.schema import (
     BIGINT,
-    CDC_LOG_SUFFIX,
     Cell,
     Migration,
     Mutation,
@@ -326,6 +328,9 @@ class QueryProcessor:
         self.batch_size_warnings = 0
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
+        self.range_ownership: Callable[[str], Mapping[str, Sequence[str]]] = lambda _: {
+            str(token): [node.broadcast_address] for token in node.tokens
+        }  # DESCRIBE CLUSTER's end token → endpoints of a keyspace (a cluster sets its own)
         self._procedures = Procedures()
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
@@ -508,6 +513,11 @@ class QueryProcessor:
             return VoidResult()  # replaced by the deferred read's answer
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
+        if isinstance(statement, DescribeStatement):
+            cluster = self._node.cluster_name
+            schema = describe_context(self._state, keyspace, cluster, self.range_ownership)
+            page = DescribePage.of(params, fingerprint, self.limits.max_page_size_rows)
+            return execute_describe(statement, schema, page)
         if isinstance(statement, CallStatement):
             procedure = self._procedures.of(statement)
             arguments = bind_call(procedure, statement, context)
@@ -542,9 +552,7 @@ class QueryProcessor:
             raise InvalidRequest(
                 f"Modification is not supported by table {table.keyspace}.{table.name}"
             )
-        if table.name.endswith(CDC_LOG_SUFFIX) and (
-            (table.keyspace, table.name[: -len(CDC_LOG_SUFFIX)]) in self._state.tables
-        ):
+        if cdc_log_base(self._state, table) is not None:
             raise InvalidRequest(
                 f"Cannot write to CDC log table {table.keyspace}.{table.name} directly: its rows "
                 "are written by CDC with the base table's writes"

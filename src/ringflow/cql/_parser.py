@@ -29,6 +29,7 @@ from ringflow.cql._parse_ddl import (
     parse_unsupported,
     parse_use,
 )
+from ringflow.cql._parse_describe import parse_describe
 from ringflow.cql._parse_dml import parse_batch, parse_delete, parse_insert, parse_update
 from ringflow.cql._parse_select import parse_select
 
@@ -52,10 +53,12 @@ _STATEMENTS: dict[str, Callable[[Cursor], Statement]] = {
     "alter": parse_alter,
     "drop": parse_drop,
     "call": parse_call,
+    "describe": parse_describe,
+    "desc": parse_describe,
 }
 _EXPECTED_STATEMENT = (
     "expected a statement (SELECT, INSERT, UPDATE, DELETE, BEGIN BATCH, USE, TRUNCATE, "
-    "CREATE, ALTER, DROP, CALL)"
+    "CREATE, ALTER, DROP, CALL, DESCRIBE)"
 )
 
 

@@ -128,6 +128,7 @@ from ringflow.schema._system_rows import (
     schema_migration_rows,
     system_schema_mutations,
     table_mutation,
+    table_properties,
 )
 from ringflow.schema._system_tables import (
     LOCAL_STRATEGY_CLASS,
@@ -367,6 +368,7 @@ __all__ = [
     "system_table_id",
     "system_tables_of",
     "table_mutation",
+    "table_properties",
     "timeuuid_from_micros",
     "timeuuid_to_micros",
     "token_of_key_bytes",

@@ -7,6 +7,12 @@ INT64_MIN becomes INT64_MAX), and a key that is not 16 bytes long maps to the mi
 That puts the log partition of a stream inside the base partition's vnode, so the store, the
 coordinator's replica choice and ``token()`` must all use it for log tables, or reads ask the
 wrong replicas.
+
+Every one of them decides from the table's name and the partition key's bytes alone, so they
+agree: a table named like a log whose key is not one 16-byte stream id cannot be a CDC log (a
+user may create ``x_scylla_cdc_log`` when no CDC table claims the name, as Scylla allows) and is
+placed by Murmur3 (Scylla marks its logs with the partitioner itself; ringflow's tables carry no
+partitioner).
 """
 
 from __future__ import annotations
@@ -32,13 +38,11 @@ def cdc_partitioner_token(key: bytes) -> int:
 
 def partition_token(table_name: str, partition_key: Sequence[bytes]) -> int:
     """The token of a partition of table ``table_name`` (RingError for keys Murmur3 refuses)."""
-    if is_cdc_log_table_name(table_name) and len(partition_key) == 1:
-        return cdc_partitioner_token(partition_key[0])
-    return murmur3_token(partition_key_bytes(partition_key))
+    return token_of_key_bytes(table_name, partition_key_bytes(partition_key))
 
 
 def token_of_key_bytes(table_name: str, key: bytes) -> int:
     """The token of already-packed partition key bytes (one component is used as is)."""
-    if is_cdc_log_table_name(table_name):
+    if is_cdc_log_table_name(table_name) and len(key) == STREAM_ID_SIZE:
         return cdc_partitioner_token(key)
     return murmur3_token(key)

@@ -461,6 +461,19 @@ def _table_row(table: Table, compaction: CompactionFor) -> dict[str, object]:
     }
 
 
+_ROW_IDENTITY = frozenset({"keyspace_name", "table_name", "extensions", "flags", "id"})
+
+
+def table_properties(
+    table: Table, compaction: CompactionFor = default_compaction
+) -> dict[str, object]:
+    """The table properties its ``system_schema.tables`` row shows (name → value: a float, an
+    int, a text or a text map), the ``cdc`` extension aside: what ``DESCRIBE`` writes in the
+    table's ``WITH`` clause."""
+    row = _table_row(table, compaction)
+    return {name: value for name, value in row.items() if name not in _ROW_IDENTITY}
+
+
 def _column_row(table: Table, column: Column) -> dict[str, object]:
     keyed = column.is_primary_key
     return {
@@ -761,14 +774,26 @@ def engine_overrides(
     found = []
     for name, default in _ENGINE_DEFAULTS.items():
         raw = values.get(name)
-        if raw is None or (
-            name in ("caching", "compaction") and table_name.endswith(CDC_LOG_SUFFIX)
-        ):
+        if raw is None:
             continue
         value = engine_value(raw)
+        if table_name.endswith(CDC_LOG_SUFFIX) and _log_shows_by_default(name, value):
+            continue
         if value != default:
             found.append((name, value))
     return tuple(found)
+
+
+def _log_shows_by_default(name: str, value: PropertyValue) -> bool:
+    """A CDC log table shows disabled caching and a TimeWindowCompactionStrategy derived from
+    its base's cdc ``ttl`` (``ringflow.cdc``) unless a user altered them: any TWCS map counts
+    as the derived one (the window follows the base), another strategy is the user's."""
+    if name == "caching":
+        return value == tuple(sorted(DISABLED_CACHING.items()))
+    if name == "compaction" and isinstance(value, tuple):
+        strategy = dict(value).get("class", "")
+        return strategy.rsplit(".", 1)[-1] == "TimeWindowCompactionStrategy"
+    return False
 
 
 def _options_from(data: Any) -> TableOptions:

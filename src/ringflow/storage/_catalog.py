@@ -24,12 +24,10 @@ from ringflow.schema import (
     MapType,
     SetType,
     Table,
-    cdc_partitioner_token,
     token_of_key_bytes,
 )
 from ringflow.schema._codec import clustering_encoder, codec_for
 from ringflow.schema._comparable import NEXT_COMPONENT
-from ringflow.schema._partitioner import is_cdc_log_table_name
 from ringflow.storage._keys import CLUSTERED_TAG, ClusteringEncoder, row_key
 
 PathOrder = Callable[[bytes], bytes]
@@ -132,9 +130,7 @@ class TableInfo:
             clustering_arity=len(table.clustering_columns),
             packed_rows=packed_rows,
             trusted_row_key=_trusted_row_key(table, encode),
-            token_of_key=cdc_partitioner_token
-            if is_cdc_log_table_name(table.name)
-            else partial(token_of_key_bytes, table.name),
+            token_of_key=partial(token_of_key_bytes, table.name),
             dropped_at_us=MappingProxyType(
                 {name: at for name, at in table.dropped_columns if table.has_column(name)}
             ),

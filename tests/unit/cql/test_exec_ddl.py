@@ -186,7 +186,6 @@ TABLE_ERRORS = [
     ("CREATE TABLE nope.t (k int PRIMARY KEY)", ErrorCode.INVALID),
     ("CREATE TABLE system.t (k int PRIMARY KEY)", ErrorCode.UNAUTHORIZED),
     ("CREATE TABLE t (k int PRIMARY KEY, u nosuchtype)", ErrorCode.INVALID),
-    ("CREATE TABLE x_scylla_cdc_log (k int PRIMARY KEY)", ErrorCode.INVALID),
 ]  # fmt: skip
 
 

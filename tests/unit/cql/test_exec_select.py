@@ -8,6 +8,7 @@ per-partition limit, LIMIT); filtering needs ALLOW FILTERING; bad paging states 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -502,7 +503,7 @@ def test_group_by_primary_key_prefixes(tmp_path: Path) -> None:
     ]
     assert node.ok("SELECT b, count(*) FROM g WHERE a = 1 GROUP BY b") == [(0, 3), (1, 3)]
     paged, pages = node.all_pages("SELECT a, b, count(*) FROM g GROUP BY a, b", page_size=2)
-    assert paged == [r[:3] for r in by_ab] and pages == 1  # groups answer in one page
+    assert paged == [r[:3] for r in by_ab] and pages == 3  # pages of groups (see below)
     for statement, message in (
         ("SELECT count(*) FROM g GROUP BY b", "following their declared order in the PRIMARY KEY"),
         ("SELECT count(*) FROM g GROUP BY a, c", "following their declared order"),
@@ -547,3 +548,43 @@ def test_select_json_and_to_json(tmp_path: Path) -> None:
     prepared = node.prepare("SELECT JSON * FROM j WHERE k = ?")
     assert [(c.name, c.type) for c in prepared.result_metadata.columns] == [("[json]", TEXT)]
     node.close()
+
+
+@pytest.mark.parametrize("batch_rows", [4, 5, 10_000])
+def test_group_by_pages_count_groups_and_resume_at_the_next_group(
+    tmp_path: Path, batch_rows: int
+) -> None:
+    """GROUP BY with a page size answers pages of whole groups (Cassandra's
+    GroupByPagingState), the state resuming at the next group, also when the store's batch
+    (``max_page_size_rows``) ends inside a group or crosses a group boundary; LIMIT and
+    PER PARTITION LIMIT count groups across pages; aggregates are the unpaged ones. Before,
+    every GROUP BY answered one page."""
+    node = node_with_keyspace(tmp_path)
+    node.processor.limits = dataclasses.replace(
+        node.processor.limits, max_page_size_rows=batch_rows
+    )
+    node.ok("CREATE TABLE g (a int, b int, c int, v int, PRIMARY KEY (a, b, c))")
+    for a, b, c in itertools.product(range(4), range(3), range(3)):
+        if (a, b) != (2, 1):  # a partition with a gap
+            node.ok(f"INSERT INTO g (a, b, c, v) VALUES ({a}, {b}, {c}, {a * 100 + b * 10 + c})")
+    queries = [
+        "SELECT a, b, count(*), sum(v), min(c) FROM g GROUP BY a, b",
+        "SELECT a, count(*), max(v) FROM g GROUP BY a",
+        "SELECT a, b, count(*) FROM g GROUP BY a, b LIMIT 5",
+        "SELECT a, b, sum(v) FROM g GROUP BY a, b PER PARTITION LIMIT 2",
+        "SELECT a, b, count(*) FROM g WHERE a IN (3, 1, 2) GROUP BY a, b",
+        "SELECT b, count(*) FROM g WHERE a = 1 GROUP BY b",
+        "SELECT a, b, count(*) FROM g WHERE c > 0 GROUP BY a, b ALLOW FILTERING",
+    ]
+    for query in queries:
+        whole = node.ok(query)
+        assert whole, query
+        for page_size in (1, 2, 3, 100):
+            paged, pages = node.all_pages(query, page_size=page_size)
+            assert paged == whole, (query, page_size)
+            per_page = min(page_size, batch_rows)  # max_page_size_rows caps pages too
+            assert len(whole) // per_page <= pages <= len(whole) // per_page + 1
+    first = node.raw(queries[0], page_size=2)
+    assert len(first.rows) == 2 and first.metadata.paging_state is not None
+    other = node.error(queries[1], page_size=2, paging_state=first.metadata.paging_state)
+    assert other.code == ErrorCode.INVALID

@@ -8,8 +8,8 @@ the driver's own text, not a copy).
 
 Oracle 2: cqlsh (scylladb/scylla-cqlsh ``bin/cqlsh.py``, not installed here): on connect it reads
 ``system.local`` and ``system.versions``; ``DESCRIBE`` goes to the server first and cqlsh falls
-back to its client-side describe when the server answers with a syntax error, so DESCRIBE must
-be refused with SyntaxProblem (0x2000), not parsed.
+back to its client-side describe when the server answers with a syntax error; ringflow answers
+DESCRIBE itself (``cql/_describe.py``), so cqlsh's forms must parse as DESCRIBE statements.
 
 Oracle 3: the scylla-cdc consumers' queries (``shared/reference/scylla-cdc.md`` §7), as the
 libraries format them: scylla-cdc-go ``change.go``/``progress.go``/``topology.go``/``utils.go``,
@@ -39,6 +39,8 @@ from ringflow.cql._ast import (
     BlobLiteral,
     BooleanLiteral,
     ColumnRelation,
+    DescribeKind,
+    DescribeStatement,
     DurationLiteral,
     EmptyBraces,
     FloatLiteral,
@@ -48,6 +50,7 @@ from ringflow.cql._ast import (
     MapLiteral,
     NullLiteral,
     Operator,
+    QualifiedName,
     SelectStatement,
     SetLiteral,
     SetValue,
@@ -59,7 +62,6 @@ from ringflow.cql._ast import (
     UuidLiteral,
 )
 from ringflow.cql._parser import parse_statement, parse_statements
-from ringflow.errors import ErrorCode, SyntaxProblem
 
 _TIMEOUT = datetime.timedelta(seconds=2)
 
@@ -232,11 +234,20 @@ def test_cqlsh_connect_query_parses(text: str) -> None:
     assert statement.where == (ColumnRelation("key", Operator.EQ, StringLiteral("local")),)
 
 
-@pytest.mark.parametrize("text", ["DESCRIBE KEYSPACES", "DESC TABLE ks.t;", "describe cluster"])
-def test_cqlsh_describe_is_a_syntax_error_so_cqlsh_falls_back(text: str) -> None:
-    with pytest.raises(SyntaxProblem) as caught:
-        parse_statement(text)
-    assert caught.value.code is ErrorCode.SYNTAX_ERROR
+@pytest.mark.parametrize(
+    ("text", "kind", "name"),
+    [
+        ("DESCRIBE KEYSPACES", DescribeKind.KEYSPACES, None),
+        ("DESC TABLE ks.t;", DescribeKind.TABLE, QualifiedName("ks", "t")),
+        ("describe cluster", DescribeKind.CLUSTER, None),
+        ("DESCRIBE KEYSPACE ks", DescribeKind.KEYSPACE, QualifiedName(None, "ks")),
+        ("DESC FULL SCHEMA", DescribeKind.FULL_SCHEMA, None),
+        ('DESC "Ks"."T" WITH INTERNALS', DescribeKind.GENERIC, QualifiedName("Ks", "T")),
+    ],
+)
+def test_cqlsh_describe_forms_parse(text: str, kind: DescribeKind, name: object) -> None:
+    statement = parse_statement(text)
+    assert statement == DescribeStatement(kind, name, "INTERNALS" in text)
 
 
 CDC_GO_STREAMS = '"cdc$stream_id" IN (?, ?, ?)'
