@@ -64,6 +64,9 @@ from ringflow.cql._ast import (
     UpdateStatement,
     UseStatement,
 )
+from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES, AuthStatement
+from ringflow.cql._auth_model import Resource
+from ringflow.cql._auth_rows import PlaneAuthRows
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
@@ -83,6 +86,7 @@ from ringflow.cql._error_responses import (
     WriteFailureResponse,
     WriteTimeoutResponse,
 )
+from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
     ExecutorLimits,
@@ -101,6 +105,7 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
+from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
@@ -123,7 +128,9 @@ from ringflow.cql._results import (
     PreparedResult,
     RowsMetadata,
     SchemaChange,
+    SchemaChangeResult,
     SchemaChangeTarget,
+    SchemaChangeType,
     SetKeyspaceResult,
     VoidResult,
 )
@@ -179,9 +186,11 @@ class NodeIdentity:
 
 @dataclass(slots=True)
 class SessionState:
-    """Per-connection state: the keyspace chosen by ``USE``."""
+    """Per-connection state: the keyspace chosen by ``USE``, and the role logged in (None:
+    no authentication, or an internal session; never checked then)."""
 
     keyspace: str | None = None
+    user: str | None = None
 
 
 def response_for_error(
@@ -310,6 +319,8 @@ class QueryProcessor:
         self.batch_size_warnings = 0
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
+        self.auth: AuthService | None = None
+        """Authentication and authorization (``enable_auth``); None: everything allowed."""
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
         high_water_us = schema_high_water_us(store)
@@ -348,6 +359,19 @@ class QueryProcessor:
                 len(self._prepared) <= self.limits.max_prepared_statements,
                 f"{len(self._prepared)} prepared statements exceed the limit",
             )
+
+    def enable_auth(self, settings: AuthSettings, clock_ms: Callable[[], float]) -> AuthService:
+        """Check logins and permissions from now on (``_exec_auth``); the roles live in
+        ``system_auth``, read and written through this processor's data plane."""
+        rows = PlaneAuthRows(lambda: self._data_plane, self._clock)
+        self.auth = AuthService(
+            rows, settings, clock_ms=clock_ms, next_timestamp_us=self._next_auth_timestamp
+        )
+        return self.auth
+
+    def _next_auth_timestamp(self) -> int:
+        with self._lock:
+            return self._timestamps.next()
 
     def use_data_plane(self, data_plane: DataPlane) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node)."""
@@ -462,6 +486,11 @@ class QueryProcessor:
         fingerprint: bytes,
     ) -> Response:
         context = self._context(values, keyspace)
+        auth = self.auth
+        if auth is not None and session.user is not None:
+            self._authorize(auth, session.user, statement, keyspace)
+        if isinstance(statement, AUTH_STATEMENT_TYPES):
+            return self._auth_statement(statement, session, keyspace)
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
                 raise InvalidRequest("ANY ConsistencyLevel is only supported for writes")
@@ -483,7 +512,10 @@ class QueryProcessor:
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
         if type(statement) in DDL_HANDLERS:
-            return self._ddl(statement, keyspace)
+            response = self._ddl(statement, keyspace)
+            if auth is not None and isinstance(response, SchemaChangeResult):
+                self._grant_to_creator(auth, session.user, response)
+            return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
         if isinstance(statement, BeginBatchStatement):
@@ -492,6 +524,50 @@ class QueryProcessor:
         timestamp = self._default_timestamp(params.default_timestamp)
         self._apply(self._mutations(statement, context, timestamp))
         return VoidResult()
+
+    def _authorize(
+        self, auth: AuthService, user: str, statement: Statement, keyspace: str | None
+    ) -> None:
+        if isinstance(statement, BeginBatchStatement):
+            for child in statement.statements:
+                auth.authorize(user, child, keyspace, self._state)
+        else:
+            auth.authorize(user, statement, keyspace, self._state)
+
+    def _auth_statement(
+        self, statement: AuthStatement, session: SessionState, keyspace: str | None
+    ) -> Response:
+        """A role or permission statement: run once the lock is released (its reads and
+        writes go through the cluster)."""
+        auth = self.auth
+        if auth is None:
+            raise InvalidRequest(
+                "Roles and permissions need an authenticator or authorizer: start the node "
+                "with authenticator: PasswordAuthenticator (ringflow cluster start --auth)"
+            )
+        runner = RoleStatements(auth, self._state)
+        user = session.user
+        self._defer(lambda: runner.execute(statement, user, keyspace))
+        return VoidResult()
+
+    def _grant_to_creator(
+        self, auth: AuthService, user: str | None, response: SchemaChangeResult
+    ) -> None:
+        """The creator of a keyspace or table gets every permission on it (Cassandra)."""
+        change = response.change
+        if user is None or change.change_type is not SchemaChangeType.CREATED:
+            return
+        if change.target is SchemaChangeTarget.KEYSPACE:
+            resource = Resource.keyspace(change.keyspace)
+        elif change.target is SchemaChangeTarget.TABLE and change.name is not None:
+            resource = Resource.table(change.keyspace, change.name)
+        else:
+            return
+
+        def grant() -> None:
+            auth.grant_to_creator(user, resource)
+
+        self._defer(grant)
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
         return client_timestamp if client_timestamp is not None else self._timestamps.next()
@@ -588,6 +664,7 @@ class QueryProcessor:
         self._check_batch_size(len(batch.statements))
         timestamp = self._default_timestamp(batch.default_timestamp)
         mutations: list[Mutation] = []
+        auth = self.auth if session.user is not None else None
         for entry in batch.statements:
             if isinstance(entry.statement, bytes):
                 prepared = self._prepared.get(entry.statement)
@@ -602,6 +679,8 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
+            if auth is not None and session.user is not None:
+                auth.authorize(session.user, statement, keyspace, self._state)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)
