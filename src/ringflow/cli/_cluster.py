@@ -43,7 +43,11 @@ from typing import TYPE_CHECKING
 from ringflow.cli import EXIT_OK
 from ringflow.cli._native_options import (
     SWITCH_INTERVAL_S,
+    add_auth_options,
     add_native_options,
+    auth_arguments,
+    auth_settings_of,
+    given_auth_options,
     given_native_limits,
     given_native_options,
     native_arguments,
@@ -98,6 +102,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(start)
     add_capture_options(start)
     add_native_options(start)
+    add_auth_options(start, shorthand=True)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -139,6 +144,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(node)
     add_capture_options(node)
     add_native_options(node)
+    add_auth_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
@@ -371,6 +377,7 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
         "timings": given_timings(arguments),
         "capture": given_capture(arguments),
         "native": given_native_options(arguments),
+        "auth": given_auth_options(arguments),
     }
     data.mkdir(parents=True, exist_ok=True)
     (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
@@ -444,6 +451,7 @@ def _spawn(
         *timing_arguments(_layout_timings(layout)),
         *capture_arguments(layout_capture(layout)),
         *native_arguments(layout.get("native")),
+        *auth_arguments(layout.get("auth")),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -522,6 +530,10 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
             (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     else:
         layout = _create(data, arguments)
+    auth = given_auth_options(arguments)
+    if auth and auth != layout.get("auth"):  # for the nodes started from now on
+        layout["auth"] = auth
+        (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     for node in _nodes(layout):
         _spawn(data, layout, node, feature_arguments(arguments))
     wait_ready(data, layout, arguments.timeout)
@@ -679,6 +691,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
         address=arguments.address,
         data_dir=arguments.data,
         limits=given_native_limits(arguments),
+        auth=auth_settings_of(given_auth_options(arguments)),
     )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(given_timings(arguments))

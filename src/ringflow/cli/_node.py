@@ -34,7 +34,10 @@ from ringflow.cli._cluster import (
 )
 from ringflow.cli._native_options import (
     SWITCH_INTERVAL_S,
+    add_auth_options,
     add_native_options,
+    auth_settings_of,
+    given_auth_options,
     given_native_limits,
 )
 from ringflow.errors import ConfigurationError
@@ -70,6 +73,7 @@ def register(subcommands: Subcommands) -> None:
     add_timing_options(start)
     add_capture_options(start)
     add_native_options(start)
+    add_auth_options(start)
     start.set_defaults(handler=run_start)
     from ringflow.cli._topology import register_node
 
@@ -101,6 +105,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         shard_count=arguments.shards,
         ignore_msb=arguments.ignore_msb,
         limits=given_native_limits(arguments),
+        auth=auth_settings_of(given_auth_options(arguments)),
     )
 
     def announce(line: str) -> None:

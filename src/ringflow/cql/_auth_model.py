@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import bcrypt
 
+from ringflow.cql._exec_common import Unauthorized
 from ringflow.errors import ClientError, ErrorCode
 
 BCRYPT_ROUNDS = 10
@@ -45,12 +46,6 @@ class AuthenticationFailed(ClientError):
     """Bad credentials or a malformed SASL token (0x0100 AuthenticationException)."""
 
     code = ErrorCode.AUTHENTICATION_ERROR
-
-
-class Unauthorized(ClientError):
-    """A logged-in role lacks a permission (0x2100 UnauthorizedException)."""
-
-    code = ErrorCode.UNAUTHORIZED
 
 
 class Permission(enum.Enum):

@@ -32,7 +32,6 @@ from ringflow.cql._auth_model import (
     Permission,
     Resource,
     RoleRecord,
-    Unauthorized,
     granted_roles,
     hash_password,
     sorted_permissions,
@@ -51,6 +50,7 @@ from ringflow.cql._auth_tables import (
     role_mutation,
 )
 from ringflow.cql._exec_auth import AuthService
+from ringflow.cql._exec_common import Unauthorized
 from ringflow.cql._responses import Response
 from ringflow.cql._results import ColumnSpec, RowsMetadata, RowsResult, VoidResult
 from ringflow.cql._wire import Consistency

@@ -144,3 +144,5 @@ class ServerStats:
     """Times a connection stopped being read because the request-data budget was full."""
     frames_overloaded: int = 0
     """Frames answered Overloaded over the budget (``throw_on_overload``)."""
+    failed_logins: int = 0
+    """AUTH_RESPONSEs answered with an error (bad credentials or a malformed token)."""

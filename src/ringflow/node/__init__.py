@@ -7,6 +7,8 @@ modules are private; everything public is re-exported here.
 """
 
 from ringflow.node._config import (
+    AUTHENTICATORS,
+    AUTHORIZERS,
     DEFAULT_CLUSTER_NAME,
     DEFAULT_DC,
     DEFAULT_IGNORE_MSB,
@@ -22,6 +24,8 @@ from ringflow.node._config import (
     DataDirLock,
     NodeConfig,
     NodeRecord,
+    auth_mode,
+    auth_settings,
     check_address,
     load_record,
     node_config,
@@ -49,6 +53,8 @@ from ringflow.node._startup import (
 )
 
 __all__ = [
+    "AUTHENTICATORS",
+    "AUTHORIZERS",
     "DEFAULT_CLUSTER_NAME",
     "DEFAULT_DC",
     "DEFAULT_IGNORE_MSB",
@@ -67,6 +73,8 @@ __all__ = [
     "NodeConfig",
     "NodeRecord",
     "ProcessorBackend",
+    "auth_mode",
+    "auth_settings",
     "check_address",
     "create_first_generation",
     "ensure_cdc_generation",

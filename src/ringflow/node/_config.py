@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cql import ServerLimits
+from ringflow.cql import AuthSettings, ServerLimits
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, TokenMetadata, allocate_random, check_sharding
 
@@ -162,6 +162,52 @@ def _check_int(what: str, value: object, low: int, high: int) -> int:
     return value
 
 
+AUTHENTICATORS = {
+    "AllowAllAuthenticator": False,
+    "PasswordAuthenticator": True,
+}
+AUTHORIZERS = {"AllowAllAuthorizer": False, "CassandraAuthorizer": True}
+
+
+def _auth_class(what: str, value: str, known: dict[str, bool]) -> bool:
+    short = value.removeprefix("org.apache.cassandra.auth.")
+    if short not in known:
+        raise ConfigurationError(
+            f"{what} must be one of {', '.join(sorted(known))} (Cassandra's names), got {value!r}"
+        )
+    return known[short]
+
+
+def auth_settings(
+    authenticator: str = "AllowAllAuthenticator",
+    authorizer: str = "AllowAllAuthorizer",
+    *,
+    validity_ms: object = None,
+) -> AuthSettings:
+    """``AuthSettings`` from cassandra.yaml's ``authenticator`` / ``authorizer`` names (short or
+    ``org.apache.cassandra.auth.``-qualified) and ``roles_validity`` (ms or a duration)."""
+    authenticate = _auth_class("authenticator", authenticator, AUTHENTICATORS)
+    authorize = _auth_class("authorizer", authorizer, AUTHORIZERS)
+    if authorize and not authenticate:
+        raise ConfigurationError(
+            "authorizer CassandraAuthorizer needs authenticator PasswordAuthenticator (an "
+            "anonymous user cannot be authorized)"
+        )
+    if validity_ms is None:
+        return AuthSettings(authenticate, authorize)
+    validity = round(parse_duration_s("roles_validity", validity_ms) * 1000)
+    return AuthSettings(
+        authenticate, authorize, validity_ms=_check_int("roles_validity", validity, 0, 86_400_000)
+    )
+
+
+def auth_mode(settings: AuthSettings) -> str:
+    """How a node gossips its auth settings: ``authenticator/authorizer`` short names."""
+    authenticator = "PasswordAuthenticator" if settings.authenticate else "AllowAllAuthenticator"
+    authorizer = "CassandraAuthorizer" if settings.authorize else "AllowAllAuthorizer"
+    return f"{authenticator}/{authorizer}"
+
+
 def check_address(value: object) -> str:
     """The address in canonical form; ConfigurationError unless it is IPv4 loopback."""
     try:
@@ -190,6 +236,8 @@ class NodeConfig:
     shard_count: int = DEFAULT_SHARD_COUNT
     ignore_msb: int = DEFAULT_IGNORE_MSB
     limits: ServerLimits = field(default_factory=ServerLimits)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    """Cassandra's ``authenticator`` / ``authorizer`` (``auth_settings``); off by default."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "address", check_address(self.address))
@@ -209,6 +257,8 @@ class NodeConfig:
             raise ConfigurationError(f"bad sharding: {error}") from None
         if not isinstance(self.limits, ServerLimits):
             raise ConfigurationError(f"limits must be ServerLimits, got {self.limits!r}")
+        if not isinstance(self.auth, AuthSettings):
+            raise ConfigurationError(f"auth must be AuthSettings, got {self.auth!r}")
 
     @property
     def record_path(self) -> Path:
@@ -402,6 +452,7 @@ def node_config(
     shard_count: int | None = None,
     ignore_msb: int | None = None,
     limits: ServerLimits | None = None,
+    auth: AuthSettings | None = None,
 ) -> NodeConfig:
     """A ``NodeConfig`` whose omitted settings come from the data dir's saved record (a
     restart), else from the defaults (a first start)."""
@@ -431,4 +482,5 @@ def node_config(
             ignore_msb, None if record is None else record.ignore_msb, DEFAULT_IGNORE_MSB
         ),
         limits=limits or ServerLimits(),
+        auth=auth or AuthSettings(),
     )
