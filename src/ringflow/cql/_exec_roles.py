@@ -351,9 +351,10 @@ class RoleStatements:
                 raise Unauthorized(f"You are not authorized to view {who}'s permissions")
         if of is None:
             roles = [record.name for record in self.service.all_roles()]
+        elif statement.recursive:
+            roles = [record.name for record in granted_roles(of, self.service.load_role)]
         else:
-            found = granted_roles(of, self.service.load_role, recursive=statement.recursive)
-            roles = [record.name for record in found]
+            roles = [of]  # NORECURSIVE: the role's own grants on the resource itself
         wanted = set(Permission) if statement.permissions is None else set(statement.permissions)
         levels = _levels(resource, statement.recursive)
         details: list[tuple[str, str, int, Resource, Permission]] = []

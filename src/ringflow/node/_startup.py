@@ -67,8 +67,7 @@ from ringflow.cdc import (
     generation_description_v2_rows,
     publication_batches,
 )
-from ringflow.cql import Execute, Prepare, Query, SchemaChange
-from ringflow.cql._auth_model import PASSWORD_AUTHENTICATOR
+from ringflow.cql import PASSWORD_AUTHENTICATOR, Execute, Prepare, Query, SchemaChange
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
