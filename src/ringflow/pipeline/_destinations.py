@@ -26,8 +26,9 @@ import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
+from ringflow.pipeline._cluster_client import credentials
 from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
@@ -112,17 +113,40 @@ def _hub_destination(
     url: str, table: Table, allow_alter: bool
 ) -> tuple[str, Mapping[str, str], str]:
     parts = urlsplit(url)
-    hosts, port = parse_hosts(parts.netloc, "hub address")
+    hosts, port = parse_hosts(parts.netloc.rsplit("@", 1)[-1], "hub address")
     keyspace, name = parse_table_name(_hub_target(url, table))
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = sorted(set(query) - {"consistency"})
+    unknown = sorted(set(query) - {"consistency", "password_file"})
     if unknown:
-        raise PipelineConfigError(f"{url!r}: unknown parameter(s) {unknown}")
+        raise PipelineConfigError(f"{redact(url)!r}: unknown parameter(s) {unknown}")
     consistency = query.get("consistency", "QUORUM").upper()
+    login = hub_login(parts.username, parts.password, query.get("password_file"))
     options = hub_options(
-        hosts, keyspace, name, table, port=port, consistency=consistency, allow_alter=allow_alter
+        hosts,
+        keyspace,
+        name,
+        table,
+        port=port,
+        consistency=consistency,
+        allow_alter=allow_alter,
+        login=login,
     )
     return HUB_FORMAT, options, f"{keyspace}.{name}"
+
+
+def hub_login(
+    username: str | None, password: str | None, password_file: str | None
+) -> dict[str, str]:
+    """The credential options of ``ringflow://user[:password]@host/..`` (the password better
+    from ``?password_file=`` or ``RINGFLOW_PASSWORD``: a URL may be logged; ``redact`` hides it
+    in ringflow's own output)."""
+    login = {"username": unquote(username)} if username else {}
+    if username and password:
+        login["password"] = unquote(password)
+    if username and password_file:
+        login["password_file"] = password_file
+    credentials(login, "hub URL")  # checked now: a missing password fails before any job
+    return login
 
 
 def _lake_destination(

@@ -59,7 +59,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -95,7 +95,13 @@ from ringflow.pipeline._changes import (
     table_to_json,
     validate_change,
 )
-from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
+from ringflow.pipeline._cluster_client import (
+    CREDENTIAL_OPTIONS,
+    ClusterOptions,
+    auth_provider,
+    credentials,
+    parse_hosts,
+)
 from ringflow.pipeline._dead_letters import (
     dead_letter_options,
     dead_letter_settings,
@@ -133,6 +139,7 @@ _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
     | {"dead_letters", "channel"}
+    | CREDENTIAL_OPTIONS
 )
 MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
@@ -160,6 +167,8 @@ class HubConfig:
     batch_bytes: int = DEFAULT_BATCH_BYTES
     dead_letters: str = ""
     channel: str = ""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @property
     def dead_letter_options(self) -> ClusterOptions | None:
@@ -222,6 +231,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         _bounded_int(options, "batch_bytes", DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES),
         dead_letters,
         channel,
+        *credentials(options, HUB_FORMAT + ": option"),
     )
 
 
@@ -260,6 +270,7 @@ def connect(config: HubConfig, *, metadata: bool = True) -> tuple[Cluster, Sessi
         reconnection_policy=ExponentialReconnectionPolicy(0.5, _RECONNECT_MAX_S),
         schema_metadata_enabled=metadata,
         token_metadata_enabled=metadata,
+        auth_provider=auth_provider(config.username, config.password),
     )
     try:
         return cluster, cluster.connect()
@@ -358,6 +369,7 @@ def hub_options(
     grouping: str = DEFAULT_GROUPING,
     batch_statements: int = DEFAULT_BATCH_STATEMENTS,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    login: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
     hub and looks the target up, adding the source's new columns when ``allow_alter``) so
@@ -376,6 +388,7 @@ def hub_options(
         "grouping": grouping,
         "batch_statements": str(batch_statements),
         "batch_bytes": str(batch_bytes),
+        **(login or {}),
     }
     check_hub(parse_options(options))
     return options
