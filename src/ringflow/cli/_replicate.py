@@ -145,16 +145,20 @@ def add_login_options(parser: argparse.ArgumentParser) -> None:
 
 
 def source_login(arguments: argparse.Namespace) -> dict[str, str]:
-    """The source's credential options (checked: a missing password fails here)."""
+    """The source's credentials, resolved here on the driver (Spark's Python workers do not
+    see this process's environment, nor maybe its files): ``username`` and ``password``
+    options, which Spark redacts from plans (``spark.redaction.regex``)."""
     from ringflow.pipeline._cluster_client import credentials
 
-    login = {}
+    given = {}
     if getattr(arguments, "username", None):
-        login["username"] = str(arguments.username)
+        given["username"] = str(arguments.username)
         if getattr(arguments, "password_file", None):
-            login["password_file"] = str(arguments.password_file)
-    credentials(login, "--username")
-    return login
+            given["password_file"] = str(arguments.password_file)
+    username, password = credentials(given, "--username")
+    if username is None or password is None:
+        return {}
+    return {"username": username, "password": password}
 
 
 def run(arguments: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ from ringflow.cql._auth_tables import (
 )
 from ringflow.cql._exec_auth import AuthService
 from ringflow.cql._exec_common import Unauthorized
+from ringflow.cql._exec_system import keyspace_exists, lookup_table
 from ringflow.cql._responses import Response
 from ringflow.cql._results import ColumnSpec, RowsMetadata, RowsResult, VoidResult
 from ringflow.cql._wire import Consistency
@@ -279,10 +280,9 @@ class RoleStatements:
         resource = name.resolve(keyspace)
         parts = resource.parts
         if resource.root == "data":
-            known = (
-                len(parts) == 0
-                or (len(parts) == 1 and parts[0] in self.schema.keyspaces)
-                or (len(parts) == 2 and (parts[0], parts[1]) in self.schema.tables)
+            known = len(parts) == 0 or (
+                keyspace_exists(self.schema, parts[0])
+                and (len(parts) == 1 or _table_exists(self.schema, parts[0], parts[1]))
             )
         else:
             known = not parts or self.service.load_role(parts[0]) is not None
@@ -382,6 +382,14 @@ class RoleStatements:
         return _rows(
             specs, [(role, role, str(res), perm.value) for role, _, _, res, perm in details]
         )
+
+
+def _table_exists(schema: SchemaState, keyspace: str, table: str) -> bool:
+    try:
+        lookup_table(schema, keyspace, table)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def _levels(resource: Resource | None, recursive: bool) -> set[Resource] | None:

@@ -137,16 +137,18 @@ def _hub_destination(
 def hub_login(
     username: str | None, password: str | None, password_file: str | None
 ) -> dict[str, str]:
-    """The credential options of ``ringflow://user[:password]@host/..`` (the password better
-    from ``?password_file=`` or ``RINGFLOW_PASSWORD``: a URL may be logged; ``redact`` hides it
-    in ringflow's own output)."""
-    login = {"username": unquote(username)} if username else {}
+    """The credential options of ``ringflow://user[:password]@host/..``, the password resolved
+    here on the driver (better from ``?password_file=`` or ``RINGFLOW_PASSWORD``: a URL may be
+    logged; ``redact`` hides it in ringflow's own output; Spark redacts ``password`` options)."""
+    given = {"username": unquote(username)} if username else {}
     if username and password:
-        login["password"] = unquote(password)
+        given["password"] = unquote(password)
     if username and password_file:
-        login["password_file"] = password_file
-    credentials(login, "hub URL")  # checked now: a missing password fails before any job
-    return login
+        given["password_file"] = password_file
+    user, secret = credentials(given, "hub URL")  # resolved on the driver (see source_login)
+    if user is None or secret is None:
+        return {}
+    return {"username": user, "password": secret}
 
 
 def _lake_destination(

@@ -48,5 +48,5 @@ def test_the_password_stays_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_hub_urls_carry_a_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RINGFLOW_PASSWORD", "env")
     assert hub_login(None, None, None) == {}
-    assert hub_login("ops%40x", None, None) == {"username": "ops@x"}
+    assert hub_login("ops%40x", None, None) == {"username": "ops@x", "password": "env"}
     assert hub_login("u", "p%2F1", None) == {"username": "u", "password": "p/1"}
