@@ -59,6 +59,7 @@ from ringflow.cql._auth_model import (
     RoleRecord,
     check_password,
     decode_plain_token,
+    granted_roles,
     hash_password,
     incorrect_credentials,
 )
@@ -71,7 +72,7 @@ from ringflow.cql._auth_tables import (
     role_mutation,
     role_record,
 )
-from ringflow.cql._exec_common import LOCAL_KEYSPACES, require_keyspace
+from ringflow.cql._exec_common import LOCAL_KEYSPACES, Unauthorized, require_keyspace
 from ringflow.cql._wire import Consistency
 from ringflow.schema import CDC_LOG_SUFFIX, SchemaState
 
@@ -106,6 +107,20 @@ class AuthSettings:
         return self.authenticate or self.authorize
 
 
+@dataclass(frozen=True, slots=True)
+class EffectivePermissions:
+    """What one role may do, its grants resolved (through granted roles): cached per role for
+    the validity, so a statement's check is a few dictionary lookups."""
+
+    superuser: bool
+    granted: Mapping[Resource, frozenset[Permission]]
+
+    def allows(self, permission: Permission, resource: Resource) -> bool:
+        if self.superuser:
+            return True
+        return any(permission in self.granted.get(level, ()) for level in resource.chain())
+
+
 def role_consistency(role: str) -> Consistency:
     return Consistency.QUORUM if role == DEFAULT_SUPERUSER else Consistency.LOCAL_ONE
 
@@ -129,6 +144,9 @@ class AuthService:
         )
         self._permissions: ExpiringCache[str, Mapping[Resource, frozenset[Permission]]] = (
             ExpiringCache(clock_ms, validity_ms=settings.validity_ms)
+        )
+        self._effective: ExpiringCache[str, EffectivePermissions] = ExpiringCache(
+            clock_ms, validity_ms=settings.validity_ms
         )
         self.failed_logins = 0
         self.default_password_warned = False
@@ -155,6 +173,20 @@ class AuthService:
         records = [role_record(table, row) for row in self.rows.scan(table, Consistency.QUORUM)]
         return sorted(records, key=lambda record: record.name)
 
+    def _resolve(self, name: str) -> EffectivePermissions | None:
+        roles = granted_roles(name, self.role)
+        if not roles:
+            return None
+        granted: dict[Resource, frozenset[Permission]] = {}
+        for record in roles:
+            for resource, permissions in self.permissions(record.name).items():
+                granted[resource] = granted.get(resource, frozenset()) | permissions
+        return EffectivePermissions(any(r.is_superuser for r in roles), granted)
+
+    def effective(self, name: str) -> EffectivePermissions:
+        """``name``'s resolved permissions (none for a role that no longer exists)."""
+        return self._effective.get(name, self._resolve) or EffectivePermissions(False, {})
+
     def user(self, name: str) -> AuthorizedUser:
         return AuthorizedUser(name, self.role, self.permissions)
 
@@ -162,6 +194,7 @@ class AuthService:
         """After a change made here: this node sees it at once."""
         self._roles.invalidate_all()
         self._permissions.invalidate_all()
+        self._effective.invalidate_all()
 
     def next_timestamp_us(self) -> int:
         return self._next_timestamp_us()
@@ -214,13 +247,17 @@ class AuthService:
         if required is None:
             return
         permission, resource = required
-        authorized = self.user(user)
         if _readable_anyway(permission, resource):
             return
-        base = _cdc_base(resource, schema)
-        if base is not None and authorized.has_permission(permission, base):
+        effective = self.effective(user)
+        if effective.allows(permission, resource):
             return
-        authorized.require(permission, resource)
+        base = _cdc_base(resource, schema)
+        if base is not None and effective.allows(permission, base):
+            return
+        raise Unauthorized(
+            f"User {user} has no {permission.value} permission on {resource} or any of its parents"
+        )
 
     def grant_to_creator(self, user: str | None, resource: Resource) -> None:
         """Every permission ``resource`` applies to its creator (Cassandra's
