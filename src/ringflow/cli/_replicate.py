@@ -148,7 +148,7 @@ def source_login(arguments: argparse.Namespace) -> dict[str, str]:
     """The source's credentials, resolved here on the driver (Spark's Python workers do not
     see this process's environment, nor maybe its files): ``username`` and ``password``
     options, which Spark redacts from plans (``spark.redaction.regex``)."""
-    from ringflow.pipeline._cluster_client import credentials
+    from ringflow.pipeline import credentials
 
     given = {}
     if getattr(arguments, "username", None):

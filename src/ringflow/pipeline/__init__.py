@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
         cluster_options,
+        credentials,
         load_table,
     )
     from ringflow.pipeline._cluster_client import connect as connect_cluster
@@ -276,6 +277,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "changes_sorted": ("ringflow.pipeline._changes", "changes_sorted"),
     "check_change_schema": ("ringflow.pipeline._changes", "check_change_schema"),
     "cluster_options": ("ringflow.pipeline._cluster_client", "cluster_options"),
+    "credentials": ("ringflow.pipeline._cluster_client", "credentials"),
     "committed_files": ("ringflow.pipeline._lake", "committed_files"),
     "format_duration": ("ringflow.pipeline._spark_types", "format_duration"),
     "from_spark_value": ("ringflow.pipeline._spark_types", "from_spark_value"),
@@ -400,6 +402,7 @@ __all__ = [
     "committed_files",
     "connect_cluster",
     "create_channel",
+    "credentials",
     "dead_letter_options",
     "describe_change",
     "drop_channel",
