@@ -1,4 +1,5 @@
-"""``ringflow replicate`` from an auth-enabled edge to an auth-enabled hub (issue 18 part 1).
+"""``ringflow replicate`` from an auth-enabled edge to an auth-enabled hub, then ``ringflow
+diff`` of the two through their logins (issue 18 part 1).
 
 Two single-node processes started with ``--authenticator PasswordAuthenticator --authorizer
 CassandraAuthorizer`` (small: one node each; the auth cluster itself is tested in
@@ -100,6 +101,15 @@ def test_replicate_between_auth_enabled_clusters(
         edge_rows = sorted(map(tuple, edge.execute(query)))
         hub_rows = sorted(map(tuple, hub.execute(query)))
         assert edge_rows and hub_rows == edge_rows
+        diff = [
+            "diff",
+            *("--source", edge_node.endpoint, "--target", hub_node.endpoint),
+            *("--table", f"{KEYSPACE}.{TABLE}", "--splits", "4", "--username", "reader"),
+            *("--target-username", "cassandra", "--target-password-file", str(secret)),
+        ]
+        assert main(diff) == 0  # equal, read through both logins
+        output = capsys.readouterr()
+        assert EDGE_PASSWORD not in output.out + output.err
     finally:
         edge_cluster.shutdown()  # type: ignore[attr-defined]
         hub_cluster.shutdown()  # type: ignore[attr-defined]
