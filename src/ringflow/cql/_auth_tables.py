@@ -190,3 +190,10 @@ def permissions_mutation(
     )
     row = Row((_key(resource.name),), None, None, {"permissions": ComplexColumn(cells)})
     return Mutation(table.keyspace, table.name, (_key(role),), rows=(row,))
+
+
+def permission_row_deletion(table: Table, role: str, resource: str, timestamp_us: int) -> Mutation:
+    """Delete ``role``'s grants on ``resource`` (its whole ``role_permissions`` row)."""
+    deletion = DeletionTime(timestamp_us, timestamp_us // 1_000_000)
+    row = Row((_key(resource),), None, deletion)
+    return Mutation(table.keyspace, table.name, (_key(role),), rows=(row,))

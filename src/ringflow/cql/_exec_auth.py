@@ -19,7 +19,8 @@
   CDC log table follows its base table's permissions (Scylla).
 * **Statements** (``execute``): role and permission statements with Cassandra's checks and
   messages (``_exec_roles``); the creator of a keyspace, table or role gets every applicable
-  permission on it (``grant_to_creator``).
+  permission on it (``grant_to_creator``), and dropping one drops every grant on it
+  (``revoke_all_on``), so a keyspace created again later starts with no grants.
 * **The default superuser** (``setup_default_superuser``): when no role exists, ``cassandra`` /
   ``cassandra`` (superuser, login) is written at timestamp 0 so any later change wins, as
   ``CassandraRoleManager.setupDefaultRole`` does; a warning is logged while its password is the
@@ -29,7 +30,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ringflow.cql._ast import (
@@ -67,6 +68,8 @@ from ringflow.cql._auth_tables import (
     ROLE_PERMISSIONS,
     ROLES,
     AuthRows,
+    column_value,
+    permission_row_deletion,
     permission_rows,
     permissions_mutation,
     role_mutation,
@@ -275,6 +278,27 @@ class AuthService:
         )
         self.rows.write([mutation], Consistency.QUORUM)
         self.invalidate()
+
+    def revoke_all_on(self, resources: Iterable[Resource]) -> int:
+        """Drop every grant on ``resources`` and their children (a dropped keyspace, table or
+        role: Cassandra's ``IAuthorizer.revokeAllOn``); the number of grants dropped."""
+        names = {resource.name for resource in resources}
+        if not names:
+            return 0
+        prefixes = tuple(f"{name}/" for name in names)
+        table = self.rows.table(ROLE_PERMISSIONS)
+        timestamp = self._next_timestamp_us()
+        doomed = []
+        for row in self.rows.scan(table, Consistency.QUORUM):
+            role = column_value(table, row, "role")
+            name = column_value(table, row, "resource")
+            matches = isinstance(name, str) and (name in names or name.startswith(prefixes))
+            if matches and isinstance(role, str) and isinstance(name, str):
+                doomed.append(permission_row_deletion(table, role, name, timestamp))
+        if doomed:
+            self.rows.write(doomed, Consistency.QUORUM)
+            self.invalidate()
+        return len(doomed)
 
     def setup_default_superuser(self) -> bool:
         """Create ``cassandra``/``cassandra`` if no role exists (True when written)."""

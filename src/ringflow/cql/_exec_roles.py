@@ -208,6 +208,8 @@ class RoleStatements:
                     member_of_mutation(roles, member, statement.role, timestamp, add=False)
                 )
         self._write(mutations)
+        if self.service.settings.authorize:
+            self.service.revoke_all_on([Resource.role(statement.role)])
         return VoidResult()
 
     def _grant_role(

@@ -514,7 +514,7 @@ class QueryProcessor:
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
             if auth is not None and isinstance(response, SchemaChangeResult):
-                self._grant_to_creator(auth, session.user, response)
+                self._follow_schema_change(auth, session.user, response)
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -550,24 +550,26 @@ class QueryProcessor:
         self._defer(lambda: runner.execute(statement, user, keyspace))
         return VoidResult()
 
-    def _grant_to_creator(
+    def _follow_schema_change(
         self, auth: AuthService, user: str | None, response: SchemaChangeResult
     ) -> None:
-        """The creator of a keyspace or table gets every permission on it (Cassandra)."""
+        """The creator of a keyspace or table gets every permission on it; dropping one drops
+        every grant on it and its tables (Cassandra's ``grantPermissionsToCreator`` and
+        ``AuthSchemaChangeListener``)."""
         change = response.change
-        if user is None or change.change_type is not SchemaChangeType.CREATED:
-            return
         if change.target is SchemaChangeTarget.KEYSPACE:
-            resource = Resource.keyspace(change.keyspace)
+            resources = [Resource.keyspace(change.keyspace)]
         elif change.target is SchemaChangeTarget.TABLE and change.name is not None:
-            resource = Resource.table(change.keyspace, change.name)
+            resources = [
+                Resource.table(change.keyspace, change.name),
+                Resource.table(change.keyspace, change.name + CDC_LOG_SUFFIX),
+            ]
         else:
             return
-
-        def grant() -> None:
-            auth.grant_to_creator(user, resource)
-
-        self._defer(grant)
+        if change.change_type is SchemaChangeType.DROPPED and auth.settings.authorize:
+            self._defer(lambda: (auth.revoke_all_on(resources), None)[1])
+        elif change.change_type is SchemaChangeType.CREATED and user is not None:
+            self._defer(lambda: auth.grant_to_creator(user, resources[0]))
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
         return client_timestamp if client_timestamp is not None else self._timestamps.next()
