@@ -11,11 +11,13 @@ What it proves, with the real Python driver and cqlsh as clients:
 * cqlsh ``-u -p`` logs in and runs statements; with a wrong password it fails;
 * bad input: AUTH_RESPONSE before STARTUP and a QUERY before login are protocol errors;
   malformed SASL tokens (no NUL, empty, null, 1 MiB) are AuthenticationFailed; a flood of failed
-  logins gets typed errors and the node keeps serving a logged-in session (no ServerError).
+  logins gets typed errors and the node keeps serving a logged-in session (no ServerError);
+* a node restarted without auth is kept out of its peers' ring, with a message.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -250,3 +252,27 @@ def test_a_flood_of_failed_logins_leaves_the_node_serving(auth_cluster: LocalClu
                 assert admin.execute("SELECT key FROM system.local").one() is not None
     assert set(codes) == {ErrorCode.AUTHENTICATION_ERROR}
     assert admin.execute("SELECT key FROM system.local").one() is not None
+
+
+def test_a_node_with_another_authenticator_is_refused(auth_cluster: LocalCluster) -> None:
+    """Last in the module: node 3 restarted without auth is kept out of node 1's ring, with a
+    message naming both modes; a node must agree with its peers (issue 18 part 1)."""
+    victim = auth_cluster.addresses[2]
+    auth_cluster.kill(victim)
+    layout_path = auth_cluster.data / "cluster.json"
+    layout = json.loads(layout_path.read_text())
+    layout["auth"] = {}
+    layout_path.write_text(json.dumps(layout))
+    auth_cluster.restart(victim)
+    (first,) = [n["dir"] for n in layout["nodes"] if n["address"] == auth_cluster.addresses[0]]
+    first_log = auth_cluster.data / str(first) / "node.log"
+    status_path = first_log.with_name("status.json")
+
+    def refused() -> bool:
+        log = first_log.read_text(errors="replace")
+        if "refusing node" not in log or "AllowAllAuthenticator/AllowAllAuthorizer" not in log:
+            return False
+        status = json.loads(status_path.read_text())
+        return victim not in {node["address"] for node in status["nodes"]}
+
+    wait_until(refused, 40, f"{victim} without auth is refused by its peers")
