@@ -200,9 +200,13 @@ class CqlServer(Generic[SessionT]):
         shard_count: int = 1,
         ignore_msb: int = 12,
         authenticator: Authenticator[SessionT] | None = None,
+        login_worker: concurrent.futures.Executor | None = None,
     ) -> None:
         self._backend = backend
         self._authenticator = authenticator
+        self._login_worker = login_worker or worker
+        """Where logins run (bcrypt costs ~0.1 s of CPU): a single node passes a pool of its own
+        so that a flood of logins does not queue its statements behind them."""
         self._worker = worker
         self._host = host
         self._port = port
@@ -559,7 +563,7 @@ class CqlServer(Generic[SessionT]):
         try:
             try:
                 await loop.run_in_executor(
-                    self._worker, authenticator.authenticate, client.session, request.token
+                    self._login_worker, authenticator.authenticate, client.session, request.token
                 )
             finally:
                 pending.release()

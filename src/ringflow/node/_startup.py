@@ -106,6 +106,9 @@ STREAMS_V1_TABLE = ("system_distributed", "cdc_streams_descriptions")
 CDC_LOCAL_TABLE = ("system", "cdc_local")
 CDC_LOCAL_KEY = "cdc_local"
 TIMESTAMPS_KEY = "timestamps"
+LOGIN_THREADS = 2
+"""Threads checking logins (bcrypt) on a single node, apart from its one storage thread (the
+store is safe from several threads; statements stay on one)."""
 ROWS_PER_WRITE_MAX = 2000
 """Description rows per store transaction: far inside the store's batch limits."""
 
@@ -503,6 +506,9 @@ async def _serve(
 ) -> None:
     config = node.config
     backend = ProcessorBackend(node.processor)
+    logins = concurrent.futures.ThreadPoolExecutor(
+        LOGIN_THREADS, thread_name_prefix="ringflow-login"
+    )
     server = CqlServer(
         backend,
         worker,
@@ -512,6 +518,7 @@ async def _serve(
         shard_count=node.record.shard_count,
         ignore_msb=node.record.ignore_msb,
         authenticator=backend.server_authenticator(),
+        login_worker=logins,
     )
     loop = asyncio.get_running_loop()
     if node.processor.auth is not None:  # one node: its own store, set up at once
@@ -530,3 +537,4 @@ async def _serve(
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)
         await server.close()
+        logins.shutdown(wait=True)
