@@ -24,6 +24,8 @@ from pyspark.sql import SparkSession
 from ringflow.cli import main
 from ringflow.cli._demo import DDL, TABLE, Workload
 from ringflow.cli._demo_cluster import NodeProcess, random_loopback_address
+from ringflow.pipeline import CDC_FORMAT
+from ringflow.pipeline._destinations import cdc_options
 from tests.spark._replication import write
 
 AUTH = ("--authenticator", "PasswordAuthenticator", "--authorizer", "CassandraAuthorizer")
@@ -110,6 +112,15 @@ def test_replicate_between_auth_enabled_clusters(
         assert main(diff) == 0  # equal, read through both logins
         output = capsys.readouterr()
         assert EDGE_PASSWORD not in output.out + output.err
+
+        options = cdc_options(edge_node.endpoint, f"{KEYSPACE}.{TABLE}", consistency="ONE")
+        frame = (
+            spark.read.format(CDC_FORMAT)
+            .options(**options, username="reader", password=EDGE_PASSWORD)
+            .load()
+        )
+        plan = frame._jdf.queryExecution().toString()
+        assert frame.count() > 0 and EDGE_PASSWORD not in plan  # Spark redacts the option
     finally:
         edge_cluster.shutdown()  # type: ignore[attr-defined]
         hub_cluster.shutdown()  # type: ignore[attr-defined]
