@@ -76,6 +76,7 @@ from ringflow.cql._auth_tables import (
     role_record,
 )
 from ringflow.cql._exec_common import LOCAL_KEYSPACES, Unauthorized, require_keyspace
+from ringflow.cql._results import SchemaChange, SchemaChangeTarget, SchemaChangeType
 from ringflow.cql._wire import Consistency
 from ringflow.schema import CDC_LOG_SUFFIX, SchemaState
 
@@ -261,6 +262,56 @@ class AuthService:
         raise Unauthorized(
             f"User {user} has no {permission.value} permission on {resource} or any of its parents"
         )
+
+    def authorize_all(
+        self, user: str, statement: Statement, keyspace: str | None, schema: SchemaState
+    ) -> None:
+        """``authorize`` of a statement, or of each statement of a text batch."""
+        if isinstance(statement, BeginBatchStatement):
+            for child in statement.statements:
+                self.authorize(user, child, keyspace, schema)
+        else:
+            self.authorize(user, statement, keyspace, schema)
+
+    def preload(self, user: str) -> None:
+        """Resolve ``user``'s grants into the cache before the processor takes its lock: a
+        miss reads ``system_auth`` through the cluster (the default superuser's at QUORUM),
+        which must not hold up the node's other statements; the check under the lock then
+        hits the cache (an error here is met again, and answered, there)."""
+        if not self.settings.authorize:
+            return
+        try:
+            self.effective(user)
+        except Exception:
+            _log.debug("loading the grants of %s failed", user, exc_info=True)
+
+    def schema_change_work(
+        self, user: str | None, change: SchemaChange
+    ) -> Callable[[], None] | None:
+        """What a DDL's answer leads to, run after the processor's lock: the creator of a
+        keyspace or table gets every permission on it; dropping one drops every grant on it and
+        its CDC log (Cassandra's ``grantPermissionsToCreator``, ``AuthSchemaChangeListener``)."""
+        if change.target is SchemaChangeTarget.KEYSPACE:
+            resources = [Resource.keyspace(change.keyspace)]
+        elif change.target is SchemaChangeTarget.TABLE and change.name is not None:
+            resources = [
+                Resource.table(change.keyspace, change.name),
+                Resource.table(change.keyspace, change.name + CDC_LOG_SUFFIX),
+            ]
+        else:
+            return None
+        dropped = change.change_type is SchemaChangeType.DROPPED and self.settings.authorize
+        created = change.change_type is SchemaChangeType.CREATED and user is not None
+        if not dropped and not created:
+            return None
+
+        def work() -> None:
+            if dropped:
+                self.revoke_all_on(resources)
+            else:
+                self.grant_to_creator(user, resources[0])
+
+        return work
 
     def grant_to_creator(self, user: str | None, resource: Resource) -> None:
         """Every permission ``resource`` applies to its creator (Cassandra's

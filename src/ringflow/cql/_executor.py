@@ -65,7 +65,6 @@ from ringflow.cql._ast import (
     UseStatement,
 )
 from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES, AuthStatement
-from ringflow.cql._auth_model import Resource
 from ringflow.cql._auth_rows import PlaneAuthRows
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
@@ -130,7 +129,6 @@ from ringflow.cql._results import (
     SchemaChange,
     SchemaChangeResult,
     SchemaChangeTarget,
-    SchemaChangeType,
     SetKeyspaceResult,
     VoidResult,
 )
@@ -397,7 +395,14 @@ class QueryProcessor:
 
     # --- the four requests ---------------------------------------------------------------------
 
+    def _load_grants(self, session: SessionState) -> None:
+        """Outside the lock (``AuthService.preload``)."""
+        if self.auth is not None and session.user is not None:
+            self.auth.preload(session.user)
+
     def query(self, query: Query, session: SessionState) -> Response:
+        self._load_grants(session)
+
         def run() -> Response:
             statement = parse_statement(query.query)
             params = query.parameters
@@ -414,6 +419,8 @@ class QueryProcessor:
         return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
 
     def execute(self, execute: Execute, session: SessionState) -> Response:
+        self._load_grants(session)
+
         def run() -> Response:
             prepared = self._prepared.get(execute.statement_id)
             if prepared is None:
@@ -430,6 +437,7 @@ class QueryProcessor:
         return self._guard(run, execute.parameters.consistency)
 
     def batch(self, batch: Batch, session: SessionState) -> Response:
+        self._load_grants(session)
         return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -488,7 +496,7 @@ class QueryProcessor:
         context = self._context(values, keyspace)
         auth = self.auth
         if auth is not None and session.user is not None:
-            self._authorize(auth, session.user, statement, keyspace)
+            auth.authorize_all(session.user, statement, keyspace, self._state)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
             return self._auth_statement(statement, session, keyspace)
         if isinstance(statement, SelectStatement):
@@ -514,7 +522,9 @@ class QueryProcessor:
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
             if auth is not None and isinstance(response, SchemaChangeResult):
-                self._follow_schema_change(auth, session.user, response)
+                work = auth.schema_change_work(session.user, response.change)
+                if work is not None:  # grants of a creator, or on what was dropped
+                    self._defer(work)
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -524,15 +534,6 @@ class QueryProcessor:
         timestamp = self._default_timestamp(params.default_timestamp)
         self._apply(self._mutations(statement, context, timestamp))
         return VoidResult()
-
-    def _authorize(
-        self, auth: AuthService, user: str, statement: Statement, keyspace: str | None
-    ) -> None:
-        if isinstance(statement, BeginBatchStatement):
-            for child in statement.statements:
-                auth.authorize(user, child, keyspace, self._state)
-        else:
-            auth.authorize(user, statement, keyspace, self._state)
 
     def _auth_statement(
         self, statement: AuthStatement, session: SessionState, keyspace: str | None
@@ -549,27 +550,6 @@ class QueryProcessor:
         user = session.user
         self._defer(lambda: runner.execute(statement, user, keyspace))
         return VoidResult()
-
-    def _follow_schema_change(
-        self, auth: AuthService, user: str | None, response: SchemaChangeResult
-    ) -> None:
-        """The creator of a keyspace or table gets every permission on it; dropping one drops
-        every grant on it and its tables (Cassandra's ``grantPermissionsToCreator`` and
-        ``AuthSchemaChangeListener``)."""
-        change = response.change
-        if change.target is SchemaChangeTarget.KEYSPACE:
-            resources = [Resource.keyspace(change.keyspace)]
-        elif change.target is SchemaChangeTarget.TABLE and change.name is not None:
-            resources = [
-                Resource.table(change.keyspace, change.name),
-                Resource.table(change.keyspace, change.name + CDC_LOG_SUFFIX),
-            ]
-        else:
-            return
-        if change.change_type is SchemaChangeType.DROPPED and auth.settings.authorize:
-            self._defer(lambda: (auth.revoke_all_on(resources), None)[1])
-        elif change.change_type is SchemaChangeType.CREATED and user is not None:
-            self._defer(lambda: auth.grant_to_creator(user, resources[0]))
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
         return client_timestamp if client_timestamp is not None else self._timestamps.next()
