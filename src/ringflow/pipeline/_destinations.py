@@ -214,12 +214,14 @@ def destination(
     allow_alter: bool = False,
     channel: str | None = None,
     dead_letters: str = "",
+    dead_letters_login: Mapping[str, str] | None = None,
 ) -> Destination:
     """One ``--to`` URL checked against its sink for ``table`` (module docstring); the channel
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
     destination that cannot take ``table`` (DestinationBehind, SchemaConflict) is returned
     ``blocked``; any other problem raises PipelineConfigError. ``dead_letters``: the edge's
-    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses."""
+    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses, logging
+    in with ``dead_letters_login`` (``username``, ``password``: the source's) when given."""
     kind, sink_format, build = _KINDS[_scheme(url)]
     channel = channel or channel_name(url, taken)
     display = redact(url)
@@ -242,6 +244,7 @@ def destination(
         raise PipelineConfigError(" ".join(str(error).split())) from None
     if kind in ("postgres", "hub") and dead_letters:
         options = {**options, "dead_letters": dead_letters, "channel": channel}
+        options.update({f"dead_letters_{k}": v for k, v in (dead_letters_login or {}).items()})
     return Destination(
         channel, kind, display, sink_format, options, target, url, allow_alter, None, dead_letters
     )
@@ -262,6 +265,7 @@ def plan_replication(
         raise PipelineConfigError("at least one destination (--to) is required")
     table = source_table(source_options)
     edge = f"{source_options['contact_points']}:{source_options.get('port', DEFAULT_PORT)}"
+    login = {k: source_options[k] for k in ("username", "password") if k in source_options}
     destinations: list[Destination] = []
     for url in urls:
         channel = channel_name(url, [d.channel for d in destinations])
@@ -269,7 +273,14 @@ def plan_replication(
             not isinstance(alter_destinations, bool) and channel in alter_destinations
         )
         destinations.append(
-            destination(url, table, allow_alter=allowed, channel=channel, dead_letters=edge)
+            destination(
+                url,
+                table,
+                allow_alter=allowed,
+                channel=channel,
+                dead_letters=edge,
+                dead_letters_login=login,
+            )
         )
     root = Path(checkpoint).expanduser().absolute()
     try:

@@ -103,6 +103,8 @@ from ringflow.pipeline._cluster_client import (
     parse_hosts,
 )
 from ringflow.pipeline._dead_letters import (
+    DEAD_LETTER_LOGIN_OPTIONS,
+    dead_letter_login,
     dead_letter_options,
     dead_letter_settings,
     record_dead_letters,
@@ -139,6 +141,7 @@ _OPTIONS = frozenset(
     {"contact_points", "port", "keyspace", "table", "schema", "consistency"}
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
     | {"dead_letters", "channel"}
+    | DEAD_LETTER_LOGIN_OPTIONS
     | CREDENTIAL_OPTIONS
 )
 MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
@@ -169,12 +172,14 @@ class HubConfig:
     channel: str = ""
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    dead_letters_login: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def dead_letter_options(self) -> ClusterOptions | None:
         if not self.dead_letters:
             return None
-        return dead_letter_options(*parse_hosts(self.dead_letters, "dead_letters"))
+        hosts, port = parse_hosts(self.dead_letters, "dead_letters")
+        return dead_letter_options(hosts, port, *dead_letter_login(dict(self.dead_letters_login)))
 
     @property
     def table(self) -> Table:
@@ -216,6 +221,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
             f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
         )
     dead_letters, channel = dead_letter_settings(options, HUB_FORMAT)
+    login = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_LOGIN_OPTIONS)
     return HubConfig(
         points,
         _bounded_int(options, "port", DEFAULT_PORT, 65535),
@@ -232,6 +238,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         dead_letters,
         channel,
         *credentials(options, HUB_FORMAT + ": option"),
+        login,
     )
 
 

@@ -50,3 +50,13 @@ def test_hub_urls_carry_a_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert hub_login(None, None, None) == {}
     assert hub_login("ops%40x", None, None) == {"username": "ops@x", "password": "env"}
     assert hub_login("u", "p%2F1", None) == {"username": "u", "password": "p/1"}
+
+
+def test_sinks_log_in_to_the_edge_for_their_dead_letters() -> None:
+    from ringflow.pipeline._dead_letters import dead_letter_login, dead_letter_options
+
+    options = {"dead_letters_username": "reader", "dead_letters_password": "pw"}
+    assert dead_letter_login(options) == ("reader", "pw")
+    assert dead_letter_login({}) == (None, None)
+    edge = dead_letter_options(("127.0.0.1",), 9042, *dead_letter_login(options))
+    assert (edge.username, edge.password) == ("reader", "pw") and "pw'" not in repr(edge)
