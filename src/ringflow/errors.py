@@ -71,6 +71,12 @@ class AlreadyExists(ClientError):
     code = ErrorCode.ALREADY_EXISTS
 
 
+class Overloaded(RingflowError):
+    """The node has too much of this work in hand already: try later (CQL 0x1001)."""
+
+    code = ErrorCode.OVERLOADED
+
+
 class ConfigurationError(RingflowError):
     """The operator's configuration is wrong (bad replication map, bad node settings)."""
 

@@ -185,6 +185,7 @@ from ringflow.cql._parser import (
     parse_statement,
     parse_statements,
 )
+from ringflow.cql._procedures import Procedure, ProcedureBody
 from ringflow.cql._refit import refit, truncate_text
 from ringflow.cql._requests import (
     AuthResponse,
@@ -367,6 +368,8 @@ __all__ = [
     "PreparedResult",
     "PreparedStatement",
     "Prepend",
+    "Procedure",
+    "ProcedureBody",
     "Properties",
     "Property",
     "ProtocolErrorEvent",

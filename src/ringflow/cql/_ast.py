@@ -754,8 +754,19 @@ class DropTypeStatement:
     bind_markers: Markers = ()
 
 
+@dataclass(frozen=True, slots=True)
+class CallStatement:
+    """``CALL namespace.procedure(term, ...)``: a node operation through CQL (the management
+    API's ``CALL NodeOps.repair(...)`` form); the procedures are ``QueryProcessor``'s."""
+
+    procedure: QualifiedName
+    arguments: tuple[Term, ...]
+    bind_markers: Markers = ()
+
+
 Statement: TypeAlias = (
     UseStatement
+    | CallStatement
     | UnsupportedStatement
     | SelectStatement
     | InsertStatement

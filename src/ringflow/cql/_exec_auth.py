@@ -37,6 +37,7 @@ from ringflow.cql._ast import (
     AlterKeyspaceStatement,
     AlterTableStatement,
     BeginBatchStatement,
+    CallStatement,
     CreateKeyspaceStatement,
     CreateTableStatement,
     CreateTypeStatement,
@@ -246,6 +247,10 @@ class AuthService:
     ) -> None:
         """Unauthorized unless ``user`` may run ``statement`` (a no-op without an authorizer)."""
         if not self.settings.authorize:
+            return
+        if isinstance(statement, CallStatement):  # node operations (repair): superusers only
+            if not self.effective(user).superuser:
+                raise Unauthorized(f"User {user} is not a superuser: only superusers may CALL")
             return
         required = required_permission(statement, keyspace, schema)
         if required is None:

@@ -54,6 +54,7 @@ from ringflow.cdc import CdcMetadata
 from ringflow.cdc._log_rows import CdcCapture
 from ringflow.cql._ast import (
     BeginBatchStatement,
+    CallStatement,
     DeleteStatement,
     InsertStatement,
     ModificationStatement,
@@ -120,9 +121,11 @@ from ringflow.cql._exec_system import (
 from ringflow.cql._exec_terms import partition_token, term_value
 from ringflow.cql._exec_virtual import CaptureTables
 from ringflow.cql._parser import parse_statement
+from ringflow.cql._procedures import Procedure, Procedures, bind_call, run_call
 from ringflow.cql._requests import Batch, Execute, Prepare, Query, QueryParameters
 from ringflow.cql._responses import Response
 from ringflow.cql._results import (
+    ColumnSpec,
     PreparedMetadata,
     PreparedResult,
     RowsMetadata,
@@ -319,6 +322,7 @@ class QueryProcessor:
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
         self.auth: AuthService | None = None
         """Authentication and authorization (``enable_auth``); None: everything allowed."""
+        self._procedures = Procedures()
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
         high_water_us = schema_high_water_us(store)
@@ -327,6 +331,10 @@ class QueryProcessor:
         # from a peer, seed 004) must win over this start-up rewrite.
         stored = high_water_us > -(2**63)
         self._write_schema_rows(None, frozenset(), at_us=high_water_us if stored else None)
+
+    def register_procedure(self, procedure: Procedure) -> None:
+        """Make ``CALL namespace.name(...)`` run ``procedure`` (``ringflow.cql._procedures``)."""
+        self._procedures.register(procedure)
 
     # --- introspection -------------------------------------------------------------------------
 
@@ -408,7 +416,7 @@ class QueryProcessor:
             params = query.parameters
             specs = None
             if params.names is not None:
-                specs = marker_specs(statement, self._lookup_for(session.keyspace))
+                specs = self._marker_specs(statement, session.keyspace)
             values = bind_values(statement, specs, params.values, params.names)
             fingerprint = prepared_id(query.query, session.keyspace)[:8]
             return self._run(statement, values, params, session, session.keyspace, fingerprint)
@@ -484,6 +492,11 @@ class QueryProcessor:
     def _lookup_for(self, keyspace: str | None) -> Callable[[QualifiedName], Table]:
         return lambda name: self._table(name, keyspace)
 
+    def _marker_specs(self, statement: Statement, keyspace: str | None) -> tuple[ColumnSpec, ...]:
+        if isinstance(statement, CallStatement):
+            return self._procedures.marker_specs(statement)
+        return marker_specs(statement, self._lookup_for(keyspace))
+
     def _run(
         self,
         statement: Statement,
@@ -519,6 +532,11 @@ class QueryProcessor:
             return VoidResult()  # replaced by the deferred read's answer
         if isinstance(statement, UseStatement):
             return self._use(statement, session)
+        if isinstance(statement, CallStatement):
+            procedure = self._procedures.of(statement)
+            arguments = bind_call(procedure, statement, context)
+            self._defer(lambda: run_call(procedure, arguments))  # may wait: not under the lock
+            return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
             if auth is not None and isinstance(response, SchemaChangeResult):
@@ -805,7 +823,7 @@ class QueryProcessor:
         statement = parse_statement(query)
         if isinstance(statement, UnsupportedStatement):
             raise InvalidRequest(statement.feature)
-        specs = marker_specs(statement, self._lookup_for(keyspace))
+        specs = self._marker_specs(statement, keyspace)
         table = None
         tables: set[tuple[str, str]] = set()
         if isinstance(
@@ -818,6 +836,8 @@ class QueryProcessor:
                 child_table = self._table(child.table, keyspace)
                 tables.add((child_table.keyspace, child_table.name))
         result_columns = None
+        if isinstance(statement, CallStatement):
+            result_columns = self._procedures.of(statement).result_specs()
         if isinstance(statement, SelectStatement):
             assert table is not None
             unset = {index: UNSET for index in range(len(specs))}

@@ -26,6 +26,7 @@ from ringflow.cql._ast import (
     AlterTableAction,
     AlterTableProperties,
     AlterTableStatement,
+    CallStatement,
     ColumnDefinition,
     CreateKeyspaceStatement,
     CreateTableStatement,
@@ -58,6 +59,7 @@ from ringflow.cql._parse_core import (
     parse_qualified_name,
     parse_type_spec,
 )
+from ringflow.cql._parse_terms import parse_terms_in_parentheses
 
 _TABLE_WORDS = ("table", "columnfamily")
 _KEYSPACE_WORDS = ("keyspace", "schema")
@@ -66,6 +68,17 @@ _KEYSPACE_WORDS = ("keyspace", "schema")
 def parse_use(cursor: Cursor) -> UseStatement:
     cursor.expect_word("use")
     return UseStatement(parse_identifier(cursor, "a keyspace name"))
+
+
+def parse_call(cursor: Cursor) -> CallStatement:
+    """``CALL ns.procedure(term, ...)`` (the namespace is required)."""
+    start = cursor.marker_count()
+    cursor.expect_word("call")
+    name = parse_qualified_name(cursor, "a procedure name (namespace.procedure)")
+    if name.keyspace is None:
+        raise cursor.fail("expected a procedure name with its namespace (e.g. NodeOps.repair)")
+    arguments = parse_terms_in_parentheses(cursor, allow_empty=True)
+    return CallStatement(name, arguments, cursor.markers_since(start))
 
 
 def parse_truncate(cursor: Cursor) -> TruncateStatement:

@@ -23,6 +23,7 @@ from ringflow.cql._parse_auth import parse_grant, parse_list, parse_revoke
 from ringflow.cql._parse_core import DEFAULT_PARSE_LIMITS, Cursor, ParseLimits
 from ringflow.cql._parse_ddl import (
     parse_alter,
+    parse_call,
     parse_create,
     parse_drop,
     parse_truncate,
@@ -53,10 +54,11 @@ _STATEMENTS: dict[str, Callable[[Cursor], Statement]] = {
     "grant": parse_grant,
     "revoke": parse_revoke,
     "list": parse_list,
+    "call": parse_call,
 }
 _EXPECTED_STATEMENT = (
     "expected a statement (SELECT, INSERT, UPDATE, DELETE, BEGIN BATCH, USE, TRUNCATE, "
-    "CREATE, ALTER, DROP, GRANT, REVOKE, LIST)"
+    "CREATE, ALTER, DROP, GRANT, REVOKE, LIST, CALL)"
 )
 
 

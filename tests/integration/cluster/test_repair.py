@@ -18,13 +18,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.query import SimpleStatement
 
@@ -278,6 +279,67 @@ def test_subrange_repair_touches_only_its_range(diverged: Diverged) -> None:
     inside = {k for k, token in tokens.items() if start < token <= end}
     assert len(inside) == 50
     assert {k for k, _ in after if k >= 100} == inside
+
+
+def test_repair_through_cql_is_coordinated_by_the_node_called(diverged: Diverged) -> None:
+    """``CALL NodeOps.repair(...)`` / ``repairWithOptions(...)`` (the management API's form) on
+    any node: that node coordinates. B previews the rest of ``rp.sub`` C still misses (after
+    the subrange repair above), C repairs it asynchronously (the answer comes at once, the
+    outcome lands in ``parent_repair_history``), then the prepared three-argument form waits for
+    a repair that finds nothing left. Bad calls are InvalidRequest, nothing started."""
+    a, b, c = diverged.cluster.addresses
+    preview = (
+        diverged.sessions[b]
+        .execute("CALL NodeOps.repairWithOptions('rp', ['sub'], {'preview': 'true'})", timeout=120)
+        .one()
+    )
+    assert preview.status == "previewed", preview
+    summary = json.loads(preview.summary)
+    assert summary["coordinator"] == f"{b}:7000"
+    table = tables_of(summary)["sub"]
+    assert table["partitions_differing"] >= 50 and table["partitions_streamed"] == 0
+    assert not same_rows(rows_alone(diverged.sessions[c], "sub"), diverged.reference["sub"])
+
+    started = (
+        diverged.sessions[c]
+        .execute("CALL NodeOps.repair('rp', ['sub'], true, true, 'parallel', null, null, 1)")
+        .one()
+    )
+    assert started.status == "started" and started.summary is None
+    history = diverged.sessions[a].prepare(
+        "SELECT finished_at, exception_message "
+        "FROM system_distributed.parent_repair_history WHERE parent_id = ?"
+    )
+    repair_id = uuid.UUID(started.repair_id)
+    wait_until(
+        lambda: diverged.sessions[a].execute(history, (repair_id,)).one() is not None,
+        180,
+        "the asynchronous repair recorded",
+    )
+    assert diverged.sessions[a].execute(history, (repair_id,)).one().exception_message is None
+    sessions = diverged.sessions[a].execute(
+        "SELECT parent_id, coordinator FROM system_distributed.repair_history "
+        "WHERE keyspace_name = 'rp' AND columnfamily_name = 'sub'"
+    )
+    assert {str(row.coordinator) for row in sessions if row.parent_id == repair_id} == {c}
+    assert same_rows(rows_alone(diverged.sessions[c], "sub"), diverged.reference["sub"])
+
+    prepared = diverged.sessions[b].prepare("CALL NodeOps.repair(?, ?, ?)")
+    done = diverged.sessions[b].execute(prepared, ("rp", ["sub"], True), timeout=120).one()
+    assert done.status == "finished"
+    table = tables_of(json.loads(done.summary))["sub"]
+    assert table["leaves_mismatching"] == 0 and table["partitions_streamed"] == 0
+
+    for call, message in (
+        ("CALL NodeOps.repair('nosuch', null, true)", "Keyspace nosuch does not exist"),
+        ("CALL NodeOps.repair('rp', ['nosuch'], true)", "unconfigured table rp.nosuch"),
+        ("CALL NodeOps.repair('rp', null, false)", "incremental repair is not supported"),
+        ("CALL NodeOps.repairWithOptions('rp', null, {'start_token': '5'})", "needs both"),
+        ("CALL NodeOps.repairWithOptions('rp', null, {'fast': 'true'})", "unknown repair option"),
+        ("CALL NodeOps.nosuch('rp')", "Unknown procedure nodeops.nosuch"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            diverged.sessions[b].execute(call)
 
 
 def test_cdc_log_table_repaired_without_new_log_rows(diverged: Diverged) -> None:

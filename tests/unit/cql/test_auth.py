@@ -244,6 +244,7 @@ def test_role_statements_and_checks_as_cassandra(node: ExecNode) -> None:
     )
     assert node.ok("SELECT keyspace_name FROM system_schema.keyspaces")  # driver metadata
     assert node.error("CREATE ROLE eve").code == ErrorCode.UNAUTHORIZED
+    assert node.error("CALL NodeOps.repair('ks', [], true)").code == ErrorCode.UNAUTHORIZED
     assert node.error("LIST ROLES OF cassandra").code == ErrorCode.UNAUTHORIZED
     assert [row[0] for row in node.ok("LIST ROLES")] == ["alice", "readers"]
     node.ok("ALTER ROLE alice WITH PASSWORD = 'new'")  # one's own password

@@ -60,6 +60,7 @@ from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._repair import RepairService
+from ringflow.cluster.service._repair_procedures import register_repair_procedures
 from ringflow.cluster.service._settings import (
     NODE_NETWORK_CONFIG,
     CaptureSettings,
@@ -423,6 +424,7 @@ async def _serve(
         on_exit=stop.set,
     )
     repair = RepairService(cluster, config.data_dir, loop)
+    register_repair_procedures(repair)
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)

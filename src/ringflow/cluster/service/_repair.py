@@ -6,9 +6,10 @@ cassandra-core.md §7.3 and replication-and-repair.md §4 (Cassandra's ``RepairS
 
 * A repair is coordinated by one node, asked by ``ringflow cluster repair`` (a
   ``repair-<id>.request`` file in its data directory, the CLI's local channel like
-  ``removenode``) or by any node over REPAIR_REQ ``run``. One repair at a time per
-  coordinator; within it one range at a time (one session per range), the replicas of the
-  range validating at once.
+  ``removenode``), by a CQL client connected to it (``CALL NodeOps.repair(...)``,
+  ``_repair_procedures``) or by any node over REPAIR_REQ ``run``. One repair at a time per
+  coordinator (the others wait their turn, at most ``REPAIRS_QUEUED_MAX``); within it one
+  range at a time (one session per range), the replicas of the range validating at once.
 * Validation: each replica scans ``(low, high]`` page by page (``Store.scan_mutations``, the
   digests computed off the node's thread), never holding the range, into a tree at the max
   depth, folded to ``depth_for(partitions)``. The coordinator folds every replica's tree to the
@@ -31,6 +32,7 @@ cassandra-core.md §7.3 and replication-and-repair.md §4 (Cassandra's ``RepairS
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime
 import ipaddress
@@ -40,7 +42,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._digest import validation_digest
@@ -92,7 +94,7 @@ from ringflow.cluster.service._streaming import (
     encode_pull,
 )
 from ringflow.cql import DISTRIBUTED_TABLES
-from ringflow.errors import InvalidRequest, RingflowError
+from ringflow.errors import InvalidRequest, Overloaded, RingflowError
 from ringflow.replication import Origin
 from ringflow.schema import Mutation, table_mutation
 
@@ -108,6 +110,10 @@ VALIDATE_TIMEOUT_S: Final = 600.0
 SYNC_TIMEOUT_S: Final = 1800.0
 PULL_TIMEOUT_S: Final = 60.0
 RUN_TIMEOUT_S: Final = 6 * 3600.0
+REPAIRS_QUEUED_MAX: Final = 16
+"""Repairs waiting for their turn on one coordinator (CQL calls, internode ``run``, the CLI's
+files); one more is refused (Overloaded) rather than queued without end."""
+START_TIMEOUT_S: Final = 10.0
 _REQUEST_IDS: Final = 5 << 60
 
 Progress = Callable[[str, int, int], None]
@@ -140,11 +146,13 @@ class RepairService:
         self.max_depth = max_depth_for_bytes(tree_memory_bytes)
         self.refine_partitions_max = refine_partitions_max
         self.running: asyncio.Task[RepairSummary] | None = None
+        self._turn = asyncio.Lock()
+        self._queued = 0
         self.progress: dict[str, list[int]] = {}
         self.last_repairs: dict[str, dict[str, object]] = _load_last(data_dir)
         self._next_id = _REQUEST_IDS
         self._waiters: dict[int, asyncio.Future[bytes]] = {}
-        self._serving: set[asyncio.Task[None]] = set()
+        self._serving: set[asyncio.Task[Any]] = set()
         cluster.extra_handlers[Verb.REPAIR_REQ] = self._on_request
         cluster.extra_handlers[Verb.REPAIR_RSP] = self._on_response
         cluster.failure_listeners[Verb.REPAIR_REQ] = self._on_failure
@@ -230,7 +238,7 @@ class RepairService:
         if isinstance(message, PullKeysRequest):
             return await self._pull_keys(message)
         if isinstance(message, RunRequest):
-            return RunAnswer(await self.run(message.options))
+            return RunAnswer(await self.submit(message.options))
         raise InternodeProtocolError(f"repair: {type(message).__name__} is not a request")
 
     # -- replica side ---------------------------------------------------------------------
@@ -378,6 +386,47 @@ class RepairService:
             if table not in known:
                 raise InvalidRequest(f"unconfigured table {keyspace}.{table}")
         return list(options.tables) or known
+
+    async def submit(
+        self, options: RepairOptions, progress: Progress | None = None
+    ) -> RepairSummary:
+        """Run a repair once the repairs before it are done (one at a time per coordinator);
+        Invalid at once for an unknown keyspace or table, Overloaded when too many wait."""
+        self.tables_of(options)
+        if self._queued >= REPAIRS_QUEUED_MAX:
+            raise Overloaded(f"{self._queued} repairs are waiting on this coordinator")
+        self._queued += 1
+        try:
+            async with self._turn:
+                return await self.run(options, progress)
+        finally:
+            self._queued -= 1
+
+    def start(self, options: RepairOptions) -> concurrent.futures.Future[RepairSummary]:
+        """From any thread: check ``options`` and queue the repair; Invalid/Overloaded raise
+        here, the repair's outcome comes in the returned future."""
+        outcome: concurrent.futures.Future[RepairSummary] = concurrent.futures.Future()
+
+        async def started() -> None:
+            self.tables_of(options)
+            if self._queued >= REPAIRS_QUEUED_MAX:
+                raise Overloaded(f"{self._queued} repairs are waiting on this coordinator")
+            task = self.loop.create_task(self.submit(options))
+            self._serving.add(task)
+
+            def finished(done: asyncio.Task[RepairSummary]) -> None:
+                self._serving.discard(done)
+                if done.cancelled():
+                    outcome.cancel()
+                elif (error := done.exception()) is not None:
+                    outcome.set_exception(error)
+                else:
+                    outcome.set_result(done.result())
+
+            task.add_done_callback(finished)
+
+        asyncio.run_coroutine_threadsafe(started(), self.loop).result(START_TIMEOUT_S)
+        return outcome
 
     async def run(self, options: RepairOptions, progress: Progress | None = None) -> RepairSummary:
         """Repair (or preview) every range and table ``options`` ask for."""
@@ -630,7 +679,7 @@ class RepairService:
             self.progress[table] = [done, total]
             _write_json(self.data_dir / repair_progress_file(str(options.id)), self.progress)
 
-        self.running = self.loop.create_task(self.run(options, progress))
+        self.running = self.loop.create_task(self.submit(options, progress))
 
         def finished(task: asyncio.Task[RepairSummary]) -> None:
             error = task.exception()
