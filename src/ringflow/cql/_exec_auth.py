@@ -96,6 +96,7 @@ CDC_DESCRIPTION_TABLES = frozenset(
 )
 """Readable by every logged-in role, as Scylla's ``client_state`` allows (CDC consumers)."""
 READABLE_KEYSPACES = LOCAL_KEYSPACES | {"system_virtual_schema", "system_views"}
+DEFAULT_PASSWORD_WARNING_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +154,10 @@ class AuthService:
         self._effective: ExpiringCache[str, EffectivePermissions] = ExpiringCache(
             clock_ms, validity_ms=settings.validity_ms
         )
+        self._clock_ms = clock_ms
         self.failed_logins = 0
-        self.default_password_warned = False
+        self._default_warned_ms: float | None = None
+        self.default_password_warnings = 0
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -231,8 +234,13 @@ class AuthService:
         return username
 
     def _warn_default_password(self) -> None:
-        if not self.default_password_warned:
-            self.default_password_warned = True
+        """At most once a ``DEFAULT_PASSWORD_WARNING_MS`` while the default superuser logs in
+        with its default password (so: until it is changed)."""
+        now = self._clock_ms()
+        last = self._default_warned_ms
+        if last is None or now - last >= DEFAULT_PASSWORD_WARNING_MS:
+            self._default_warned_ms = now
+            self.default_password_warnings += 1
             _log.warning(
                 "the default superuser %s still has its default password: change it (ALTER "
                 "ROLE %s WITH PASSWORD = '...') or create another superuser and drop it",

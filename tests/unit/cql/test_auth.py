@@ -188,6 +188,7 @@ def node(tmp_path: Path) -> Iterator[ExecNode]:
     assert auth.setup_default_superuser()
     assert not auth.setup_default_superuser()  # once
     node.session.user = auth.authenticate(encode_plain_token("cassandra", "cassandra"))
+    assert auth.default_password_warnings == 1  # logged while the default password is in use
     node.ok("CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', "
             "'replication_factor': 1}")  # fmt: skip
     node.ok("CREATE TABLE ks.t (k int PRIMARY KEY, v int)")
