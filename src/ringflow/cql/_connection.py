@@ -9,7 +9,8 @@ Theory of operation (``doc/native_protocol_v4.spec`` §2.1, §2.3, §4.1.1, §5)
 
 * A connection starts in ``EXPECTING_STARTUP``; only OPTIONS and STARTUP are accepted there.
   With ``authenticate``, STARTUP leads to ``AUTHENTICATING`` instead of ``READY``: only
-  AUTH_RESPONSE is accepted until the shell calls ``authenticated`` (a login succeeded).
+  AUTH_RESPONSE is accepted, one at a time (each costs a bcrypt check), until the shell calls
+  ``authenticated`` (a login succeeded).
   A valid STARTUP (CQL 3, compression absent or ``lz4``) moves it to ``READY`` at once and
   turns compression on for every later non-empty body in both directions; the shell answers
   it with ``Ready()``. Which opcodes a state accepts and where they lead are the tables
@@ -173,6 +174,8 @@ class ServerConnection:
         self._decoder = FrameDecoder(max_frame_size, expected_version=PROTOCOL_VERSION)
         self._state = ConnectionState.EXPECTING_STARTUP
         self._transitions = _AUTHENTICATING_TRANSITIONS if authenticate else _TRANSITIONS
+        self._login_stream: int | None = None
+        """The stream of the AUTH_RESPONSE being checked (one at a time)."""
         self._compression: Compression | None = None
         self._in_flight: set[int] = set()
         self._request_sizes: dict[int, int] = {}
@@ -257,6 +260,8 @@ class ServerConnection:
         version = self._reply_versions.pop(stream_id, PROTOCOL_VERSION)
         compression = self._compression if version == PROTOCOL_VERSION else None
         self._in_flight.discard(stream_id)
+        if stream_id == self._login_stream:
+            self._login_stream = None
         self._release(stream_id)
         try:
             return encode_message(
@@ -338,6 +343,10 @@ class ServerConnection:
             f"request bytes {self._request_bytes} disagree with {self._request_sizes}",
         )
         invariant(
+            self._login_stream is None or self._login_stream in self._in_flight,
+            f"login stream {self._login_stream} is not in flight",
+        )
+        invariant(
             all(version != PROTOCOL_VERSION for version in self._reply_versions.values()),
             "a pending reply version equal to the connection's own",
         )
@@ -355,6 +364,11 @@ class ServerConnection:
             )
         if stream_id in self._in_flight:
             return self._refuse(stream_id, f"Stream id {stream_id} is already in use")
+        if header.opcode == Opcode.AUTH_RESPONSE and self._login_stream is not None:
+            # one login at a time: each costs a bcrypt check, and no client pipelines them
+            return self._refuse(
+                stream_id, "Unexpected message AUTH_RESPONSE, a SASL_RESPONSE is being checked"
+            )
         if len(self._in_flight) >= self.max_in_flight:
             return self._overloaded(stream_id)
         opcode = Opcode(header.opcode)
@@ -373,6 +387,8 @@ class ServerConnection:
             if refusal is not None:
                 return self._refuse(stream_id, refusal)
         self._move(self._transitions.get((self._state, opcode), self._state), opcode.name)
+        if opcode is Opcode.AUTH_RESPONSE:
+            self._login_stream = stream_id
         self._in_flight.add(stream_id)
         size = header.size + header.body_length
         self._request_sizes[stream_id] = size

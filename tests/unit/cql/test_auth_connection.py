@@ -10,6 +10,8 @@ import pytest
 from cassandra.auth import PlainTextAuthenticator
 
 from ringflow.cql import (
+    PASSWORD_AUTHENTICATOR,
+    Authenticate,
     AuthResponse,
     ConnectionState,
     ErrorResponse,
@@ -51,6 +53,7 @@ def test_the_login_handshake_and_its_refusals() -> None:
     assert message == "Unexpected message AUTH_RESPONSE, expecting STARTUP or OPTIONS"
     event = _event(connection, STARTUP)
     assert isinstance(event, RequestEvent) and connection.state is ConnectionState.AUTHENTICATING
+    connection.send(Authenticate(PASSWORD_AUTHENTICATOR), event.stream_id)
     query = encode_message(Query("SELECT 1", QueryParameters(Consistency.ONE)), 2)
     assert _refusal(connection, query) == "Unexpected message QUERY, expecting SASL_RESPONSE"
     assert _refusal(connection, encode_message(Options(), 3)) == (
@@ -59,6 +62,8 @@ def test_the_login_handshake_and_its_refusals() -> None:
     event = _event(connection, encode_message(AuthResponse(DRIVER_TOKEN), 4))
     assert isinstance(event, RequestEvent) and event.request == AuthResponse(b"\x00alice\x00pw")
     assert connection.state is ConnectionState.AUTHENTICATING  # until the shell says so
+    message = _refusal(connection, encode_message(AuthResponse(DRIVER_TOKEN), 6))
+    assert message.endswith("a SASL_RESPONSE is being checked")  # one login at a time
     connection.authenticated()
     assert connection.state is ConnectionState.READY
     assert isinstance(_event(connection, query), RequestEvent)
