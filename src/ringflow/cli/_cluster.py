@@ -47,7 +47,11 @@ from typing import TYPE_CHECKING
 from ringflow.cli import EXIT_OK
 from ringflow.cli._native_options import (
     SWITCH_INTERVAL_S,
+    add_auth_options,
     add_native_options,
+    auth_arguments,
+    auth_settings_of,
+    given_auth_options,
     given_native_limits,
     given_native_options,
     native_arguments,
@@ -111,6 +115,7 @@ def register(subcommands: Subcommands) -> None:
     add_capture_options(start)
     add_native_options(start)
     add_cluster_tls_options(start)
+    add_auth_options(start, shorthand=True)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
     add_feature_options(start)
@@ -153,6 +158,7 @@ def register(subcommands: Subcommands) -> None:
     add_capture_options(node)
     add_native_options(node)
     add_node_tls_options(node)
+    add_auth_options(node)
     add_feature_options(node)
     node.add_argument("--log-level", default="WARNING")
     node.set_defaults(handler=run_cluster_node_command)
@@ -385,6 +391,7 @@ def _create(data: Path, arguments: argparse.Namespace) -> dict[str, object]:
         "timings": given_timings(arguments),
         "capture": given_capture(arguments),
         "native": given_native_options(arguments),
+        "auth": given_auth_options(arguments),
     }
     tls = cluster_tls_layout(arguments, data, [str(node["address"]) for node in nodes])
     if tls is not None:
@@ -462,6 +469,7 @@ def _spawn(
         *capture_arguments(layout_capture(layout)),
         *native_arguments(layout.get("native")),
         *node_tls_arguments(layout.get("tls"), str(node["address"])),
+        *auth_arguments(layout.get("auth")),
     ]
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
@@ -542,6 +550,10 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
             (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     else:
         layout = _create(data, arguments)
+    auth = given_auth_options(arguments)
+    if auth and auth != layout.get("auth"):  # for the nodes started from now on
+        layout["auth"] = auth
+        (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     for node in _nodes(layout):
         _spawn(data, layout, node, feature_arguments(arguments))
     wait_ready(data, layout, arguments.timeout)
@@ -705,6 +717,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
         limits=given_native_limits(arguments),
         client_encryption=client_encryption,
         server_encryption=server_encryption,
+        auth=auth_settings_of(given_auth_options(arguments)),
     )
     seeds = [seed for seed in arguments.seeds.split(",") if seed]
     timings = NodeTimings.of(given_timings(arguments))

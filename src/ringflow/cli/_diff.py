@@ -74,7 +74,21 @@ def register(subcommands: Subcommands) -> None:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
     parser.add_argument("--driver-host", metavar="ADDRESS", help="spark.driver.host")
+    logins = parser.add_argument_group(
+        "logins to auth-enabled clusters (passwords: a file's first line, else the "
+        "environment's RINGFLOW_PASSWORD)"
+    )
+    logins.add_argument("--username", help="role to log in to the source as")
+    logins.add_argument("--password-file", help="the source's password file")
+    logins.add_argument("--target-username", help="role to log in to a cluster target as")
+    logins.add_argument("--target-password-file", help="the target's password file")
     parser.set_defaults(handler=run)
+
+
+def _login(username: str | None, password_file: str | None) -> dict[str, str] | None:
+    if not username:
+        return None
+    return {"username": username, **({"password_file": password_file} if password_file else {})}
 
 
 def _bounded(low: int, high: int) -> Callable[[str], int]:
@@ -105,6 +119,8 @@ def run(arguments: argparse.Namespace) -> int:
             consistency=arguments.consistency,
             splits=arguments.splits,
             tls=given_ssl(arguments),
+            source_login=_login(arguments.username, arguments.password_file),
+            target_login=_login(arguments.target_username, arguments.target_password_file),
         )
         report = _run_job(plan, settings, arguments.examples)
     except RingflowError as error:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ringflow.cql import ServerLimits
-from ringflow.node import NATIVE_TRANSPORT_OPTIONS, server_limits
+from ringflow.cql import AuthSettings, ServerLimits
+from ringflow.node import NATIVE_TRANSPORT_OPTIONS, auth_settings, server_limits
 
 SWITCH_INTERVAL_S = 0.001
 """The GIL switch interval of a node process (Python's default is 5 ms). The event loop and
@@ -65,3 +65,65 @@ def native_arguments(options: object) -> list[str]:
     if not isinstance(options, dict):
         return []
     return [part for name, value in sorted(options.items()) for part in (_flag(name), str(value))]
+
+
+# -- authentication (cassandra.yaml's authenticator / authorizer / roles_validity) ----------------
+
+AUTH_OPTIONS = ("authenticator", "authorizer", "roles_validity")
+
+
+def add_auth_options(parser: argparse.ArgumentParser, *, shorthand: bool = False) -> None:
+    """``--authenticator PasswordAuthenticator --authorizer CassandraAuthorizer
+    --roles-validity 2000ms``; with ``shorthand`` also ``--auth`` (both on)."""
+    group = parser.add_argument_group("authentication and authorization (cassandra.yaml names)")
+    group.add_argument(
+        "--authenticator", help="AllowAllAuthenticator (default) or PasswordAuthenticator"
+    )
+    group.add_argument("--authorizer", help="AllowAllAuthorizer (default) or CassandraAuthorizer")
+    group.add_argument(
+        "--roles-validity", dest="roles_validity", metavar="DURATION",
+        help="how long roles and permissions are cached (default 2000ms)",
+    )  # fmt: skip
+    if shorthand:
+        group.add_argument(
+            "--auth",
+            action="store_true",
+            help="PasswordAuthenticator + CassandraAuthorizer; the default superuser is "
+            "cassandra/cassandra (change its password)",
+        )
+
+
+def given_auth_options(arguments: argparse.Namespace) -> dict[str, str]:
+    """The auth options given (validated), to save in a cluster layout."""
+    given = {
+        name: str(getattr(arguments, name))
+        for name in AUTH_OPTIONS
+        if getattr(arguments, name, None) is not None
+    }
+    if getattr(arguments, "auth", False):
+        given.setdefault("authenticator", "PasswordAuthenticator")
+        given.setdefault("authorizer", "CassandraAuthorizer")
+    auth_settings_of(given)
+    return given
+
+
+def auth_settings_of(options: object) -> AuthSettings:
+    if not isinstance(options, dict):
+        return AuthSettings()
+    return auth_settings(
+        str(options.get("authenticator", "AllowAllAuthenticator")),
+        str(options.get("authorizer", "AllowAllAuthorizer")),
+        validity_ms=options.get("roles_validity"),
+    )
+
+
+def auth_arguments(options: object) -> list[str]:
+    """Saved auth options as a node command line (``run-node``)."""
+    if not isinstance(options, dict):
+        return []
+    return [
+        part
+        for name, value in sorted(options.items())
+        if name in AUTH_OPTIONS
+        for part in ("--" + name.replace("_", "-"), str(value))
+    ]

@@ -34,7 +34,10 @@ from ringflow.cli._cluster import (
 )
 from ringflow.cli._native_options import (
     SWITCH_INTERVAL_S,
+    add_auth_options,
     add_native_options,
+    auth_settings_of,
+    given_auth_options,
     given_native_limits,
 )
 from ringflow.cli._tls_options import add_node_tls_options, given_node_tls
@@ -72,6 +75,7 @@ def register(subcommands: Subcommands) -> None:
     add_capture_options(start)
     add_native_options(start)
     add_node_tls_options(start)
+    add_auth_options(start)
     start.set_defaults(handler=run_start)
     from ringflow.cli._topology import register_node
 
@@ -106,6 +110,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         limits=given_native_limits(arguments),
         client_encryption=client_encryption,
         server_encryption=server_encryption,
+        auth=auth_settings_of(given_auth_options(arguments)),
     )
 
     def announce(line: str) -> None:

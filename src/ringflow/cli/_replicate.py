@@ -64,6 +64,7 @@ def register(subcommands: Subcommands) -> None:
         "Structured Streaming query (channel) per destination.",
     )
     parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
+    add_login_options(parser)
     parser.add_argument("--table", help="the CDC-enabled table: keyspace.table")
     parser.add_argument(
         "--to",
@@ -165,6 +166,34 @@ def _port(text: str) -> int:
     return port
 
 
+def add_login_options(parser: argparse.ArgumentParser) -> None:
+    """``--username`` / ``--password-file`` for an auth-enabled source (the password also from
+    ``RINGFLOW_PASSWORD``; never a command-line value, which ``ps`` shows). A hub takes its
+    own in its URL: ``ringflow://user@host/ks.t?password_file=PATH``."""
+    parser.add_argument("--username", help="role to log in to the source as")
+    parser.add_argument(
+        "--password-file",
+        help="file whose first line is the source password (default: env RINGFLOW_PASSWORD)",
+    )
+
+
+def source_login(arguments: argparse.Namespace) -> dict[str, str]:
+    """The source's credentials, resolved here on the driver (Spark's Python workers do not
+    see this process's environment, nor maybe its files): ``username`` and ``password``
+    options, which Spark redacts from plans (``spark.redaction.regex``)."""
+    from ringflow.pipeline import credentials
+
+    given = {}
+    if getattr(arguments, "username", None):
+        given["username"] = str(arguments.username)
+        if getattr(arguments, "password_file", None):
+            given["password_file"] = str(arguments.password_file)
+    username, password = credentials(given, "--username")
+    if username is None or password is None:
+        return {}
+    return {"username": username, "password": password}
+
+
 def run(arguments: argparse.Namespace) -> int:
     if arguments.capture == "replica":
         return run_replica(arguments)
@@ -189,6 +218,7 @@ def run(arguments: argparse.Namespace) -> int:
         max_window_ms=arguments.max_window_ms,
         tls=given_ssl(arguments),
     )
+    options.update(source_login(arguments))
     alter = alter_destinations(arguments.alter_destinations)
     plan = plan_replication(options, arguments.to, arguments.checkpoint, alter_destinations=alter)
     console.print(f"source {arguments.table} at {arguments.source}; channels:")

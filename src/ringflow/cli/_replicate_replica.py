@@ -115,8 +115,15 @@ def run_replica(arguments: argparse.Namespace) -> int:
     )
     permits = DEFAULT_PERMITS if arguments.permits is None else arguments.permits
     alter = alter_destinations(arguments.alter_destinations)
+    from ringflow.cli._replicate import source_login
+
     plan = plan_replica_job(
-        arguments.source, arguments.checkpoint, spec, permits=permits, alter_destinations=alter
+        arguments.source,
+        arguments.checkpoint,
+        spec,
+        permits=permits,
+        alter_destinations=alter,
+        login=source_login(arguments),
     )
     console.print(f"replica-side replication from {arguments.source}; channels:")
     for channel_plan in plan.channels:

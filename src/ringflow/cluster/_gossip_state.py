@@ -92,6 +92,9 @@ class ApplicationState(IntEnum):
     SUPPORTED_FEATURES = 34
     """ringflow: the cluster features this node supports, comma-separated (Scylla
     ``SUPPORTED_FEATURES``), e.g. ``CDC_GENERATIONS_V2``."""
+    AUTH_MODE = 35
+    """ringflow: ``<authenticator>/<authorizer>`` (Cassandra's short class names); nodes of one
+    cluster must agree, a peer gossiping another mode is kept out of the ring."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from ringflow.cql._ast_auth import AuthStatement
 from ringflow.cql._lexer import RESERVED_WORDS
 from ringflow.cql._requests import BatchType
 from ringflow.schema._errors import SchemaError
@@ -833,4 +834,5 @@ Statement: TypeAlias = (
     | CreateTypeStatement
     | AlterTypeStatement
     | DropTypeStatement
+    | AuthStatement
 )

@@ -8,6 +8,9 @@ bytes and hands requests to an executor.
 Theory of operation (``doc/native_protocol_v4.spec`` §2.1, §2.3, §4.1.1, §5):
 
 * A connection starts in ``EXPECTING_STARTUP``; only OPTIONS and STARTUP are accepted there.
+  With ``authenticate``, STARTUP leads to ``AUTHENTICATING`` instead of ``READY``: only
+  AUTH_RESPONSE is accepted, one at a time (each costs a bcrypt check), until the shell calls
+  ``authenticated`` (a login succeeded).
   A valid STARTUP (CQL 3, compression absent or ``lz4``) moves it to ``READY`` at once and
   turns compression on for every later non-empty body in both directions; the shell answers
   it with ``Ready()``. Which opcodes a state accepts and where they lead are the tables
@@ -72,12 +75,14 @@ _CQL3_VERSION = re.compile(r"3(\.\d+){0,2}")
 
 class ConnectionState(Enum):
     EXPECTING_STARTUP = "EXPECTING_STARTUP"
+    AUTHENTICATING = "AUTHENTICATING"
     READY = "READY"
     CLOSED = "CLOSED"
 
 
 _ACCEPTED: dict[ConnectionState, frozenset[Opcode]] = {
     ConnectionState.EXPECTING_STARTUP: frozenset({Opcode.STARTUP, Opcode.OPTIONS}),
+    ConnectionState.AUTHENTICATING: frozenset({Opcode.AUTH_RESPONSE}),
     ConnectionState.READY: frozenset(
         {
             Opcode.OPTIONS,
@@ -92,12 +97,20 @@ _ACCEPTED: dict[ConnectionState, frozenset[Opcode]] = {
 }
 _EXPECTATION: dict[ConnectionState, str] = {
     ConnectionState.EXPECTING_STARTUP: "expecting STARTUP or OPTIONS",
+    ConnectionState.AUTHENTICATING: "expecting SASL_RESPONSE",
     ConnectionState.READY: "the connection is already initialized",
     ConnectionState.CLOSED: "the connection is closed",
 }
 _TRANSITIONS: dict[tuple[ConnectionState, Opcode], ConnectionState] = {
     (ConnectionState.EXPECTING_STARTUP, Opcode.STARTUP): ConnectionState.READY,
 }
+_AUTHENTICATING_TRANSITIONS: dict[tuple[ConnectionState, Opcode], ConnectionState] = {
+    (ConnectionState.EXPECTING_STARTUP, Opcode.STARTUP): ConnectionState.AUTHENTICATING,
+}
+"""With ``authenticate``: STARTUP leads to AUTHENTICATING, answered with AUTHENTICATE; only
+AUTH_RESPONSE is accepted there (Cassandra's ``ServerConnection``: "Unexpected message X,
+expecting SASL_RESPONSE", OPTIONS included) until the shell reports a login
+(``authenticated``)."""
 
 
 class NeedData(Enum):
@@ -152,6 +165,7 @@ class ServerConnection:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        authenticate: bool = False,
     ) -> None:
         if max_in_flight < 1:
             raise LocalProtocolError(f"max_in_flight must be at least 1, got {max_in_flight}")
@@ -159,6 +173,9 @@ class ServerConnection:
         self.max_in_flight = max_in_flight
         self._decoder = FrameDecoder(max_frame_size, expected_version=PROTOCOL_VERSION)
         self._state = ConnectionState.EXPECTING_STARTUP
+        self._transitions = _AUTHENTICATING_TRANSITIONS if authenticate else _TRANSITIONS
+        self._login_stream: int | None = None
+        """The stream of the AUTH_RESPONSE being checked (one at a time)."""
         self._compression: Compression | None = None
         self._in_flight: set[int] = set()
         self._request_sizes: dict[int, int] = {}
@@ -243,6 +260,8 @@ class ServerConnection:
         version = self._reply_versions.pop(stream_id, PROTOCOL_VERSION)
         compression = self._compression if version == PROTOCOL_VERSION else None
         self._in_flight.discard(stream_id)
+        if stream_id == self._login_stream:
+            self._login_stream = None
         self._release(stream_id)
         try:
             return encode_message(
@@ -293,6 +312,12 @@ class ServerConnection:
                 continue
         raise AnswerNotEncodable(f"{type(response).__name__} on stream {stream_id}: {failure}")
 
+    def authenticated(self) -> None:
+        """The shell logged the client in (its AUTH_RESPONSE was answered AUTH_SUCCESS)."""
+        if self._state is not ConnectionState.AUTHENTICATING:
+            raise LocalProtocolError(f"authenticated in state {self._state.value}")
+        self._move(ConnectionState.READY, "AUTH_SUCCESS")
+
     def refuse_head_frame(self, message: str) -> ProtocolErrorEvent | None:
         """Refuse the frame being read with Overloaded (0x1001) and skip its body (Cassandra's
         ``native_transport_throw_on_overload``); ``None`` when no frame is being read."""
@@ -318,6 +343,10 @@ class ServerConnection:
             f"request bytes {self._request_bytes} disagree with {self._request_sizes}",
         )
         invariant(
+            self._login_stream is None or self._login_stream in self._in_flight,
+            f"login stream {self._login_stream} is not in flight",
+        )
+        invariant(
             all(version != PROTOCOL_VERSION for version in self._reply_versions.values()),
             "a pending reply version equal to the connection's own",
         )
@@ -335,6 +364,11 @@ class ServerConnection:
             )
         if stream_id in self._in_flight:
             return self._refuse(stream_id, f"Stream id {stream_id} is already in use")
+        if header.opcode == Opcode.AUTH_RESPONSE and self._login_stream is not None:
+            # one login at a time: each costs a bcrypt check, and no client pipelines them
+            return self._refuse(
+                stream_id, "Unexpected message AUTH_RESPONSE, a SASL_RESPONSE is being checked"
+            )
         if len(self._in_flight) >= self.max_in_flight:
             return self._overloaded(stream_id)
         opcode = Opcode(header.opcode)
@@ -352,7 +386,9 @@ class ServerConnection:
             refusal = self._negotiate(request)
             if refusal is not None:
                 return self._refuse(stream_id, refusal)
-        self._move(_TRANSITIONS.get((self._state, opcode), self._state), opcode.name)
+        self._move(self._transitions.get((self._state, opcode), self._state), opcode.name)
+        if opcode is Opcode.AUTH_RESPONSE:
+            self._login_stream = stream_id
         self._in_flight.add(stream_id)
         size = header.size + header.body_length
         self._request_sizes[stream_id] = size

@@ -13,7 +13,8 @@ Rules:
 * Keyspace names the executor reserves: ``system`` and ``system_schema`` (node-local, written by
   the node itself), the CDC description keyspaces ``system_distributed`` and
   ``system_distributed_everywhere`` and the replica-side replication keyspace
-  ``system_replication`` (readable and writable, never altered by DDL).
+  ``system_replication`` and the roles keyspace ``system_auth`` (readable and writable, never
+  altered by DDL).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ SYSTEM_SCHEMA_KEYSPACE = "system_schema"
 SYSTEM_DISTRIBUTED_KEYSPACE = "system_distributed"
 SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
 SYSTEM_REPLICATION_KEYSPACE = "system_replication"
+SYSTEM_AUTH_KEYSPACE = "system_auth"
 LOCAL_KEYSPACES = frozenset({SYSTEM_KEYSPACE, SYSTEM_SCHEMA_KEYSPACE})
 DISTRIBUTED_KEYSPACES = frozenset(
     {
         SYSTEM_DISTRIBUTED_KEYSPACE,
         SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE,
         SYSTEM_REPLICATION_KEYSPACE,
+        SYSTEM_AUTH_KEYSPACE,
     }
 )
 RESERVED_KEYSPACES = LOCAL_KEYSPACES | DISTRIBUTED_KEYSPACES

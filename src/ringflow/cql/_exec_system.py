@@ -52,10 +52,12 @@ from ringflow.cdc import (
 )
 from ringflow.cdc._log_schema import cdc_log_compaction_options
 from ringflow.cql._ast import CreateTableStatement
+from ringflow.cql._auth_tables import AUTH_TABLES_CQL
 from ringflow.cql._exec_common import (
     DISTRIBUTED_KEYSPACES,
     LOCAL_KEYSPACES,
     RESERVED_KEYSPACES,
+    SYSTEM_AUTH_KEYSPACE,
     SYSTEM_DISTRIBUTED_EVERYWHERE_KEYSPACE,
     SYSTEM_DISTRIBUTED_KEYSPACE,
     SYSTEM_REPLICATION_KEYSPACE,
@@ -132,6 +134,10 @@ DISTRIBUTED_KEYSPACE_DEFINITIONS: Mapping[str, Keyspace] = MappingProxyType(
             SYSTEM_REPLICATION_KEYSPACE,
             {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "3"},
         ),
+        SYSTEM_AUTH_KEYSPACE: Keyspace(
+            SYSTEM_AUTH_KEYSPACE,
+            {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "3"},
+        ),
     }
 )
 _DESCRIPTION_TABLE_CQL = (
@@ -148,6 +154,7 @@ _DESCRIPTION_TABLE_CQL = (
     CHANNEL_PROGRESS_TABLE_CQL,
     REPAIR_HISTORY_CQL,
     PARENT_REPAIR_HISTORY_CQL,
+    *AUTH_TABLES_CQL,
 )
 
 

@@ -66,6 +66,8 @@ from ringflow.cql._ast import (
     UpdateStatement,
     UseStatement,
 )
+from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES, AuthStatement
+from ringflow.cql._auth_rows import PlaneAuthRows
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
@@ -88,6 +90,7 @@ from ringflow.cql._error_responses import (
     WriteFailureResponse,
     WriteTimeoutResponse,
 )
+from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
     ExecutorLimits,
@@ -106,6 +109,7 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
+from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
@@ -130,6 +134,7 @@ from ringflow.cql._results import (
     PreparedResult,
     RowsMetadata,
     SchemaChange,
+    SchemaChangeResult,
     SchemaChangeTarget,
     SetKeyspaceResult,
     VoidResult,
@@ -192,9 +197,11 @@ class NodeIdentity:
 
 @dataclass(slots=True)
 class SessionState:
-    """Per-connection state: the keyspace chosen by ``USE``."""
+    """Per-connection state: the keyspace chosen by ``USE``, and the role logged in (None:
+    no authentication, or an internal session; never checked then)."""
 
     keyspace: str | None = None
+    user: str | None = None
 
 
 def response_for_error(
@@ -331,6 +338,8 @@ class QueryProcessor:
         self.range_ownership: Callable[[str], Mapping[str, Sequence[str]]] = lambda _: {
             str(token): [node.broadcast_address] for token in node.tokens
         }  # DESCRIBE CLUSTER's end token → endpoints of a keyspace (a cluster sets its own)
+        self.auth: AuthService | None = None
+        """Authentication and authorization (``enable_auth``); None: everything allowed."""
         self._procedures = Procedures()
         ensure_system_tables(store)
         self._state = load_schema(store, clock() // 1_000_000)
@@ -375,6 +384,19 @@ class QueryProcessor:
                 f"{len(self._prepared)} prepared statements exceed the limit",
             )
 
+    def enable_auth(self, settings: AuthSettings, clock_ms: Callable[[], float]) -> AuthService:
+        """Check logins and permissions from now on (``_exec_auth``); the roles live in
+        ``system_auth``, read and written through this processor's data plane."""
+        rows = PlaneAuthRows(lambda: self._data_plane, self._clock)
+        self.auth = AuthService(
+            rows, settings, clock_ms=clock_ms, next_timestamp_us=self._next_auth_timestamp
+        )
+        return self.auth
+
+    def _next_auth_timestamp(self) -> int:
+        with self._lock:
+            return self._timestamps.next()
+
     def use_data_plane(self, data_plane: DataPlane) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node)."""
         with self._lock:
@@ -399,7 +421,14 @@ class QueryProcessor:
 
     # --- the four requests ---------------------------------------------------------------------
 
+    def _load_grants(self, session: SessionState) -> None:
+        """Outside the lock (``AuthService.preload``)."""
+        if self.auth is not None and session.user is not None:
+            self.auth.preload(session.user)
+
     def query(self, query: Query, session: SessionState) -> Response:
+        self._load_grants(session)
+
         def run() -> Response:
             statement = parse_statement(query.query)
             params = query.parameters
@@ -416,6 +445,8 @@ class QueryProcessor:
         return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
 
     def execute(self, execute: Execute, session: SessionState) -> Response:
+        self._load_grants(session)
+
         def run() -> Response:
             prepared = self._prepared.get(execute.statement_id)
             if prepared is None:
@@ -432,6 +463,7 @@ class QueryProcessor:
         return self._guard(run, execute.parameters.consistency)
 
     def batch(self, batch: Batch, session: SessionState) -> Response:
+        self._load_grants(session)
         return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -493,6 +525,11 @@ class QueryProcessor:
         fingerprint: bytes,
     ) -> Response:
         context = self._context(values, keyspace)
+        auth = self.auth
+        if auth is not None and session.user is not None:
+            auth.authorize_all(session.user, statement, keyspace, self._state)
+        if isinstance(statement, AUTH_STATEMENT_TYPES):
+            return self._auth_statement(statement, session, keyspace)
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
                 raise InvalidRequest("ANY ConsistencyLevel is only supported for writes")
@@ -524,7 +561,12 @@ class QueryProcessor:
             self._defer(lambda: run_call(procedure, arguments))  # may wait: not under the lock
             return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
-            return self._ddl(statement, keyspace)
+            response = self._ddl(statement, keyspace)
+            if auth is not None and isinstance(response, SchemaChangeResult):
+                work = auth.schema_change_work(session.user, response.change)
+                if work is not None:  # grants of a creator, or on what was dropped
+                    self._defer(work)
+            return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
         if isinstance(statement, BeginBatchStatement):
@@ -532,6 +574,22 @@ class QueryProcessor:
         assert isinstance(statement, InsertStatement | UpdateStatement | DeleteStatement)
         timestamp = self._default_timestamp(params.default_timestamp)
         self._apply(self._mutations(statement, context, timestamp))
+        return VoidResult()
+
+    def _auth_statement(
+        self, statement: AuthStatement, session: SessionState, keyspace: str | None
+    ) -> Response:
+        """A role or permission statement: run once the lock is released (its reads and
+        writes go through the cluster)."""
+        auth = self.auth
+        if auth is None:
+            raise InvalidRequest(
+                "Roles and permissions need an authenticator or authorizer: start the node "
+                "with authenticator: PasswordAuthenticator (ringflow cluster start --auth)"
+            )
+        runner = RoleStatements(auth, self._state)
+        user = session.user
+        self._defer(lambda: runner.execute(statement, user, keyspace))
         return VoidResult()
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
@@ -627,6 +685,7 @@ class QueryProcessor:
         self._check_batch_size(len(batch.statements))
         timestamp = self._default_timestamp(batch.default_timestamp)
         mutations: list[Mutation] = []
+        auth = self.auth if session.user is not None else None
         for entry in batch.statements:
             if isinstance(entry.statement, bytes):
                 prepared = self._prepared.get(entry.statement)
@@ -641,6 +700,8 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
+            if auth is not None and session.user is not None:
+                auth.authorize(session.user, statement, keyspace, self._state)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)

@@ -12,8 +12,8 @@ Rules (CQL.textile "Data Definition", re-expressed):
   | WITH opt = v ..``; ``DROP TABLE [IF EXISTS] t``; ``COLUMNFAMILY`` means ``TABLE``;
 * ``CREATE TYPE [IF NOT EXISTS] t (f type, ..)``; ``DROP TYPE [IF EXISTS] t``;
 * option names appear once; values are constants or maps of constants, never bind markers.
-Statements outside this subset (indexes, views, functions, roles) fail with a syntax error that
-names what is supported.
+Statements outside this subset (indexes, views, functions) are answered with an InvalidRequest
+naming the feature; roles and users are parsed by ``_parse_auth``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from ringflow.cql._ast import (
     UseStatement,
 )
 from ringflow.cql._lexer import TokenKind
+from ringflow.cql._parse_auth import parse_alter_role, parse_create_role, parse_drop_role
 from ringflow.cql._parse_clauses import USING_TIMEOUT_ONLY, parse_order_by_items, parse_using
 from ringflow.cql._parse_core import (
     Cursor,
@@ -383,7 +384,6 @@ _MATERIALIZED_VIEWS = "Materialized views are"
 _INDEXES = "Secondary indexes are"
 _FUNCTIONS = "User-defined functions and aggregates are"
 _TRIGGERS = "Triggers are"
-_ROLES = "Roles, users and permissions are"
 _UNSUPPORTED: dict[tuple[str, str], str] = {
     **{(verb, "materialized"): _MATERIALIZED_VIEWS for verb in ("create", "alter", "drop")},
     **{(verb, word): _INDEXES for verb in ("create", "drop") for word in ("index", "custom")},
@@ -393,8 +393,6 @@ _UNSUPPORTED: dict[tuple[str, str], str] = {
         for word in ("function", "aggregate", "or")
     },
     **{(verb, "trigger"): _TRIGGERS for verb in ("create", "drop")},
-    **{(verb, word): _ROLES for verb in ("create", "alter", "drop") for word in ("role", "user")},
-    **{(verb, ""): _ROLES for verb in ("grant", "revoke", "list")},
 }
 """Cassandra statements ringflow does not implement, answered with an InvalidRequest that says
 so (as issue 20 asks: never a syntax error for a statement Cassandra accepts)."""
@@ -417,6 +415,8 @@ _CREATE: dict[str, Callable[[Cursor], Statement]] = {
     "table": _create_table,
     "columnfamily": _create_table,
     "type": _create_type,
+    "role": lambda cursor: parse_create_role(cursor, "role"),
+    "user": lambda cursor: parse_create_role(cursor, "user"),
 }
 _ALTER: dict[str, Callable[[Cursor], Statement]] = {
     "keyspace": _alter_keyspace,
@@ -424,6 +424,8 @@ _ALTER: dict[str, Callable[[Cursor], Statement]] = {
     "table": _alter_table,
     "columnfamily": _alter_table,
     "type": _alter_type,
+    "role": lambda cursor: parse_alter_role(cursor, "role"),
+    "user": lambda cursor: parse_alter_role(cursor, "user"),
 }
 _DROP: dict[str, Callable[[Cursor], Statement]] = {
     "keyspace": _drop_keyspace,
@@ -431,6 +433,8 @@ _DROP: dict[str, Callable[[Cursor], Statement]] = {
     "table": _drop_table,
     "columnfamily": _drop_table,
     "type": _drop_type,
+    "role": lambda cursor: parse_drop_role(cursor, "role"),
+    "user": lambda cursor: parse_drop_role(cursor, "user"),
 }
 _ALTER_TABLE_ACTIONS: dict[str, Callable[[Cursor], AlterTableAction]] = {
     "add": _alter_add,

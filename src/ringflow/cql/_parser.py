@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ringflow.cql._ast import Statement
 from ringflow.cql._lexer import CqlSyntaxProblem, tokenize
+from ringflow.cql._parse_auth import parse_grant, parse_list, parse_revoke
 from ringflow.cql._parse_core import DEFAULT_PARSE_LIMITS, Cursor, ParseLimits
 from ringflow.cql._parse_ddl import (
     parse_alter,
@@ -26,7 +27,6 @@ from ringflow.cql._parse_ddl import (
     parse_create,
     parse_drop,
     parse_truncate,
-    parse_unsupported,
     parse_use,
 )
 from ringflow.cql._parse_describe import parse_describe
@@ -52,13 +52,16 @@ _STATEMENTS: dict[str, Callable[[Cursor], Statement]] = {
     "create": parse_create,
     "alter": parse_alter,
     "drop": parse_drop,
+    "grant": parse_grant,
+    "revoke": parse_revoke,
+    "list": parse_list,
     "call": parse_call,
     "describe": parse_describe,
     "desc": parse_describe,
 }
 _EXPECTED_STATEMENT = (
     "expected a statement (SELECT, INSERT, UPDATE, DELETE, BEGIN BATCH, USE, TRUNCATE, "
-    "CREATE, ALTER, DROP, CALL, DESCRIBE)"
+    "CREATE, ALTER, DROP, GRANT, REVOKE, LIST, CALL, DESCRIBE)"
 )
 
 
@@ -93,10 +96,6 @@ def parse_statements(
 
 
 def _parse_one(cursor: Cursor) -> Statement:
-    if cursor.at_word("grant", "revoke", "list"):
-        unsupported = parse_unsupported(cursor, cursor.peek().value, "")
-        assert unsupported is not None
-        return unsupported
     if not cursor.at_word(*_STATEMENTS):
         raise cursor.fail(_EXPECTED_STATEMENT)
     start = cursor.peek()

@@ -77,6 +77,7 @@ from ringflow.cql._connection import (
 )
 from ringflow.cql._error_responses import ErrorResponse
 from ringflow.cql._requests import (
+    AuthResponse,
     Batch,
     EventType,
     Execute,
@@ -87,6 +88,8 @@ from ringflow.cql._requests import (
     Startup,
 )
 from ringflow.cql._responses import (
+    Authenticate,
+    AuthSuccess,
     PushEvent,
     Ready,
     Response,
@@ -106,6 +109,7 @@ Statement = Query | Prepare | Execute | Batch
 """The requests a backend executes; the shell answers every other request itself."""
 
 SessionT = TypeVar("SessionT")
+SessionIn = TypeVar("SessionIn", contravariant=True)
 
 READ_CHUNK_BYTES = 64 * 1024
 _BULK_READ_BYTES = 1024 * 1024
@@ -138,6 +142,16 @@ class Backend(Protocol[SessionT]):
     def open_session(self) -> SessionT: ...
 
     def handle(self, session: SessionT, statement: Statement) -> Response | Handled: ...
+
+
+class Authenticator(Protocol[SessionIn]):
+    """Logs a connection in (SASL, one round): ``authenticate`` runs on the worker, records
+    the role in ``session`` or raises a ``RingflowError`` (AuthenticationFailed, 0x0100)."""
+
+    authenticator_class: str
+    """What AUTHENTICATE names, e.g. ``org.apache.cassandra.auth.PasswordAuthenticator``."""
+
+    def authenticate(self, session: SessionIn, token: bytes | None) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -191,10 +205,16 @@ class CqlServer(Generic[SessionT]):
         shard_count: int = 1,
         ignore_msb: int = 12,
         tls: NativeTls | None = None,
+        authenticator: Authenticator[SessionT] | None = None,
+        login_worker: concurrent.futures.Executor | None = None,
     ) -> None:
         self._backend = backend
         self._tls = tls
         self._tls_listener: TlsListener | None = None
+        self._authenticator = authenticator
+        self._login_worker = login_worker or worker
+        """Where logins run (bcrypt costs ~0.1 s of CPU): a single node passes a pool of its own
+        so that a flood of logins does not queue its statements behind them."""
         self._worker = worker
         self._host = host
         self._port = port
@@ -343,6 +363,7 @@ class CqlServer(Generic[SessionT]):
         connection = ServerConnection(
             max_frame_size=limits.max_frame_size,
             max_in_flight=limits.max_in_flight_per_connection,
+            authenticate=self._authenticator is not None,
         )
         shard = self._next_shard
         self._next_shard = (shard + 1) % self._sharding[0]
@@ -441,7 +462,7 @@ class CqlServer(Generic[SessionT]):
             left = client.frame_started + limits.frame_body_timeout_s - now
             return max(left, 0.0), "frame body timeout"
         client.frame_started = None
-        if connection.state is ConnectionState.EXPECTING_STARTUP:
+        if connection.state in (ConnectionState.EXPECTING_STARTUP, ConnectionState.AUTHENTICATING):
             return limits.startup_timeout_s, "startup timeout"
         if limits.idle_timeout_s and not connection.in_flight:
             return limits.idle_timeout_s, "idle timeout"
@@ -527,7 +548,13 @@ class CqlServer(Generic[SessionT]):
             sharding = ScyllaSharding(client.shard, *self._sharding)
             await self._send(client, Supported.for_node(sharding=sharding), event.stream_id)
         elif isinstance(request, Startup):
-            await self._send(client, Ready(), event.stream_id)
+            if self._authenticator is not None:
+                answer: Response = Authenticate(self._authenticator.authenticator_class)
+            else:
+                answer = Ready()
+            await self._send(client, answer, event.stream_id)
+        elif isinstance(request, AuthResponse):
+            await self._submit_login(client, request, event.stream_id)
         elif isinstance(request, Register):
             client.events.update(request.event_types)
             await self._send(client, Ready(), event.stream_id)
@@ -550,6 +577,52 @@ class CqlServer(Generic[SessionT]):
         task = asyncio.create_task(self._run(client, statement, stream_id, pending))
         client.tasks.add(task)
         task.add_done_callback(client.tasks.discard)
+
+    async def _submit_login(
+        self, client: _Client[SessionT], request: AuthResponse, stream_id: int
+    ) -> None:
+        """Check an AUTH_RESPONSE on the worker (bcrypt and role reads block) and answer
+        AUTH_SUCCESS (the connection is then READY) or the login's error."""
+        pending = self._pending
+        if pending is None:
+            raise LocalProtocolError("the server is not started")
+        await pending.acquire()
+        task = asyncio.create_task(self._login(client, request, stream_id, pending))
+        client.tasks.add(task)
+        task.add_done_callback(client.tasks.discard)
+
+    async def _login(
+        self,
+        client: _Client[SessionT],
+        request: AuthResponse,
+        stream_id: int,
+        pending: asyncio.Semaphore,
+    ) -> None:
+        authenticator = self._authenticator
+        if authenticator is None:
+            raise LocalProtocolError("AUTH_RESPONSE accepted without an authenticator")
+        loop = asyncio.get_running_loop()
+        answer: Response
+        try:
+            try:
+                await loop.run_in_executor(
+                    self._login_worker, authenticator.authenticate, client.session, request.token
+                )
+            finally:
+                pending.release()
+            if client.connection.state is ConnectionState.AUTHENTICATING:
+                client.connection.authenticated()  # else a second AUTH_RESPONSE in flight
+            answer = AuthSuccess(None)
+        except RingflowError as error:
+            self.stats.failed_logins += 1
+            if error.code == ErrorCode.SERVER_ERROR:
+                self.stats.server_errors += 1
+            answer = _error_of(error)
+        except Exception as error:
+            self.stats.server_errors += 1
+            _log.exception("bug: login of %s failed", client.peer)
+            answer = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
+        await self._send(client, answer, stream_id)
 
     async def _run(
         self,

@@ -150,3 +150,5 @@ class ServerStats:
     """Sockets closed before or during the TLS handshake: failed, timed out, over the limit."""
     plaintext_refused: int = 0
     """Plaintext connections to a port that requires TLS: answered with an error, closed."""
+    failed_logins: int = 0
+    """AUTH_RESPONSEs answered with an error (bad credentials or a malformed token)."""

@@ -7,6 +7,8 @@ modules are private; everything public is re-exported here.
 """
 
 from ringflow.node._config import (
+    AUTHENTICATORS,
+    AUTHORIZERS,
     DEFAULT_CLUSTER_NAME,
     DEFAULT_DC,
     DEFAULT_IGNORE_MSB,
@@ -22,6 +24,8 @@ from ringflow.node._config import (
     DataDirLock,
     NodeConfig,
     NodeRecord,
+    auth_mode,
+    auth_settings,
     check_address,
     internode_tls,
     load_record,
@@ -51,6 +55,8 @@ from ringflow.node._startup import (
 )
 
 __all__ = [
+    "AUTHENTICATORS",
+    "AUTHORIZERS",
     "DEFAULT_CLUSTER_NAME",
     "DEFAULT_DC",
     "DEFAULT_IGNORE_MSB",
@@ -69,6 +75,8 @@ __all__ = [
     "NodeConfig",
     "NodeRecord",
     "ProcessorBackend",
+    "auth_mode",
+    "auth_settings",
     "check_address",
     "create_first_generation",
     "ensure_cdc_generation",

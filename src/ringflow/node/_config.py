@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cql import NativeTls, ServerLimits
+from ringflow.cql import AuthSettings, NativeTls, ServerLimits
 from ringflow.errors import ConfigurationError, RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, TokenMetadata, allocate_random, check_sharding
 from ringflow.runtime import ClientEncryptionOptions, InternodeTls, ServerEncryptionOptions
@@ -167,6 +167,52 @@ def _check_int(what: str, value: object, low: int, high: int) -> int:
     return value
 
 
+AUTHENTICATORS = {
+    "AllowAllAuthenticator": False,
+    "PasswordAuthenticator": True,
+}
+AUTHORIZERS = {"AllowAllAuthorizer": False, "CassandraAuthorizer": True}
+
+
+def _auth_class(what: str, value: str, known: dict[str, bool]) -> bool:
+    short = value.removeprefix("org.apache.cassandra.auth.")
+    if short not in known:
+        raise ConfigurationError(
+            f"{what} must be one of {', '.join(sorted(known))} (Cassandra's names), got {value!r}"
+        )
+    return known[short]
+
+
+def auth_settings(
+    authenticator: str = "AllowAllAuthenticator",
+    authorizer: str = "AllowAllAuthorizer",
+    *,
+    validity_ms: object = None,
+) -> AuthSettings:
+    """``AuthSettings`` from cassandra.yaml's ``authenticator`` / ``authorizer`` names (short or
+    ``org.apache.cassandra.auth.``-qualified) and ``roles_validity`` (ms or a duration)."""
+    authenticate = _auth_class("authenticator", authenticator, AUTHENTICATORS)
+    authorize = _auth_class("authorizer", authorizer, AUTHORIZERS)
+    if authorize and not authenticate:
+        raise ConfigurationError(
+            "authorizer CassandraAuthorizer needs authenticator PasswordAuthenticator (an "
+            "anonymous user cannot be authorized)"
+        )
+    if validity_ms is None:
+        return AuthSettings(authenticate, authorize)
+    validity = round(parse_duration_s("roles_validity", validity_ms) * 1000)
+    return AuthSettings(
+        authenticate, authorize, validity_ms=_check_int("roles_validity", validity, 0, 86_400_000)
+    )
+
+
+def auth_mode(settings: AuthSettings) -> str:
+    """How a node gossips its auth settings: ``authenticator/authorizer`` short names."""
+    authenticator = "PasswordAuthenticator" if settings.authenticate else "AllowAllAuthenticator"
+    authorizer = "CassandraAuthorizer" if settings.authorize else "AllowAllAuthorizer"
+    return f"{authenticator}/{authorizer}"
+
+
 def check_address(value: object) -> str:
     """The address in canonical form; ConfigurationError unless it is IPv4 loopback."""
     try:
@@ -199,6 +245,8 @@ class NodeConfig:
     """``client_encryption_options``: TLS on the native port (``ringflow.runtime._tls``)."""
     server_encryption: ServerEncryptionOptions = field(default_factory=ServerEncryptionOptions)
     """``server_encryption_options``: internode TLS, mutual."""
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    """Cassandra's ``authenticator`` / ``authorizer`` (``auth_settings``); off by default."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "address", check_address(self.address))
@@ -222,6 +270,8 @@ class NodeConfig:
             raise ConfigurationError(f"bad client_encryption {self.client_encryption!r}")
         if not isinstance(self.server_encryption, ServerEncryptionOptions):
             raise ConfigurationError(f"bad server_encryption {self.server_encryption!r}")
+        if not isinstance(self.auth, AuthSettings):
+            raise ConfigurationError(f"auth must be AuthSettings, got {self.auth!r}")
 
     @property
     def record_path(self) -> Path:
@@ -417,6 +467,7 @@ def node_config(
     limits: ServerLimits | None = None,
     client_encryption: ClientEncryptionOptions | None = None,
     server_encryption: ServerEncryptionOptions | None = None,
+    auth: AuthSettings | None = None,
 ) -> NodeConfig:
     """A ``NodeConfig`` whose omitted settings come from the data dir's saved record (a
     restart), else from the defaults (a first start)."""
@@ -448,6 +499,7 @@ def node_config(
         limits=limits or ServerLimits(),
         client_encryption=client_encryption or ClientEncryptionOptions(),
         server_encryption=server_encryption or ServerEncryptionOptions(),
+        auth=auth or AuthSettings(),
     )
 
 

@@ -67,7 +67,7 @@ from ringflow.cdc import (
     generation_description_v2_rows,
     publication_batches,
 )
-from ringflow.cql import Execute, Prepare, Query, SchemaChange
+from ringflow.cql import PASSWORD_AUTHENTICATOR, Execute, Prepare, Query, SchemaChange
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
@@ -107,6 +107,9 @@ STREAMS_V1_TABLE = ("system_distributed", "cdc_streams_descriptions")
 CDC_LOCAL_TABLE = ("system", "cdc_local")
 CDC_LOCAL_KEY = "cdc_local"
 TIMESTAMPS_KEY = "timestamps"
+LOGIN_THREADS = 2
+"""Threads checking logins (bcrypt) on a single node, apart from its one storage thread (the
+store is safe from several threads; statements stay on one)."""
 ROWS_PER_WRITE_MAX = 2000
 """Description rows per store transaction: far inside the store's batch limits."""
 
@@ -204,6 +207,8 @@ def open_node(
             tokens=record.tokens,
         )
         processor = QueryProcessor(store, node=identity, clock=clock, cdc=cdc, rng=rng)
+        if config.auth.enabled:
+            processor.enable_auth(config.auth, lambda: time.monotonic() * 1000)
         version = processor.schema_version
         write_local_row(store, config, record, version, now_us, gossip_generation=now_us // 10**6)
         processor.on_schema_change(
@@ -431,6 +436,8 @@ class ProcessorBackend:
     schema changes of each statement (all of them: creating a CDC table also creates its log
     table) so the server pushes one SCHEMA_CHANGE event per change."""
 
+    authenticator_class = PASSWORD_AUTHENTICATOR
+
     def __init__(self, processor: QueryProcessor) -> None:
         self._processor = processor
         self._changes: list[SchemaChange] = []
@@ -438,6 +445,18 @@ class ProcessorBackend:
 
     def open_session(self) -> SessionState:
         return SessionState(None)
+
+    def authenticate(self, session: SessionState, token: bytes | None) -> None:
+        """SASL PLAIN login (the server's ``Authenticator``), on a worker thread."""
+        auth = self._processor.auth
+        if auth is None:
+            raise InternalError("authenticate called on a node without an authenticator")
+        session.user = auth.authenticate(token)
+
+    def server_authenticator(self) -> ProcessorBackend | None:
+        """This backend as the server's authenticator when logins are required, else None."""
+        auth = self._processor.auth
+        return self if auth is not None and auth.settings.authenticate else None
 
     def handle(self, session: SessionState, statement: Statement) -> Handled:
         """Runs on the storage thread, so ``_changes`` is only touched from there."""
@@ -487,8 +506,12 @@ async def _serve(
     on_ready: Callable[[str], None] | None,
 ) -> None:
     config = node.config
+    backend = ProcessorBackend(node.processor)
+    logins = concurrent.futures.ThreadPoolExecutor(
+        LOGIN_THREADS, thread_name_prefix="ringflow-login"
+    )
     server = CqlServer(
-        ProcessorBackend(node.processor),
+        backend,
         worker,
         host=config.address,
         port=config.native_port,
@@ -496,8 +519,12 @@ async def _serve(
         shard_count=node.record.shard_count,
         ignore_msb=node.record.ignore_msb,
         tls=native_tls(config),
+        authenticator=backend.server_authenticator(),
+        login_worker=logins,
     )
     loop = asyncio.get_running_loop()
+    if node.processor.auth is not None:  # one node: its own store, set up at once
+        await loop.run_in_executor(worker, node.processor.auth.setup_default_superuser)
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -512,3 +539,4 @@ async def _serve(
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)
         await server.close()
+        logins.shutdown(wait=True)

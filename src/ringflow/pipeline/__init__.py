@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         ClusterOptions,
         DriverTls,
         cluster_options,
+        credentials,
         driver_tls,
         load_table,
     )
@@ -280,6 +281,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "changes_sorted": ("ringflow.pipeline._changes", "changes_sorted"),
     "check_change_schema": ("ringflow.pipeline._changes", "check_change_schema"),
     "cluster_options": ("ringflow.pipeline._cluster_client", "cluster_options"),
+    "credentials": ("ringflow.pipeline._cluster_client", "credentials"),
     "committed_files": ("ringflow.pipeline._lake", "committed_files"),
     "format_duration": ("ringflow.pipeline._spark_types", "format_duration"),
     "from_spark_value": ("ringflow.pipeline._spark_types", "from_spark_value"),
@@ -405,6 +407,7 @@ __all__ = [
     "committed_files",
     "connect_cluster",
     "create_channel",
+    "credentials",
     "dead_letter_options",
     "describe_change",
     "driver_tls",

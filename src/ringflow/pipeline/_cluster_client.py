@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import ssl
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cassandra import ConsistencyLevel
+from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
@@ -86,6 +89,10 @@ class ClusterOptions:
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     tls: DriverTls | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    """Never in a repr, a log line or a Spark plan (Spark redacts option keys matching
+    ``spark.redaction.regex``, ``password`` included)."""
 
     @property
     def table_name(self) -> str:
@@ -173,6 +180,47 @@ def option_float(options: Mapping[str, str], name: str, default: float) -> float
     return value
 
 
+PASSWORD_ENV = "RINGFLOW_PASSWORD"
+MAX_PASSWORD_FILE_BYTES = 4096
+CREDENTIAL_OPTIONS = frozenset({"username", "password", "password_file"})
+
+
+def credentials(options: Mapping[str, str], what: str = "option") -> tuple[str | None, str | None]:
+    """``(username, password)`` of an auth-enabled cluster: ``username`` with ``password``, or
+    ``password_file`` (its first line), or the environment's ``RINGFLOW_PASSWORD``; ``(None,
+    None)`` without a username. PipelineConfigError (never echoing a password) otherwise."""
+    username = str(options.get("username") or "").strip() or None
+    if username is None:
+        if options.get("password") or options.get("password_file"):
+            raise PipelineConfigError(f"{what} 'password' needs 'username'")
+        return None, None
+    password = options.get("password")
+    path = options.get("password_file")
+    if password is None and path:
+        try:
+            data = Path(str(path)).read_bytes()[:MAX_PASSWORD_FILE_BYTES]
+        except OSError as error:
+            raise PipelineConfigError(
+                f"{what} 'password_file' {path!r} is unreadable: {error.strerror}"
+            ) from None
+        password = data.decode("utf-8", "replace").splitlines()[0] if data.strip() else ""
+    if password is None:
+        password = os.environ.get(PASSWORD_ENV)
+    if not password:
+        raise PipelineConfigError(
+            f"{what} 'username' {username!r} needs a password: option 'password', "
+            f"'password_file' or the environment variable {PASSWORD_ENV}"
+        )
+    return username, str(password)
+
+
+def auth_provider(username: str | None, password: str | None) -> PlainTextAuthProvider | None:
+    """The driver's SASL PLAIN provider (what cqlsh -u -p uses), or None without a username."""
+    if username is None or password is None:
+        return None
+    return PlainTextAuthProvider(username=username, password=password)
+
+
 def cluster_options(options: Mapping[str, str]) -> ClusterOptions:
     """The shared options of a source, validated (module docstring)."""
     points = tuple(
@@ -197,6 +245,7 @@ def cluster_options(options: Mapping[str, str]) -> ClusterOptions:
         option_float(options, "connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
         option_float(options, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S),
         driver_tls(options),
+        *credentials(options),
     )
 
 
@@ -223,6 +272,7 @@ def make_cluster(options: ClusterOptions, *, metadata: bool = True) -> Cluster:
         token_metadata_enabled=metadata,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, RECONNECT_MAX_S),
         ssl_context=None if options.tls is None else options.tls.context(),
+        auth_provider=auth_provider(options.username, options.password),
     )
 
 

@@ -223,9 +223,30 @@ def dead_letter_settings(options: Mapping[str, str], sink: str) -> tuple[str, st
     return dead_letters, channel
 
 
-def dead_letter_options(hosts: Sequence[str], port: int) -> ClusterOptions:
+DEAD_LETTER_LOGIN_OPTIONS = frozenset({"dead_letters_username", "dead_letters_password"})
+"""A sink's login to an auth-enabled edge for its dead letters (the source's, resolved on the
+driver; Spark redacts option keys with ``password``)."""
+
+
+def dead_letter_login(options: Mapping[str, str]) -> tuple[str | None, str | None]:
+    username = str(options.get("dead_letters_username") or "") or None
+    password = options.get("dead_letters_password")
+    return username, None if username is None or password is None else str(password)
+
+
+def dead_letter_options(
+    hosts: Sequence[str], port: int, username: str | None = None, password: str | None = None
+) -> ClusterOptions:
     """The cluster options of the edge's dead-letter table (QUORUM, as the channels)."""
-    return ClusterOptions(tuple(hosts), REPLICATION_KEYSPACE, DEAD_LETTERS_TABLE, port, "QUORUM")
+    return ClusterOptions(
+        tuple(hosts),
+        REPLICATION_KEYSPACE,
+        DEAD_LETTERS_TABLE,
+        port,
+        "QUORUM",
+        username=username,
+        password=password,
+    )
 
 
 def _statement(query: str) -> SimpleStatement:

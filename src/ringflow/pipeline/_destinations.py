@@ -31,9 +31,9 @@ import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from ringflow.pipeline._cluster_client import DriverTls, driver_tls
+from ringflow.pipeline._cluster_client import DriverTls, credentials, driver_tls
 from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
@@ -147,13 +147,14 @@ def _hub_destination(
     url: str, table: Table, allow_alter: bool, default_tls: DriverTls | None = None
 ) -> tuple[str, Mapping[str, str], str]:
     parts = urlsplit(url)
-    hosts, port = parse_hosts(parts.netloc, "hub address")
+    hosts, port = parse_hosts(parts.netloc.rsplit("@", 1)[-1], "hub address")
     keyspace, name = parse_table_name(_hub_target(url, table))
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = sorted(set(query) - _HUB_PARAMETERS)
+    unknown = sorted(set(query) - _HUB_PARAMETERS - {"password_file"})
     if unknown:
-        raise PipelineConfigError(f"{url!r}: unknown parameter(s) {unknown}")
+        raise PipelineConfigError(f"{redact(url)!r}: unknown parameter(s) {unknown}")
     consistency = query.get("consistency", "QUORUM").upper()
+    login = hub_login(parts.username, parts.password, query.get("password_file"))
     options = hub_options(
         hosts,
         keyspace,
@@ -163,8 +164,26 @@ def _hub_destination(
         consistency=consistency,
         allow_alter=allow_alter,
         tls=hub_tls(url, default_tls),
+        login=login,
     )
     return HUB_FORMAT, options, f"{keyspace}.{name}"
+
+
+def hub_login(
+    username: str | None, password: str | None, password_file: str | None
+) -> dict[str, str]:
+    """The credential options of ``ringflow://user[:password]@host/..``, the password resolved
+    here on the driver (better from ``?password_file=`` or ``RINGFLOW_PASSWORD``: a URL may be
+    logged; ``redact`` hides it in ringflow's own output; Spark redacts ``password`` options)."""
+    given = {"username": unquote(username)} if username else {}
+    if username and password:
+        given["password"] = unquote(password)
+    if username and password_file:
+        given["password_file"] = password_file
+    user, secret = credentials(given, "hub URL")  # resolved on the driver (see source_login)
+    if user is None or secret is None:
+        return {}
+    return {"username": user, "password": secret}
 
 
 def _lake_destination(
@@ -231,12 +250,14 @@ def destination(
     channel: str | None = None,
     dead_letters: str = "",
     default_tls: DriverTls | None = None,
+    dead_letters_login: Mapping[str, str] | None = None,
 ) -> Destination:
     """One ``--to`` URL checked against its sink for ``table`` (module docstring); the channel
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
     destination that cannot take ``table`` (DestinationBehind, SchemaConflict) is returned
     ``blocked``; any other problem raises PipelineConfigError. ``dead_letters``: the edge's
-    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses."""
+    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses, logging
+    in with ``dead_letters_login`` (``username``, ``password``: the source's) when given."""
     kind, sink_format, build = _KINDS[_scheme(url)]
     channel = channel or channel_name(url, taken)
     display = redact(url)
@@ -262,6 +283,7 @@ def destination(
         raise PipelineConfigError(" ".join(str(error).split())) from None
     if kind in ("postgres", "hub") and dead_letters:
         options = {**options, "dead_letters": dead_letters, "channel": channel}
+        options.update({f"dead_letters_{k}": v for k, v in (dead_letters_login or {}).items()})
     return Destination(
         channel, kind, display, sink_format, options, target, url, allow_alter, None, dead_letters
     )
@@ -282,6 +304,7 @@ def plan_replication(
         raise PipelineConfigError("at least one destination (--to) is required")
     table = source_table(source_options)
     edge = f"{source_options['contact_points']}:{source_options.get('port', DEFAULT_PORT)}"
+    login = {k: source_options[k] for k in ("username", "password") if k in source_options}
     destinations: list[Destination] = []
     for url in urls:
         channel = channel_name(url, [d.channel for d in destinations])
@@ -296,6 +319,7 @@ def plan_replication(
                 channel=channel,
                 dead_letters=edge,
                 default_tls=driver_tls(source_options),
+                dead_letters_login=login,
             )
         )
     root = Path(checkpoint).expanduser().absolute()

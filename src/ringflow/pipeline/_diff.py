@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +39,7 @@ from ringflow.pipeline._changes import change_from_row, table_from_json, table_t
 from ringflow.pipeline._cluster_client import (
     DriverTls,
     cluster_options,
+    credentials,
     load_table,
     open_session,
     parse_hosts,
@@ -102,6 +103,9 @@ class DiffSide:
     port: int = 9042
     tls: DriverTls | None = None
     """A cluster side's TLS (``--ssl-ca``, or ``?ssl=true&ca=FILE`` on a ``ringflow://`` URL)."""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    """A cluster side's login (resolved on the driver, ``credentials``); never in a repr."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +163,7 @@ def _split_table(text: str) -> tuple[str, str]:
 
 def _cluster_settings(side: DiffSide, consistency: str, **extra: str) -> dict[str, str]:
     keyspace, name = _split_table(side.table)
-    return table_options(
+    options = table_options(
         contact_points=side.address,
         port=side.port,
         keyspace=keyspace,
@@ -168,6 +172,18 @@ def _cluster_settings(side: DiffSide, consistency: str, **extra: str) -> dict[st
         **({} if side.tls is None else side.tls.as_options()),
         **extra,
     )
+    if side.username is not None and side.password is not None:
+        options.update(username=side.username, password=side.password)
+    return options
+
+
+def _with_login(side: DiffSide, login: Mapping[str, str] | None, what: str) -> DiffSide:
+    """``side`` logging in with ``login`` (``username`` and ``password`` or
+    ``password_file``, else ``RINGFLOW_PASSWORD``), resolved here on the driver."""
+    if not login or side.kind != "cluster":
+        return side
+    username, password = credentials(login, what)
+    return replace(side, username=username, password=password)
 
 
 def _cluster_table(side: DiffSide, consistency: str) -> tuple[Table, list[int], list[Any]]:
@@ -234,12 +250,14 @@ def plan_diff(
     splits: int = DEFAULT_SPLITS,
     now_s: int | None = None,
     tls: DriverTls | None = None,
+    source_login: Mapping[str, str] | None = None,
+    target_login: Mapping[str, str] | None = None,
 ) -> DiffPlan:
     """Check both sides (module docstring) and cut the source's ring into ``splits`` ranges."""
     if not 1 <= splits <= MAX_SPLITS:
         raise PipelineConfigError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
     _split_table(table)
-    source_side = parse_side(source, table, "source", tls)
+    source_side = _with_login(parse_side(source, table, "source", tls), source_login, "source")
     if source_side.kind != "cluster":
         raise PipelineConfigError(
             f"the source must be a cluster (host[,host...][:port]): {source!r}"
@@ -249,6 +267,7 @@ def plan_diff(
         target_side = DiffSide(
             "cluster", target, target_side.address, target_table, target_side.port, target_side.tls
         )
+    target_side = _with_login(target_side, target_login, "target")
     source_table, tokens, owners = _cluster_table(source_side, consistency)
     _check_target(target_side, source_table, consistency)
     ranges = split_ranges(ring_ranges(tokens, owners), splits)

@@ -59,7 +59,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -96,13 +96,18 @@ from ringflow.pipeline._changes import (
     validate_change,
 )
 from ringflow.pipeline._cluster_client import (
+    CREDENTIAL_OPTIONS,
     TLS_OPTIONS,
     ClusterOptions,
     DriverTls,
+    auth_provider,
+    credentials,
     driver_tls,
     parse_hosts,
 )
 from ringflow.pipeline._dead_letters import (
+    DEAD_LETTER_LOGIN_OPTIONS,
+    dead_letter_login,
     dead_letter_options,
     dead_letter_settings,
     record_dead_letters,
@@ -140,6 +145,8 @@ _OPTIONS = frozenset(
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
     | {"dead_letters", "channel"}
     | set(TLS_OPTIONS)
+    | DEAD_LETTER_LOGIN_OPTIONS
+    | CREDENTIAL_OPTIONS
 )
 MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
@@ -168,12 +175,16 @@ class HubConfig:
     dead_letters: str = ""
     channel: str = ""
     tls: DriverTls | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    dead_letters_login: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def dead_letter_options(self) -> ClusterOptions | None:
         if not self.dead_letters:
             return None
-        return dead_letter_options(*parse_hosts(self.dead_letters, "dead_letters"))
+        hosts, port = parse_hosts(self.dead_letters, "dead_letters")
+        return dead_letter_options(hosts, port, *dead_letter_login(dict(self.dead_letters_login)))
 
     @property
     def table(self) -> Table:
@@ -215,6 +226,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
             f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
         )
     dead_letters, channel = dead_letter_settings(options, HUB_FORMAT)
+    login = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_LOGIN_OPTIONS)
     return HubConfig(
         points,
         _bounded_int(options, "port", DEFAULT_PORT, 65535),
@@ -231,6 +243,8 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         dead_letters,
         channel,
         driver_tls(options),
+        *credentials(options, HUB_FORMAT + ": option"),
+        login,
     )
 
 
@@ -270,6 +284,7 @@ def connect(config: HubConfig, *, metadata: bool = True) -> tuple[Cluster, Sessi
         schema_metadata_enabled=metadata,
         token_metadata_enabled=metadata,
         ssl_context=None if config.tls is None else config.tls.context(),
+        auth_provider=auth_provider(config.username, config.password),
     )
     try:
         return cluster, cluster.connect()
@@ -369,6 +384,7 @@ def hub_options(
     batch_statements: int = DEFAULT_BATCH_STATEMENTS,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     tls: DriverTls | None = None,
+    login: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Validated sink options for ``.options(**...)``, checked on the driver (connects to the
     hub and looks the target up, adding the source's new columns when ``allow_alter``) so
@@ -388,6 +404,7 @@ def hub_options(
         "batch_statements": str(batch_statements),
         "batch_bytes": str(batch_bytes),
         **({} if tls is None else tls.as_options()),
+        **(login or {}),
     }
     check_hub(parse_options(options))
     return options

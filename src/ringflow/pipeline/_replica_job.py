@@ -444,6 +444,8 @@ class ReplicaJob:
             "schema": table_to_json(run.table),
             "port": str(self.plan.source.port),
         }
+        if self.plan.source.username is not None and self.plan.source.password is not None:
+            source.update(username=self.plan.source.username, password=self.plan.source.password)
         if run.ignored_columns:
             source["ignored_columns"] = ",".join(sorted(run.ignored_columns))
         if self.page_rows is not None:

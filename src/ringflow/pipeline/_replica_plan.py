@@ -18,13 +18,13 @@ until it can (REPLICATION.md decision 8), so :class:`ReplicaChannelPlan` keeps t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ringflow.pipeline._channel_store import check_channel, load_channels, save_channel
-from ringflow.pipeline._cluster_client import ClusterOptions, connect, load_table
+from ringflow.pipeline._cluster_client import ClusterOptions, connect, credentials, load_table
 from ringflow.pipeline._destinations import Destination, parse_hosts, parse_table_name
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
@@ -85,8 +85,18 @@ class ReplicaJobPlan:
     permits: int
 
 
+def _login_of(options: ClusterOptions) -> dict[str, str]:
+    if options.username is None or options.password is None:
+        return {}
+    return {"dead_letters_username": options.username, "dead_letters_password": options.password}
+
+
 def channel_destination(
-    channel: Channel, table: Table, allow_alter: bool = False, dead_letters: str = ""
+    channel: Channel,
+    table: Table,
+    allow_alter: bool = False,
+    dead_letters: str = "",
+    dead_letters_login: Mapping[str, str] | None = None,
 ) -> Destination:
     """The channel's sink options, checked by the sink (connects, creates a PostgreSQL target,
     makes the lake directory); PipelineConfigError in one line when that fails. A destination
@@ -109,6 +119,7 @@ def channel_destination(
             )
             if dead_letters:
                 options = {**options, "dead_letters": dead_letters, "channel": channel.name}
+                options.update(dead_letters_login or {})
         elif url.kind is DestinationKind.LAKE:
             path = Path(channel.target).expanduser().absolute()
             try:
@@ -120,6 +131,7 @@ def channel_destination(
             options = postgres_options(url.url, channel.target, table, allow_alter=allow_alter)
             if dead_letters:
                 options = {**options, "dead_letters": dead_letters, "channel": channel.name}
+                options.update(dead_letters_login or {})
     except (DestinationBehind, SchemaConflict) as error:
         kind = url.kind.value
         display = channel.display_destination
@@ -146,9 +158,20 @@ def edge_hosts(source: ClusterOptions) -> str:
     return f"{','.join(source.contact_points)}:{source.port}"
 
 
-def _source_options(source: str) -> ClusterOptions:
+def _source_options(source: str, login: Mapping[str, str] | None = None) -> ClusterOptions:
+    """The edge (its channels table) with the source's login (``username`` and ``password``,
+    resolved on the driver), if any."""
     hosts, port = parse_hosts(source, "source")
-    return ClusterOptions(hosts, "system_replication", "channels", port, consistency="QUORUM")
+    username, password = credentials(login or {}, "source")
+    return ClusterOptions(
+        hosts,
+        "system_replication",
+        "channels",
+        port,
+        consistency="QUORUM",
+        username=username,
+        password=password,
+    )
 
 
 def _channel_names(urls: Sequence[str]) -> list[str]:
@@ -213,6 +236,7 @@ def plan_replica_job(
     *,
     permits: int = DEFAULT_PERMITS,
     alter_destinations: bool | Collection[str] = False,
+    login: Mapping[str, str] | None = None,
 ) -> ReplicaJobPlan:
     """Check everything (module docstring), save the requested channels, and return the plan.
     ``alter_destinations``: the channels (all when True) whose hub or PostgreSQL target the job
@@ -225,7 +249,7 @@ def plan_replica_job(
 
     if type(permits) is not int or not 1 <= permits <= PERMITS_MAX:
         raise PipelineConfigError(f"--permits must be in [1, {PERMITS_MAX}], got {permits!r}")
-    options = _source_options(source)
+    options = _source_options(source, login)
     cluster, session = connect(options)
     try:
         existing = load_channels(session)
@@ -237,7 +261,7 @@ def plan_replica_job(
             check_channel(cluster, channel, merged)
         sinks = {
             c.name: channel_destination(
-                c, _table(cluster, c), may_alter(c.name), edge_hosts(options)
+                c, _table(cluster, c), may_alter(c.name), edge_hosts(options), _login_of(options)
             )
             for c in wanted
         }

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cassandra import ConsistencyLevel
@@ -37,7 +37,7 @@ from cassandra.cluster import (
 from cassandra.policies import ExponentialReconnectionPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import tuple_factory
 
-from ringflow.pipeline._cluster_client import prepared
+from ringflow.pipeline._cluster_client import auth_provider, prepared
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.replication import (
     CAPTURED_ROWS_TABLE,
@@ -73,6 +73,8 @@ class NodeAddress:
     port: int = 9042
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
 
 
 class _PinnedSessions:
@@ -101,6 +103,7 @@ def _connect(node: NodeAddress) -> tuple[Cluster, Session]:
         schema_metadata_enabled=False,
         token_metadata_enabled=False,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
+        auth_provider=auth_provider(node.username, node.password),
     )
     try:
         return cluster, cluster.connect()

@@ -47,7 +47,7 @@ from ringflow.pipeline._changes import (
     log_row_converter,
     table_from_json,
 )
-from ringflow.pipeline._cluster_client import option_float, option_int
+from ringflow.pipeline._cluster_client import credentials, option_float, option_int
 from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._replica_offsets import (
     ReplicaOffset,
@@ -83,12 +83,20 @@ class ReplicaSettings:
         self.batch_rows = option_int(options, "batch_rows", DEFAULT_BATCH_ROWS)
         self.connect_timeout_s = option_float(options, "connect_timeout_s", 10.0)
         self.request_timeout_s = option_float(options, "request_timeout_s", 30.0)
+        self.username, self.password = credentials(options, REPLICA_FORMAT + ": option")
 
     def __repr__(self) -> str:
         return f"ReplicaSettings(channel={self.channel!r}, coordinator={self.coordinator_address})"
 
     def node(self, address: str) -> NodeAddress:
-        return NodeAddress(address, self.port, self.connect_timeout_s, self.request_timeout_s)
+        return NodeAddress(
+            address,
+            self.port,
+            self.connect_timeout_s,
+            self.request_timeout_s,
+            self.username,
+            self.password,
+        )
 
 
 def replica_row_converter(

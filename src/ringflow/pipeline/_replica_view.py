@@ -147,6 +147,8 @@ class ClusterView:
                     options.port,
                     options.connect_timeout_s,
                     options.request_timeout_s,
+                    options.username,
+                    options.password,
                 )
         raise ReplicaReadError(f"node {host_id} is not in the edge cluster's ring")
 

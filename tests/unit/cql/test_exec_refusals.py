@@ -137,7 +137,6 @@ def test_mutation_data_size_counts_as_cassandra() -> None:
     [
         "CREATE INDEX ON t (v)",
         "CREATE MATERIALIZED VIEW mv AS SELECT * FROM t WHERE v IS NOT NULL PRIMARY KEY (v, k, c)",
-        "GRANT SELECT ON t TO someone",
         "CREATE FUNCTION f (a int) CALLED ON NULL INPUT RETURNS int LANGUAGE java AS 'return a;'",
     ],
 )

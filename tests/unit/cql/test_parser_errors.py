@@ -38,7 +38,8 @@ def problem_of(text: str, limits: ParseLimits | None = None) -> CqlSyntaxProblem
             1,
             0,
             "line 1:0 expected a statement (SELECT, INSERT, UPDATE, "
-            "DELETE, BEGIN BATCH, USE, TRUNCATE, CREATE, ALTER, DROP, CALL, DESCRIBE), got 'SELEC'",
+            "DELETE, BEGIN BATCH, USE, TRUNCATE, CREATE, ALTER, DROP, GRANT, REVOKE, LIST, "
+            "CALL, DESCRIBE), got 'SELEC'",
         ),
         (
             "SELECT *\nFROM t\nWHERE a = 1\n  AND b => 2",

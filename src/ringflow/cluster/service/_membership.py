@@ -145,6 +145,19 @@ def ring_members(
     return members
 
 
+def auth_mismatches(states: Mapping[str, EndpointState], own_mode: str | None) -> dict[str, str]:
+    """The endpoints gossiping an AUTH_MODE other than ``own_mode`` (a node gossiping none, an
+    older one, is not refused), with the mode they gossip."""
+    if own_mode is None:
+        return {}
+    found = {}
+    for endpoint, state in states.items():
+        mode = _value(state, ApplicationState.AUTH_MODE)
+        if mode is not None and mode != own_mode:
+            found[endpoint] = mode
+    return found
+
+
 def saved_peer_endpoints(store: Store, port: int) -> set[str]:
     """The internode endpoints of the ``system.peers`` rows (the members an earlier run of this
     node knew): a restarted node counts them as members before gossip has told it anything, as

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
@@ -53,6 +53,7 @@ from ringflow.cluster._gossip import (
 )
 from ringflow.cluster._gossip_state import (
     ApplicationState,
+    EndpointState,
     GossipDigestSyn,
     GossipMessage,
 )
@@ -76,6 +77,7 @@ from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatch
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
+    auth_mismatches,
     gossip_transitions,
     local_endpoint_state,
     peer_mutation,
@@ -226,6 +228,8 @@ class ClusterNode:
             read_timeout_ms=settings.read_timeout_ms,
         )
         self.members: dict[str, PeerInfo] = {}
+        self.auth_refused: dict[str, str] = {}
+        """Peers kept out of the ring: their AUTH_MODE differs from ours (endpoint: mode)."""
         self._saved_peers = saved_peer_endpoints(store, INTERNODE_PORT)
         """Members an earlier run knew (``system.peers``), until they are seen leaving."""
         self.token_metadata = TokenMetadata({host: tuple(tokens)})
@@ -386,16 +390,37 @@ class ClusterNode:
             self.hints.on_node_down(info.host.host_id, now_ms)
         self._emit("STATUS_CHANGE", "UP" if up else "DOWN", info.rpc_address)
 
+    def _auth_refusals(self, states: Mapping[str, EndpointState]) -> dict[str, str]:
+        """Peers whose authentication differs from ours: kept out of the ring, each logged
+        once (nodes of one cluster must agree: a login would depend on the coordinator)."""
+        own = states.get(self.settings.endpoint)
+        own_mode = None if own is None else own.get(ApplicationState.AUTH_MODE)
+        refused = auth_mismatches(states, None if own_mode is None else own_mode.value)
+        for endpoint, mode in refused.items():
+            if endpoint not in self.auth_refused:
+                _log.error(
+                    "refusing node %s: its authentication is %s, this node's is %s; nodes of "
+                    "one cluster must use the same authenticator and authorizer",
+                    endpoint,
+                    mode,
+                    own_mode.value if own_mode is not None else "?",
+                )
+        self.auth_refused = dict(refused)
+        return refused
+
     def _emit(self, event_type: str, change: str, address: str) -> None:
         if self._events is not None:
             self._events(event_type, change, address)
 
     def _refresh_ring(self) -> None:
         self._refresh_removals()
+        states = self.gossiper.endpoint_states()
+        refused = self._auth_refusals(states)
         members = {
             endpoint: info
             for endpoint, info in ring_members(
-                self.gossiper.endpoint_states(), (self.settings.endpoint, *self.members)
+                {e: s for e, s in states.items() if e not in refused},
+                (self.settings.endpoint, *self.members),
             ).items()
             if self.removals.get(info.host.host_id) != REMOVED
         }

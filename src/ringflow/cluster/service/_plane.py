@@ -58,7 +58,11 @@ from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency, Response
-from ringflow.cql._exec_common import SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE
+from ringflow.cql._exec_common import (
+    SYSTEM_AUTH_KEYSPACE,
+    SYSTEM_DISTRIBUTED_KEYSPACE,
+    SYSTEM_REPLICATION_KEYSPACE,
+)
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, ComplexColumn, Mutation, Table, restrict_columns
 from ringflow.storage import ResultRow, ScanPage, Store
@@ -147,11 +151,16 @@ class ClusterDataPlane:
         _wait(future, timeout_s, "write")
 
     def coordinated(self, keyspace: str) -> bool:
-        """User keyspaces, ``system_distributed`` and ``system_replication`` (RF 3 whatever the
+        """User keyspaces, ``system_distributed``, ``system_replication`` and ``system_auth``
+        (RF 3 whatever the
         ring's size: with more than three nodes a node may hold none of their partitions, so
         their reads must be coordinated too) are replicated; the other ``system*`` keyspaces
         are node-local here (``system_distributed_everywhere`` is on every node)."""
-        if keyspace in (SYSTEM_DISTRIBUTED_KEYSPACE, SYSTEM_REPLICATION_KEYSPACE):
+        if keyspace in (
+            SYSTEM_DISTRIBUTED_KEYSPACE,
+            SYSTEM_REPLICATION_KEYSPACE,
+            SYSTEM_AUTH_KEYSPACE,
+        ):
             return True
         return keyspace in self._node.processor.schema.keyspaces
 

@@ -68,6 +68,7 @@ from ringflow.cluster.service._settings import (
     NodeTimings,
 )
 from ringflow.cql import (
+    AuthService,
     EventType,
     Inet,
     StatusChangeEvent,
@@ -77,7 +78,7 @@ from ringflow.cql import (
 )
 from ringflow.cql._executor import SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
-from ringflow.node import NodeConfig, internode_tls, native_tls, open_node
+from ringflow.node import NodeConfig, auth_mode, internode_tls, native_tls, open_node
 from ringflow.node._startup import (
     Node,
     ProcessorBackend,
@@ -138,6 +139,39 @@ class ClusterBackend(ProcessorBackend):
                 _log.warning("%s", warning)
                 handled = dataclasses.replace(handled, warnings=(*handled.warnings, warning))
         return handled
+
+
+class DefaultSuperuserSetup:
+    """``CassandraRoleManager.setupDefaultRole`` for a cluster node: once the node is up, try
+    (on a statement thread, at most one attempt at a time, every ``RETRY_S``) to create the
+    default superuser if no role exists, until one attempt succeeds (a QUORUM read or write
+    fails while too few replicas are up)."""
+
+    RETRY_S = 2.0
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
+    ) -> None:
+        self._loop = loop
+        self._executor = executor
+        self._running: asyncio.Future[bool] | None = None
+        self._next_try = loop.time() + self.RETRY_S
+        self.done = False
+
+    def poll(self, auth: AuthService) -> None:
+        if self.done or self._loop.time() < self._next_try:
+            return
+        running = self._running
+        if running is not None and not running.done():
+            return
+        if running is not None:
+            failure = running.exception()
+            if failure is None:
+                self.done = True
+                return
+            _log.info("default superuser not set up yet: %s", failure)
+        self._next_try = self._loop.time() + self.RETRY_S
+        self._running = self._loop.run_in_executor(self._executor, auth.setup_default_superuser)
 
 
 def _event_sink(
@@ -308,6 +342,7 @@ async def _serve(
         shard_count=record.shard_count,
         ignore_msb=record.ignore_msb,
         tls=native_tls(config),
+        authenticator=backend.server_authenticator(),
     )
     network = AsyncioNetwork(
         NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
@@ -332,6 +367,7 @@ async def _serve(
         events=_event_sink(server, config.native_port),
         extra_states={
             ApplicationState.SHARD_COUNT: str(record.shard_count),
+            ApplicationState.AUTH_MODE: auth_mode(config.auth),
             ApplicationState.IGNORE_MSB: str(record.ignore_msb),
             ApplicationState.SUPPORTED_FEATURES: encode_features(
                 [CDC_GENERATIONS_V2_FEATURE] if settings.cdc_generations_v2 else []
@@ -395,6 +431,7 @@ async def _serve(
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
+    superuser = None if node.processor.auth is None else DefaultSuperuserSetup(loop, statements)
     status_path = config.data_dir / STATUS_FILE_NAME
     metrics = MetricsServer(config.address, capture_settings.metrics_port, NodeMetrics())
     try:
@@ -402,6 +439,8 @@ async def _serve(
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
         while not stop.is_set():
             generations.poll_request(config.data_dir)
+            if superuser is not None and node.processor.auth is not None:
+                superuser.poll(node.processor.auth)
             with contextlib.suppress(Exception):
                 topology.poll()
                 repair.poll()
