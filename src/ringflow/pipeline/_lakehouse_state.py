@@ -63,7 +63,7 @@ DELETED_FIELD = "_deleted"
 DELETED_AT_FIELD = "_deleted_at"
 STATE_FIELD = "_state"
 _NONE = -(2**63)
-_EMPTY = {"marker": None, "deleted": _NONE, "cells": {}, "collections": {}}
+_EMPTY: dict[str, object] = {"marker": None, "deleted": _NONE, "cells": {}, "collections": {}}
 
 
 def write_time_field(name: str) -> str:
