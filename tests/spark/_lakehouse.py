@@ -17,7 +17,6 @@ from ringflow.schema import Table
 
 from ._schema_evolution import Rows
 
-
 _SANITIZED = re.compile(r"_x([0-9A-F]{2})")
 
 

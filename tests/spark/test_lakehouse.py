@@ -7,8 +7,8 @@ uninterrupted run: each batch committed once, the tables' recorded batch is the 
 from __future__ import annotations
 
 import json
-import time
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,8 @@ from ringflow.pipeline._lakehouse import (
 )
 from ringflow.pipeline._materialize import materialize
 
-from ._schema_evolution import differences, live_rows
 from ._lakehouse import change_log_rows, current_rows
+from ._schema_evolution import differences, live_rows
 from ._streams import change_stream, chunks, forget_commit, run_to_end, write_change_files
 from ._workload import TABLE, shuffled_with_duplicates, workload
 

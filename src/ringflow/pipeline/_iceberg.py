@@ -148,7 +148,8 @@ class IcebergStore:
             raise PipelineConfigError(
                 f"iceberg catalog {self.location.display}: namespace "
                 f"{self.location.namespace!r} does not exist (create it first, e.g. "
-                f"`pyiceberg --uri ... --catalog ringflow create namespace {self.location.namespace}`)"
+                "`pyiceberg --uri ... --catalog ringflow create namespace "
+                f"{self.location.namespace}`)"
             )
 
     def _load(self, identifier: str) -> Any | None:

@@ -337,3 +337,23 @@ def iceberg_options(
 ) -> dict[str, str]:
     """:func:`lakehouse_options` of an Iceberg location."""
     return lakehouse_options(ICEBERG_FORMAT, dict(location_options(location)), table, channel)
+
+
+def lakehouse_store(url: str) -> LakehouseStore:
+    """The existing tables of a ``delta:DIR`` or ``iceberg:CATALOG#ns.table`` destination (for
+    maintenance); PipelineConfigError when the URL is neither or names no such tables."""
+    from ringflow.pipeline._iceberg import parse_location
+
+    scheme, _, rest = url.partition(":")
+    rest = rest[2:] if rest.startswith("//") and scheme == "delta" else rest
+    store: LakehouseStore
+    if scheme == "delta" and rest:
+        store = DeltaStore(rest)
+    elif scheme == "iceberg":
+        store = IcebergStore(parse_location(rest))
+    else:
+        raise PipelineConfigError(f"{url!r}: expected delta:DIR or iceberg:CATALOG#namespace.table")
+    store.check()
+    if store.stored() is None:
+        raise PipelineConfigError(f"{url!r}: no ringflow tables there (nothing replicated yet)")
+    return store
