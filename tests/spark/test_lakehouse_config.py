@@ -47,7 +47,7 @@ def test_an_unreachable_catalog_and_a_missing_namespace_are_refused(tmp_path: Pa
         destination(f"iceberg:{catalog}#nowhere.items", TABLE, ["iceberg"])
     store = IcebergStore(parse_iceberg_location(f"{catalog}#nowhere.items"))
     assert store.catalog.list_namespaces() == []  # nothing created
-    with pytest.raises(PipelineConfigError, match="expected iceberg:CATALOG#namespace.table"):
+    with pytest.raises(PipelineConfigError, match=r"expected iceberg:CATALOG\#namespace\.table"):
         destination(f"iceberg:{catalog}", TABLE)
 
 
