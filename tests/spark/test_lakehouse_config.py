@@ -116,3 +116,54 @@ def test_compact_and_expire_keep_what_the_tables_hold(
             assert sorted(map(str, on_disk)) == sorted(store.data_files()[0])
     assert main(["lake", "compact", "--to", f"delta:{tmp_path / 'nothing'}"]) == 2
     capsys.readouterr()
+
+
+def test_added_then_dropped_columns_are_followed(spark: SparkSession, tmp_path: Path) -> None:
+    """The source gains ``extra`` then loses ``note``: each destination takes the new column,
+    keeps ``note`` with its values (null in rows written since), and DuckDB reads it all."""
+    catalog = tmp_path / "catalog.db"
+    location = parse_iceberg_location(f"{catalog}#shop.items")
+    IcebergStore(location).catalog.create_namespace("shop")
+    regular = TABLE.columns[-1].kind
+    added = dataclasses.replace(TABLE, columns=(*TABLE.columns, Column("extra", BIGINT, regular)))
+    dropped = dataclasses.replace(
+        added, columns=tuple(c for c in added.columns if c.name != "note")
+    )
+    urls = {
+        "ringflow-delta": f"delta:{tmp_path / 'd'}",
+        "ringflow-iceberg": f"iceberg:{catalog}#shop.items",
+    }
+    stores = {
+        "ringflow-delta": DeltaStore(tmp_path / "d"),
+        "ringflow-iceberg": IcebergStore(location),
+    }
+    for sink, url in urls.items():
+        for table, extra_value in ((TABLE, None), (added, 7), (dropped, 8)):
+            built = destination(url, table)
+            assert built.blocked is None
+            inserts = [c for c in workload() if c.operation == 2][:3]
+            fitting = [
+                dataclasses.replace(
+                    c, values={k: v for k, v in c.values.items() if table.has_column(k)}
+                )
+                for c in inserts
+            ]
+            rows = [_with_extra(table, change_to_row(table, c), extra_value) for c in fitting]
+            frame = spark.createDataFrame(rows, change_schema(table))
+            frame.write.format(sink).mode("append").options(**built.options).save()
+        log = change_log_rows(stores[sink])
+        assert len(log) == 9
+        assert [r["extra"] for r in log if r["extra"] is not None] != []
+        assert "note" in log[0] and "extra" in log[0]
+        assert {r["extra"] for r in log} >= {7, 8}
+        current = current_rows(stores[sink], dropped)
+        assert current and all("note" not in cells for cells, _ in current.values())
+
+
+def _with_extra(table: object, row: tuple[object, ...], value: int | None) -> tuple[object, ...]:
+    """Give ``extra`` (when the table has it) a value."""
+    names = change_schema(table).fieldNames()  # type: ignore[arg-type]
+    data = dict(zip(names, row, strict=True))
+    if "extra" in data:
+        data["extra"] = value
+    return tuple(data[name] for name in names)

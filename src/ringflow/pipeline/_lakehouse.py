@@ -197,8 +197,10 @@ def _batch_changes(config: _Config, messages: Sequence[WriterCommitMessage | Non
         pieces = []
         for part in parts:
             index = part.schema.get_field_index(field.name)
-            column = part.column(index) if index >= 0 else pa.nulls(part.num_rows, field.type)
-            pieces.extend(column.cast(field.type).chunks)
+            if index < 0:  # a column dropped at the source: null from now on
+                pieces.append(pa.nulls(part.num_rows, field.type))
+            else:
+                pieces.extend(part.column(index).cast(field.type).chunks)
         columns.append(pa.chunked_array(pieces, type=field.type))
     data = pa.Table.from_arrays(columns, schema=target)
     days = pc.cast(pc.cast(data[TIME_US_FIELD], pa.timestamp("us")), pa.date32())
