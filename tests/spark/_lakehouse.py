@@ -5,12 +5,20 @@ than the writers), through the Parquet files of each table's current version: Du
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
+from ringflow.pipeline import Change, change_arrow_schema, change_to_arrow_row
 from ringflow.pipeline._changes import value_columns
-from ringflow.pipeline._lakehouse import LakehouseStore
+from ringflow.pipeline._lakehouse import (
+    LakehouseCommitMessage,
+    LakehouseStore,
+    _config,
+    commit_lakehouse_batch,
+)
 from ringflow.pipeline._lakehouse_state import DELETED_FIELD, write_time_field
 from ringflow.pipeline._materialize import canonical_value, hashable
 from ringflow.schema import Table
@@ -38,6 +46,26 @@ def duckdb_read(files: list[str]) -> list[dict[str, Any]]:
     finally:
         connection.close()
     return [{_name(k): v for k, v in row.items()} for row in rows]
+
+
+def commit_changes(
+    sink: str,
+    options: Mapping[str, str],
+    table: Table,
+    changes: Sequence[Change],
+    app_id: str,
+    batch_id: int,
+) -> tuple[bool, bool]:
+    """The driver-side commit of one batch of ``changes`` (of source version ``table``) as the
+    sink's writer makes it after its tasks sent their rows, without Spark: for tests of what
+    the tables hold (the Spark path itself: ``test_lakehouse``, ``test_replicate_lakehouse``)."""
+    schema = change_arrow_schema(table)
+    data = pa.Table.from_pylist([change_to_arrow_row(table, c) for c in changes], schema=schema)
+    sink_buffer = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink_buffer, schema) as stream:
+        stream.write_table(data)
+    message = LakehouseCommitMessage(app_id, sink_buffer.getvalue().to_pybytes(), data.num_rows)
+    return commit_lakehouse_batch(_config(sink, options, None), [message], app_id, batch_id)
 
 
 def change_log_rows(store: LakehouseStore) -> list[dict[str, Any]]:

@@ -8,15 +8,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from ringflow.cli import main
 from ringflow.pipeline import (
     DeltaStore,
     IcebergStore,
     PipelineConfigError,
-    change_schema,
-    change_to_row,
     delta_options,
     iceberg_options,
     parse_iceberg_location,
@@ -24,7 +21,7 @@ from ringflow.pipeline import (
 from ringflow.pipeline._destinations import destination
 from ringflow.schema import BIGINT, TEXT, Column
 
-from ._lakehouse import change_log_rows, current_rows
+from ._lakehouse import change_log_rows, commit_changes, current_rows
 from ._workload import TABLE, workload
 
 
@@ -74,14 +71,13 @@ def test_a_retyped_column_blocks_the_channel_and_an_added_one_is_taken(tmp_path:
         assert '"extra"' in built.options["holds"]
 
 
-def _write(spark: SparkSession, sink: str, options: dict[str, str], part: int) -> None:
-    changes = workload()[part::3]
-    frame = spark.createDataFrame([change_to_row(TABLE, c) for c in changes], change_schema(TABLE))
-    frame.coalesce(1).write.format(sink).mode("append").options(**options).save()
+def _write(sink: str, options: dict[str, str], part: int) -> None:
+    """A third of the workload as one batch (the driver's commit, as ``df.write`` makes it)."""
+    commit_changes(sink, options, TABLE, workload()[part::3], "ringflow-write", part)
 
 
 def test_compact_and_expire_keep_what_the_tables_hold(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalog = tmp_path / "catalog.db"
     location = parse_iceberg_location(f"{catalog}#shop.items")
@@ -92,7 +88,7 @@ def test_compact_and_expire_keep_what_the_tables_hold(
     ]
     for sink, options, store in cases:
         for part in range(3):
-            _write(spark, sink, options, part)
+            _write(sink, options, part)
         before = (change_log_rows(store), current_rows(store, TABLE))
         files = store.data_files()
         url = (
@@ -118,9 +114,10 @@ def test_compact_and_expire_keep_what_the_tables_hold(
     capsys.readouterr()
 
 
-def test_added_then_dropped_columns_are_followed(spark: SparkSession, tmp_path: Path) -> None:
+def test_added_then_dropped_columns_are_followed(tmp_path: Path) -> None:
     """The source gains ``extra`` then loses ``note``: each destination takes the new column,
-    keeps ``note`` with its values (null in rows written since), and DuckDB reads it all."""
+    keeps ``note`` with its values (null in rows written since), and DuckDB reads it all.
+    (The same through a live ``ringflow replicate``: ``test_replicate_lakehouse``.)"""
     catalog = tmp_path / "catalog.db"
     location = parse_iceberg_location(f"{catalog}#shop.items")
     IcebergStore(location).catalog.create_namespace("shop")
@@ -137,33 +134,28 @@ def test_added_then_dropped_columns_are_followed(spark: SparkSession, tmp_path: 
         "ringflow-delta": DeltaStore(tmp_path / "d"),
         "ringflow-iceberg": IcebergStore(location),
     }
+    inserts = [c for c in workload() if c.operation == 2][:3]
     for sink, url in urls.items():
-        for table, extra_value in ((TABLE, None), (added, 7), (dropped, 8)):
+        for batch, (table, extra_value) in enumerate(((TABLE, None), (added, 7), (dropped, 8))):
             built = destination(url, table)
             assert built.blocked is None
-            inserts = [c for c in workload() if c.operation == 2][:3]
             fitting = [
                 dataclasses.replace(
-                    c, values={k: v for k, v in c.values.items() if table.has_column(k)}
+                    c,
+                    values={
+                        **{k: v for k, v in c.values.items() if table.has_column(k)},
+                        **({"extra": extra_value} if table.has_column("extra") else {}),
+                    },
                 )
                 for c in inserts
             ]
-            rows = [_with_extra(table, change_to_row(table, c), extra_value) for c in fitting]
-            frame = spark.createDataFrame(rows, change_schema(table))
-            frame.write.format(sink).mode("append").options(**built.options).save()
+            commit_changes(sink, built.options, table, fitting, "ringflow-evolve", batch)
         log = change_log_rows(stores[sink])
         assert len(log) == 9
-        assert [r["extra"] for r in log if r["extra"] is not None] != []
         assert "note" in log[0] and "extra" in log[0]
-        assert {r["extra"] for r in log} >= {7, 8}
+        assert {r["extra"] for r in log} == {None, 7, 8}
+        assert all(r["note"] is None for r in log if r["extra"] == 8)  # written since the drop
+        assert any(r["note"] is not None for r in log if r["extra"] != 8)
         current = current_rows(stores[sink], dropped)
         assert current and all("note" not in cells for cells, _ in current.values())
-
-
-def _with_extra(table: object, row: tuple[object, ...], value: int | None) -> tuple[object, ...]:
-    """Give ``extra`` (when the table has it) a value."""
-    names = change_schema(table).fieldNames()  # type: ignore[arg-type]
-    data = dict(zip(names, row, strict=True))
-    if "extra" in data:
-        data["extra"] = value
-    return tuple(data[name] for name in names)
+        assert {cells.get("extra") for cells, _ in current.values()} == {8}
