@@ -25,13 +25,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
-from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD
+from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD, selected_states
 from ringflow.schema import Table
 
 TABLE_PROPERTY = "ringflow.table"
@@ -129,16 +127,15 @@ class DeltaStore:
             commit_properties=self._commit(app_id, batch_id),
         )
 
-    def current_states(self, partition_ids: list[str]) -> list[str]:
-        if not partition_ids:
+    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]:
+        """The ``_state`` of the stored rows of ``partition_ids`` and of ``row_ids``."""
+        if not partition_ids and not row_ids:
             return []
         # delta-rs types strings as string_view, which pyarrow's statistics pruning cannot
-        # compare yet: the two columns are read whole and filtered here
+        # compare yet: the key columns are read whole and filtered here, in Arrow
         dataset = DeltaTable(str(self.current)).to_pyarrow_dataset()
-        found = dataset.to_table(columns=[PK_FIELD, STATE_FIELD])
-        keys = found.column(PK_FIELD).cast(pa.string())
-        chosen = found.filter(pc.is_in(keys, value_set=pa.array(partition_ids, pa.string())))
-        return [str(s) for s in chosen.column(STATE_FIELD).to_pylist()]
+        found = dataset.to_table(columns=[PK_FIELD, ROW_FIELD, STATE_FIELD])
+        return selected_states(found, partition_ids, row_ids)
 
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
         table = DeltaTable(str(self.current))

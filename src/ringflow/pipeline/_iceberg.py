@@ -16,7 +16,9 @@ also sets the table property ``ringflow.batch.<app id>`` to the batch id, and it
 carry ``ringflow.query-id`` and ``ringflow.batch-id`` in their summaries. The writer reads the
 property before committing batch ``N`` and skips the commit when it is ``N`` or more; a property,
 unlike a snapshot, survives snapshot expiry. The current-state rows of a batch replace those
-with the same ``_row`` (``overwrite`` with a filter: copy-on-write, no delete files).
+with the same ``_row`` (``overwrite`` with a filter: copy-on-write, no delete files; for more
+than 2,000 rows the table is rewritten whole from Arrow, which copy-on-write of an unpartitioned
+table comes to anyway).
 
 Maintenance (``ringflow lake compact|expire``): compaction rewrites each partition (a day of the
 change log, the whole current-state table) held in more than one data file as one transaction;
@@ -37,7 +39,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
-from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD
+from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD, selected_states
 from ringflow.schema import Table
 
 CATALOG_NAME = "ringflow"
@@ -225,33 +227,52 @@ class IcebergStore:
             )
             transaction.set_properties({BATCH_PROPERTY + app_id: str(batch_id)})
 
-    def current_states(self, partition_ids: list[str]) -> list[str]:
-        if not partition_ids:
+    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]:
+        """The ``_state`` of the stored rows of ``partition_ids`` and of ``row_ids``."""
+        if not partition_ids and not row_ids:
             return []
         table = self.catalog.load_table(self.location.current)
-        wanted = set(partition_ids)
-        row_filter = (
-            _expression("In", PK_FIELD, wanted)
-            if len(wanted) <= _IN_FILTER_MAX
-            else _expression("AlwaysTrue")
-        )
-        found = table.scan(row_filter=row_filter, selected_fields=(PK_FIELD, STATE_FIELD))
-        data = found.to_arrow()
-        return [
-            str(state)
-            for pk, state in zip(
-                data.column(PK_FIELD).to_pylist(), data.column(STATE_FIELD).to_pylist(), strict=True
+        if len(partition_ids) + len(row_ids) <= _IN_FILTER_MAX:
+            row_filter = _expression(
+                "Or",
+                _expression("In", PK_FIELD, set(partition_ids or [""])),
+                _expression("In", ROW_FIELD, set(row_ids or [""])),
             )
-            if pk in wanted
-        ]
+        else:  # pyiceberg evaluates big sets slowly: scan, then filter in Arrow
+            row_filter = _expression("AlwaysTrue")
+        found = table.scan(
+            row_filter=row_filter, selected_fields=(PK_FIELD, ROW_FIELD, STATE_FIELD)
+        )
+        return selected_states(found.to_arrow(), partition_ids, row_ids)
 
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
+        """Replace the rows with the ``_row`` of ``rows``: an ``In`` filter for a few, else
+        (pyiceberg binds a big set of literals slowly, and copy-on-write rewrites every file
+        holding one anyway) the table read, the rows replaced in Arrow, written whole."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
         table = self.catalog.load_table(self.location.current)
         identities = set(rows.column(ROW_FIELD).to_pylist())
+        data = self._as_table_schema(table, rows)
+        if len(identities) <= _IN_FILTER_MAX:
+            row_filter = _expression("In", ROW_FIELD, identities)
+        else:
+            row_filter = _expression("AlwaysTrue")
+            stored = table.scan().to_arrow()
+            kept = stored.filter(
+                pc.invert(
+                    pc.is_in(
+                        stored.column(ROW_FIELD).cast(pa.string()),
+                        value_set=pa.array(sorted(identities), pa.string()),
+                    )
+                )
+            )
+            data = pa.concat_tables([self._as_table_schema(table, kept), data])
         with table.transaction() as transaction:
             transaction.overwrite(
-                self._as_table_schema(table, rows),
-                overwrite_filter=_expression("In", ROW_FIELD, identities),
+                data,
+                overwrite_filter=row_filter,
                 snapshot_properties=self._summary(app_id, batch_id),
             )
             transaction.set_properties({BATCH_PROPERTY + app_id: str(batch_id)})

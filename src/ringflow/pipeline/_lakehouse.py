@@ -16,8 +16,9 @@ a PipelineConfigError saying to lower the source's batch size), and the driver's
 ``commit(messages, batch_id)`` makes the batch visible: the change rows, widened to the held
 table's change schema (a column dropped at the source stays, null from then on) with ``date``
 added, in one commit of the change log; then the current-state merge
-(:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`: the stored rows of the touched
-partitions read back, the changes applied, the changed rows written) in one commit of the
+(:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`: the stored rows the changes
+touch read back, with their partitions' head rows, whole partitions only for partition-wide
+changes; the changes applied, the changed rows written) in one commit of the
 current-state table. Each commit is skipped when the table records the batch for the app id
 (``ringflow-<query id>``) already: Spark re-runs a batch whose commit it did not record with the
 same offsets, so after any crash each table holds each batch once. The data never touches the
@@ -82,7 +83,7 @@ class LakehouseStore(Protocol):
     def changes_committed(self, app_id: str) -> int: ...
     def current_committed(self, app_id: str) -> int: ...
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None: ...
-    def current_states(self, partition_ids: list[str]) -> list[str]: ...
+    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]: ...
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None: ...
     def data_files(self) -> tuple[list[str], list[str]]: ...
     def compact(self) -> dict[str, Any]: ...
@@ -226,8 +227,8 @@ def commit_lakehouse_batch(
         holds = config.holds
         changes = [change_from_row(holds, row) for row in data.drop([DATE_FIELD]).to_pylist()]
         merge = CurrentStateMerge(holds)
-        merge.load(store.current_states(merge.partition_ids(changes)))
-        merge.apply(changes)
+        merge.load(store.current_states(*merge.wanted(changes)))
+        merge.apply(changes, validated=True)  # change_from_row validated them
         rows = merge.rows(int(time.time()) if now_s is None else now_s)
         if rows:
             store.write_current(current_rows_table(holds, rows), app_id, batch_id)

@@ -33,8 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ringflow.pipeline._changes import Change, value_columns
+from ringflow.cdc import CdcOperation
+from ringflow.pipeline._changes import (
+    RANGE_END_OPERATIONS,
+    RANGE_START_OPERATIONS,
+    Change,
+    value_columns,
+)
 from ringflow.pipeline._materialize import (
     Key,
     LiveRow,
@@ -63,6 +70,9 @@ DELETED_FIELD = "_deleted"
 DELETED_AT_FIELD = "_deleted_at"
 STATE_FIELD = "_state"
 _NONE = -(2**63)
+_PARTITION_OPERATIONS = (
+    RANGE_START_OPERATIONS | RANGE_END_OPERATIONS | {CdcOperation.PARTITION_DELETE}
+)
 _EMPTY: dict[str, object] = {"marker": None, "deleted": _NONE, "cells": {}, "collections": {}}
 
 
@@ -235,6 +245,28 @@ class CurrentStateMerge:
         found = {partition_id(self.table, self.state.partition_key(change)) for change in changes}
         return sorted(found)
 
+    def wanted(self, changes: Iterable[Change]) -> tuple[list[str], list[str]]:
+        """What to :meth:`load` for ``changes``: (``_pk`` of the partitions to load whole,
+        ``_row`` of the rows to load). A change to one row needs that row and its partition's
+        head (partition deletion, ranges, pending bounds); a partition or range deletion or a
+        table with static columns (a static cell shows in every row) needs the whole partition.
+        Loading only these keeps a batch's work proportional to the batch, not the table."""
+        whole: set[str] = set()
+        rows: set[str] = set()
+        partition_wide = bool(self.table.static_columns) or not self._clustering
+        ids: dict[Key, str] = {}
+        for change in changes:
+            pk = self.state.partition_key(change)
+            pk_id = ids.get(pk)
+            if pk_id is None:
+                pk_id = ids[pk] = partition_id(self.table, pk)
+            if partition_wide or change.operation in _PARTITION_OPERATIONS:
+                whole.add(pk_id)
+            else:
+                rows.add(row_id(pk_id, None))
+                rows.add(row_id(pk_id, self.state.row_encoding(change)))
+        return sorted(whole), sorted(r for r in rows if r.partition("/")[0] not in whole)
+
     def load(self, states: Iterable[str]) -> None:
         """Load stored ``_state`` JSONs (rows of the partitions to merge)."""
         for text in states:
@@ -270,11 +302,12 @@ class CurrentStateMerge:
             found = self.partitions[pk] = _PartitionEntry(pk, {}, {})
         return found
 
-    def apply(self, changes: Iterable[Change]) -> None:
-        """Apply the batch's changes (InvalidChange for one that does not fit the table)."""
+    def apply(self, changes: Iterable[Change], validated: bool = False) -> None:
+        """Apply the batch's changes (InvalidChange for one that does not fit the table,
+        unless ``validated`` already)."""
         for change in changes:
             self._entry(self.state.partition_key(change))
-            self.state.apply(change)
+            self.state.apply(change, validated)
         for (pk, time, seq), bound in self.state.take_bounds().items():
             self._entry(pk).bounds[(time, seq)] = bound
         for entry in self.partitions.values():
@@ -391,3 +424,17 @@ class CurrentStateMerge:
 def current_rows_table(table: Table, rows: Sequence[Mapping[str, object]]) -> Any:
     """``rows`` (from :meth:`CurrentStateMerge.rows`) as an Arrow table of the schema."""
     return pa.Table.from_pylist(list(rows), schema=current_arrow_schema(table))
+
+
+def selected_states(found: Any, partition_ids: list[str], row_ids: list[str]) -> list[str]:
+    """The ``_state`` of the rows of ``found`` (an Arrow table with ``_pk``, ``_row`` and
+    ``_state``) in ``partition_ids`` or ``row_ids``."""
+    keep = pc.or_(
+        pc.is_in(
+            found.column(PK_FIELD).cast(pa.string()), value_set=pa.array(partition_ids, pa.string())
+        ),
+        pc.is_in(
+            found.column(ROW_FIELD).cast(pa.string()), value_set=pa.array(row_ids, pa.string())
+        ),
+    )
+    return [str(s) for s in found.filter(keep).column(STATE_FIELD).to_pylist()]

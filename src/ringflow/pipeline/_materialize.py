@@ -158,9 +158,11 @@ class TableState:
         self._partitions: dict[Key, _Partition] = {}
         self._bounds: dict[tuple[Key, bytes, int], tuple[bool, bytes, int]] = {}
 
-    def apply(self, change: Change) -> None:
-        """Apply one change; InvalidChange if it does not fit the table."""
-        validate_change(self.table, change)
+    def apply(self, change: Change, validated: bool = False) -> None:
+        """Apply one change; InvalidChange if it does not fit the table (not checked again
+        when ``validated``: e.g. built by ``change_from_row``, which validates)."""
+        if not validated:
+            validate_change(self.table, change)
         operation = change.operation
         if operation in IMAGE_OPERATIONS:
             return
@@ -207,6 +209,11 @@ class TableState:
         batch seq no): (is start, edge, timestamp), for a caller that pairs them itself."""
         bounds, self._bounds = self._bounds, {}
         return bounds
+
+    def row_encoding(self, change: Change) -> bytes:
+        """The encoded clustering of the row ``change`` writes (b"" without clustering
+        columns), as this state keys a partition's rows."""
+        return self._encode(clustering_prefix(self.table, change))
 
     @staticmethod
     def _key(change: Change, columns: Sequence[Column]) -> Key:
