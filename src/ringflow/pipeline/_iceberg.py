@@ -249,7 +249,7 @@ class IcebergStore:
         """Replace the rows with the ``_row`` of ``rows``: an ``In`` filter for a few, else
         (pyiceberg binds a big set of literals slowly, and copy-on-write rewrites every file
         holding one anyway) the table read, the rows replaced in Arrow, written whole."""
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
         table = self.catalog.load_table(self.location.current)
