@@ -1,8 +1,9 @@
-"""``ringflow replicate``: stream a table's CDC log from an edge cluster to hubs, lakes and
-PostgreSQL (the job of :mod:`ringflow.pipeline._replicate`).
+"""``ringflow replicate``: stream a table's CDC log from an edge cluster to hubs, lakes,
+PostgreSQL, Delta Lake and Iceberg (the job of :mod:`ringflow.pipeline._replicate`).
 
     ringflow replicate --source 127.0.0.1[:port] --table ks.t \\
         --to ringflow://127.0.0.11[:port] --to parquet:DIR --to postgresql://u@127.0.0.1:5432/db \\
+        --to delta:DIR --to iceberg:CATALOG#namespace.table \\
         --checkpoint DIR [--once | --continuous] [--master local[*] | spark://host:7077] \\
         [--conf spark.key=value ...] [--driver-host ADDRESS]
 
@@ -59,7 +60,8 @@ EXIT_INTERRUPTED = 130  # a --once run stopped by Ctrl-C before its target (as s
 def register(subcommands: Subcommands) -> None:
     parser = subcommands.add_parser(
         "replicate",
-        help="replicate a table's changes to hubs, Parquet lakes and PostgreSQL (Spark)",
+        help="replicate a table's changes to hubs, Parquet lakes, PostgreSQL, Delta and Iceberg "
+        "(Spark)",
         description="Stream the CDC log of one table to every --to destination, one Spark "
         "Structured Streaming query (channel) per destination.",
     )
@@ -70,8 +72,11 @@ def register(subcommands: Subcommands) -> None:
         "--to",
         action="append",
         metavar="URL",
-        help="ringflow://host[:port][/ks.table], parquet:DIR or postgresql://user@host:port/db "
-        "(repeatable)",
+        help="ringflow://host[:port][/ks.table] (a hub), parquet:DIR (a Parquet change lake), "
+        "postgresql://user@host:port/db, delta:DIR (a Delta change log + DIR_current, the "
+        "current state) or iceberg:CATALOG#namespace.table (Iceberg tables table and "
+        "table_current; CATALOG a SQLite .db path, sqlite:/// or postgresql+psycopg://... "
+        "?warehouse=DIR URI) (repeatable)",
     )
     parser.add_argument("--checkpoint", required=True, help="checkpoint root (one dir a channel)")
     mode = parser.add_mutually_exclusive_group()

@@ -6,6 +6,8 @@
 - :mod:`._materialize`: the LWW state a set of changes leaves (:func:`materialize`), the oracle
   of every applying sink.
 - :mod:`._lake`: ``ringflow-lake``, the append-only Parquet change lake, exactly once per batch.
+- :mod:`._lakehouse` (+ ``_delta``, ``_iceberg``, ``_lakehouse_state``): ``ringflow-delta`` and
+  ``ringflow-iceberg``, a change log and a current-state table, exactly once per batch.
 - :mod:`._postgres` / :mod:`._pg_sql`: ``ringflow-postgres``, upserts guarded by write
   timestamps, with a ``<table>_live`` view.
 - :mod:`._dead_letters` / :mod:`._dead_letter_replay`: rows a destination refused, kept in the
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
         record_dead_letters,
         replay_dead_letters,
     )
+    from ringflow.pipeline._delta import DeltaStore
     from ringflow.pipeline._diff import DiffPlan, plan_diff, run_diff
     from ringflow.pipeline._diff_core import Difference, DiffReport, row_image
     from ringflow.pipeline._diff_core import Kind as DifferenceKind
@@ -118,6 +121,13 @@ if TYPE_CHECKING:
         apply_to_hub,
         hub_options,
     )
+    from ringflow.pipeline._iceberg import (
+        IcebergLocation,
+        IcebergStore,
+    )
+    from ringflow.pipeline._iceberg import (
+        parse_location as parse_iceberg_location,
+    )
     from ringflow.pipeline._job_metrics import ChannelFigures, JobMetrics, serve_job_metrics
     from ringflow.pipeline._lake import (
         DEFAULT_ROWS_PER_FILE,
@@ -132,6 +142,17 @@ if TYPE_CHECKING:
         uncommitted_files,
         vacuum_lake,
     )
+    from ringflow.pipeline._lakehouse import (
+        DELTA_FORMAT,
+        ICEBERG_FORMAT,
+        DeltaDataSource,
+        IcebergDataSource,
+        LakehouseStore,
+        delta_options,
+        iceberg_options,
+        lakehouse_store,
+    )
+    from ringflow.pipeline._lakehouse_state import CurrentStateMerge
     from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
     from ringflow.pipeline._pg_sql import pg_type
     from ringflow.pipeline._postgres import (
@@ -234,6 +255,19 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DEFAULT_ROWS_PER_TRANSACTION": ("ringflow.pipeline._postgres", "DEFAULT_ROWS_PER_TRANSACTION"),
     "HUB_FORMAT": ("ringflow.pipeline._hub", "HUB_FORMAT"),
     "LAKE_FORMAT": ("ringflow.pipeline._lake", "LAKE_FORMAT"),
+    "DELTA_FORMAT": ("ringflow.pipeline._lakehouse", "DELTA_FORMAT"),
+    "ICEBERG_FORMAT": ("ringflow.pipeline._lakehouse", "ICEBERG_FORMAT"),
+    "DeltaDataSource": ("ringflow.pipeline._lakehouse", "DeltaDataSource"),
+    "IcebergDataSource": ("ringflow.pipeline._lakehouse", "IcebergDataSource"),
+    "LakehouseStore": ("ringflow.pipeline._lakehouse", "LakehouseStore"),
+    "lakehouse_store": ("ringflow.pipeline._lakehouse", "lakehouse_store"),
+    "delta_options": ("ringflow.pipeline._lakehouse", "delta_options"),
+    "iceberg_options": ("ringflow.pipeline._lakehouse", "iceberg_options"),
+    "DeltaStore": ("ringflow.pipeline._delta", "DeltaStore"),
+    "IcebergStore": ("ringflow.pipeline._iceberg", "IcebergStore"),
+    "IcebergLocation": ("ringflow.pipeline._iceberg", "IcebergLocation"),
+    "parse_iceberg_location": ("ringflow.pipeline._iceberg", "parse_location"),
+    "CurrentStateMerge": ("ringflow.pipeline._lakehouse_state", "CurrentStateMerge"),
     "OPERATION_FIELD": ("ringflow.pipeline._changes", "OPERATION_FIELD"),
     "OPERATION_NAME_FIELD": ("ringflow.pipeline._changes", "OPERATION_NAME_FIELD"),
     "POSTGRES_FORMAT": ("ringflow.pipeline._postgres", "POSTGRES_FORMAT"),
@@ -340,7 +374,9 @@ __all__ = [
     "DEFAULT_HUB_BATCH_ROWS",
     "DEFAULT_ROWS_PER_FILE",
     "DEFAULT_ROWS_PER_TRANSACTION",
+    "DELTA_FORMAT",
     "HUB_FORMAT",
+    "ICEBERG_FORMAT",
     "LAKE_FORMAT",
     "LOOPBACK_CONF",
     "OPERATION_FIELD",
@@ -358,7 +394,10 @@ __all__ = [
     "ChannelProgressRow",
     "ChannelSpec",
     "ClusterOptions",
+    "CurrentStateMerge",
     "DeadLetter",
+    "DeltaDataSource",
+    "DeltaStore",
     "DestinationAppliers",
     "DestinationBehind",
     "DiffPlan",
@@ -368,9 +407,13 @@ __all__ = [
     "DriverTls",
     "HubDataSource",
     "HubReport",
+    "IcebergDataSource",
+    "IcebergLocation",
+    "IcebergStore",
     "InvalidChange",
     "JobMetrics",
     "LakeDataSource",
+    "LakehouseStore",
     "LiveRow",
     "PipelineConfigError",
     "PostgresDataSource",
@@ -409,6 +452,7 @@ __all__ = [
     "create_channel",
     "credentials",
     "dead_letter_options",
+    "delta_options",
     "describe_change",
     "driver_tls",
     "drop_channel",
@@ -418,9 +462,11 @@ __all__ = [
     "format_duration",
     "from_spark_value",
     "hub_options",
+    "iceberg_options",
     "lake_options",
     "lake_table",
     "lake_tables",
+    "lakehouse_store",
     "list_dead_letters",
     "load_channel_progress",
     "load_channels",
@@ -430,6 +476,7 @@ __all__ = [
     "materialize",
     "parse_duration",
     "parse_hosts",
+    "parse_iceberg_location",
     "parse_table_name",
     "pg_type",
     "plan_diff",

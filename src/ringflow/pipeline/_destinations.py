@@ -13,6 +13,11 @@ Destinations (``--to``):
   ``<keyspace>_<table>`` (with its ``_live`` view). libpq parameters pass through the URL
   (``?sslmode=verify-full&sslrootcert=ca.crt``); a password in it is redacted wherever the URL
   is shown.
+- ``delta:DIR``: ``ringflow-delta``, a Delta Lake change log at ``DIR`` and its current-state
+  table ``DIR_current`` (issue 19).
+- ``iceberg:CATALOG#namespace.table``: ``ringflow-iceberg``, an Iceberg change log
+  ``namespace.table`` and ``namespace.table_current`` in a SQL catalog (SQLite file or URI,
+  ``postgresql+psycopg://...?warehouse=DIR``).
 
 A destination is built for one version of the source table (:func:`destination`): the hub and
 PostgreSQL targets are checked and, when the channel may alter them, given the table's new
@@ -37,7 +42,14 @@ from ringflow.pipeline._cluster_client import DriverTls, credentials, driver_tls
 from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
+from ringflow.pipeline._iceberg import parse_location
 from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
+from ringflow.pipeline._lakehouse import (
+    DELTA_FORMAT,
+    ICEBERG_FORMAT,
+    delta_options,
+    iceberg_options,
+)
 from ringflow.pipeline._postgres import POSTGRES_FORMAT, postgres_options, redact
 from ringflow.schema import Table
 
@@ -50,7 +62,7 @@ class Destination:
     source table it was built for), or why it cannot take that table (``blocked``)."""
 
     channel: str
-    kind: str  # "hub", "lake" or "postgres"
+    kind: str  # "hub", "lake", "postgres", "delta" or "iceberg"
     display: str
     sink_format: str
     options: Mapping[str, str]
@@ -211,12 +223,32 @@ def _postgres_destination(
     return POSTGRES_FORMAT, options, target
 
 
+def _delta_destination(
+    url: str, table: Table, allow_alter: bool
+) -> tuple[str, Mapping[str, str], str]:
+    raw = url.split(":", 1)[1]
+    raw = raw[2:] if raw.startswith("//") else raw
+    if not raw:
+        raise PipelineConfigError(f"{url!r}: the Delta directory is missing (delta:DIR)")
+    path = str(Path(raw).expanduser().absolute())
+    return DELTA_FORMAT, delta_options(path, table, "delta"), path
+
+
+def _iceberg_destination(
+    url: str, table: Table, allow_alter: bool
+) -> tuple[str, Mapping[str, str], str]:
+    location = parse_location(url.split(":", 1)[1])
+    return ICEBERG_FORMAT, iceberg_options(location, table, "iceberg"), location.changes
+
+
 _Build = Callable[[str, Table, bool], tuple[str, Mapping[str, str], str]]
 _KINDS: Mapping[str, tuple[str, str, _Build]] = {
     "ringflow": ("hub", HUB_FORMAT, _hub_destination),
     "parquet": ("lake", LAKE_FORMAT, _lake_destination),
     "postgresql": ("postgres", POSTGRES_FORMAT, _postgres_destination),
     "postgres": ("postgres", POSTGRES_FORMAT, _postgres_destination),
+    "delta": ("delta", DELTA_FORMAT, _delta_destination),
+    "iceberg": ("iceberg", ICEBERG_FORMAT, _iceberg_destination),
 }
 
 
@@ -224,8 +256,8 @@ def _scheme(url: str) -> str:
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in _KINDS:
         raise PipelineConfigError(
-            f"destination {redact(url)!r}: expected ringflow://host[:port], parquet:DIR "
-            "or postgresql://user@host:port/db"
+            f"destination {redact(url)!r}: expected ringflow://host[:port], parquet:DIR, "
+            "postgresql://user@host:port/db, delta:DIR or iceberg:CATALOG#namespace.table"
         )
     return scheme
 
@@ -280,7 +312,10 @@ def destination(
             dead_letters,
         )
     except PipelineConfigError as error:  # drivers' messages may span lines: one line here
-        raise PipelineConfigError(" ".join(str(error).split())) from None
+        text = " ".join(str(error).split())
+        if kind in ("delta", "iceberg"):
+            text = text.replace(f"channel {kind}:", f"channel {channel}:")
+        raise PipelineConfigError(text) from None
     if kind in ("postgres", "hub") and dead_letters:
         options = {**options, "dead_letters": dead_letters, "channel": channel}
         options.update({f"dead_letters_{k}": v for k, v in (dead_letters_login or {}).items()})

@@ -158,9 +158,11 @@ class TableState:
         self._partitions: dict[Key, _Partition] = {}
         self._bounds: dict[tuple[Key, bytes, int], tuple[bool, bytes, int]] = {}
 
-    def apply(self, change: Change) -> None:
-        """Apply one change; InvalidChange if it does not fit the table."""
-        validate_change(self.table, change)
+    def apply(self, change: Change, validated: bool = False) -> None:
+        """Apply one change; InvalidChange if it does not fit the table (not checked again
+        when ``validated``: e.g. built by ``change_from_row``, which validates)."""
+        if not validated:
+            validate_change(self.table, change)
         operation = change.operation
         if operation in IMAGE_OPERATIONS:
             return
@@ -187,11 +189,31 @@ class TableState:
             self._write_columns(row, change)
 
     def _partition(self, change: Change) -> _Partition:
-        key = self._key(change, self.table.partition_key_columns)
+        return self.partition(self.partition_key(change))
+
+    def partition_key(self, change: Change) -> Key:
+        """The key of the partition ``change`` belongs to, as this state keys partitions."""
+        return self._key(change, self.table.partition_key_columns)
+
+    def partition(self, key: Key) -> _Partition:
+        """The state of partition ``key`` (empty when nothing was applied to it): the
+        current-state table (:mod:`ringflow.pipeline._lakehouse_state`) loads stored state
+        into it."""
         found = self._partitions.get(key)
         if found is None:
             found = self._partitions[key] = _Partition(static=_Row(()))
         return found
+
+    def take_bounds(self) -> dict[tuple[Key, bytes, int], tuple[bool, bytes, int]]:
+        """Remove and return the range bounds applied so far, by (partition key, time bytes,
+        batch seq no): (is start, edge, timestamp), for a caller that pairs them itself."""
+        bounds, self._bounds = self._bounds, {}
+        return bounds
+
+    def row_encoding(self, change: Change) -> bytes:
+        """The encoded clustering of the row ``change`` writes (b"" without clustering
+        columns), as this state keys a partition's rows."""
+        return self._encode(clustering_prefix(self.table, change))
 
     @staticmethod
     def _key(change: Change, columns: Sequence[Column]) -> Key:

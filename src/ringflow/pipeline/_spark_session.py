@@ -33,6 +33,7 @@ from ringflow.pipeline._cdc_source import RingflowCdcDataSource
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._hub import HubDataSource
 from ringflow.pipeline._lake import LakeDataSource
+from ringflow.pipeline._lakehouse import DeltaDataSource, IcebergDataSource
 from ringflow.pipeline._postgres import PostgresDataSource
 from ringflow.pipeline._spark_conf import (
     DEFAULT_MASTER,
@@ -53,6 +54,8 @@ def register_data_sources(spark: SparkSession) -> None:
     """Register ``ringflow-lake`` and ``ringflow-postgres`` with ``spark`` (per session)."""
     spark.dataSource.register(LakeDataSource)
     spark.dataSource.register(PostgresDataSource)
+    spark.dataSource.register(DeltaDataSource)
+    spark.dataSource.register(IcebergDataSource)
     spark.dataSource.register(HubDataSource)
     spark.dataSource.register(RingflowTableDataSource)
     spark.dataSource.register(RingflowCdcDataSource)

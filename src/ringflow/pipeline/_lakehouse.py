@@ -1,0 +1,362 @@
+"""The lakehouse sinks (issue 19): ``ringflow-delta`` and ``ringflow-iceberg``, the change log and
+a current-state table, one atomic commit per table per micro-batch, exactly once.
+
+``df.writeStream.format("ringflow-delta")`` with options ``path`` (the change log's directory),
+or ``format("ringflow-iceberg")`` with ``uri``, ``warehouse``, ``namespace``, ``table`` (the
+catalog; :mod:`ringflow.pipeline._iceberg`); both with ``schema`` (the source table JSON: the
+DataFrame has its change schema), ``holds`` (the table the destination holds: the union of the
+source versions it took, recorded by :func:`lakehouse_options`), optionally ``channel`` (for
+messages) and ``max_task_bytes`` (default 256 MiB). ``df.write`` works too (one commit, a fresh
+app id). Tables, layout and maintenance: :mod:`ringflow.pipeline._delta`,
+:mod:`ringflow.pipeline._iceberg`; the current-state table: :mod:`..._lakehouse_state`.
+
+Shape (the Python Data Source writer, as ``ringflow-lake``): each task sends its rows to the
+driver as one Arrow IPC message (at most ``max_task_bytes``; a bigger task fails its batch with
+a PipelineConfigError saying to lower the source's batch size), and the driver's
+``commit(messages, batch_id)`` makes the batch visible: the change rows, widened to the held
+table's change schema (a column dropped at the source stays, null from then on) with ``date``
+added, in one commit of the change log; then the current-state merge
+(:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`: the stored rows the changes
+touch read back, with their partitions' head rows, whole partitions only for partition-wide
+changes; the changes applied, the changed rows written) in one commit of the
+current-state table. Each commit is skipped when the table records the batch for the app id
+(``ringflow-<query id>``) already: Spark re-runs a batch whose commit it did not record with the
+same offsets, so after any crash each table holds each batch once. The data never touches the
+executors' disks: what a task sent is lost with a failed batch, and re-sent by its replay.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ringflow.pipeline._changes import (
+    TIME_US_FIELD,
+    change_arrow_schema,
+    change_from_row,
+    check_change_schema,
+    table_from_json,
+    table_to_json,
+)
+from ringflow.pipeline._delta import DATE_FIELD, DeltaStore
+from ringflow.pipeline._errors import PipelineConfigError
+from ringflow.pipeline._evolution import union_table
+from ringflow.pipeline._iceberg import IcebergLocation, IcebergStore, location_options
+from ringflow.pipeline._lake import task_context
+from ringflow.pipeline._lakehouse_state import (
+    CurrentStateMerge,
+    current_arrow_schema,
+    current_rows_table,
+)
+from ringflow.schema import Table
+
+DELTA_FORMAT = "ringflow-delta"
+ICEBERG_FORMAT = "ringflow-iceberg"
+DEFAULT_MAX_TASK_BYTES = 256 * 1024 * 1024
+_COMMON = frozenset({"schema", "holds", "channel", "max_task_bytes"})
+_OPTIONS = {
+    DELTA_FORMAT: _COMMON | {"path"},
+    ICEBERG_FORMAT: _COMMON | {"uri", "warehouse", "namespace", "table"},
+}
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
+
+
+class LakehouseStore(Protocol):
+    """What the commit needs of a destination's two tables (Delta or Iceberg)."""
+
+    def check(self) -> None: ...
+    def stored(self) -> Table | None: ...
+    def record(self, table: Table, changes: Any, current: Any) -> None: ...
+    def changes_committed(self, app_id: str) -> int: ...
+    def current_committed(self, app_id: str) -> int: ...
+    def append_changes(self, data: Any, app_id: str, batch_id: int) -> None: ...
+    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]: ...
+    def write_current(self, rows: Any, app_id: str, batch_id: int) -> None: ...
+    def data_files(self) -> tuple[list[str], list[str]]: ...
+    def compact(self) -> dict[str, Any]: ...
+    def expire(self) -> dict[str, Any]: ...
+
+
+def open_store(sink_format: str, options: Mapping[str, str]) -> LakehouseStore:
+    """The store an option set names (no I/O yet)."""
+    if sink_format == DELTA_FORMAT:
+        return DeltaStore(options["path"])
+    location = IcebergLocation(
+        options["uri"], options["warehouse"], options["namespace"], options["table"]
+    )
+    return IcebergStore(location)
+
+
+def changes_with_date_schema(table: Table) -> Any:
+    """The change log's Arrow schema: the change schema of ``table`` plus ``date``."""
+    return change_arrow_schema(table).append(pa.field(DATE_FIELD, pa.date32()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    sink_format: str
+    options: Mapping[str, str]
+    table_json: str
+    holds_json: str
+    channel: str
+    max_task_bytes: int
+
+    @property
+    def table(self) -> Table:
+        return table_from_json(self.table_json)
+
+    @property
+    def holds(self) -> Table:
+        return table_from_json(self.holds_json)
+
+    def store(self) -> LakehouseStore:
+        return open_store(self.sink_format, self.options)
+
+
+def _config(sink_format: str, options: Mapping[str, str], schema: StructType | None) -> _Config:
+    allowed = _OPTIONS[sink_format]
+    unknown = sorted(k for k in options if k.lower() not in allowed | _SPARK_OPTIONS)
+    if unknown:
+        raise PipelineConfigError(f"{sink_format}: unknown option(s) {unknown}")
+    missing = sorted(k for k in allowed - _COMMON | {"schema", "holds"} if not options.get(k))
+    if missing:
+        raise PipelineConfigError(f"{sink_format}: missing option(s) {missing}")
+    size = options.get("max_task_bytes", str(DEFAULT_MAX_TASK_BYTES))
+    if not size.isdigit() or int(size) <= 0:
+        raise PipelineConfigError(f"max_task_bytes must be a positive integer, got {size!r}")
+    table = table_from_json(options["schema"])
+    if schema is not None:
+        check_change_schema(table, schema)
+    kept = {k: str(v) for k, v in options.items() if k in allowed - _COMMON}
+    return _Config(
+        sink_format,
+        kept,
+        options["schema"],
+        options["holds"],
+        options.get("channel", sink_format),
+        int(size),
+    )
+
+
+# --- executor side -------------------------------------------------------------------------------
+
+
+class LakehouseCommitMessage(WriterCommitMessage):
+    """A task's rows (Arrow IPC stream bytes) and the streaming query it ran for."""
+
+    def __init__(self, query: str | None, payload: bytes, rows: int) -> None:
+        self.query = query
+        self.payload = payload
+        self.rows = rows
+
+
+def _task_rows(config: _Config, batches: Iterator[Any]) -> LakehouseCommitMessage:
+    _, _, query, _ = task_context()
+    schema = change_arrow_schema(config.table)
+    sink = pa.BufferOutputStream()
+    rows = 0
+    with pa.ipc.new_stream(sink, schema) as stream:
+        for batch in batches:
+            table = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+            stream.write_table(table)
+            rows += table.num_rows
+            if sink.tell() > config.max_task_bytes:
+                raise PipelineConfigError(
+                    f"channel {config.channel}: a task of the batch holds more than "
+                    f"max_task_bytes={config.max_task_bytes} bytes of changes; lower the "
+                    "source's batch size (max_rows_per_batch / window)"
+                )
+    return LakehouseCommitMessage(query, sink.getvalue().to_pybytes(), rows)
+
+
+# --- driver side ---------------------------------------------------------------------------------
+
+
+def _batch_changes(config: _Config, messages: Sequence[WriterCommitMessage | None]) -> Any:
+    """The batch's rows, widened to the held table's change schema, with ``date``."""
+    target = change_arrow_schema(config.holds)
+    parts = [
+        pa.ipc.open_stream(pa.py_buffer(m.payload)).read_all()
+        for m in messages
+        if isinstance(m, LakehouseCommitMessage) and m.rows
+    ]
+    columns = []
+    for field in target:
+        pieces = []
+        for part in parts:
+            index = part.schema.get_field_index(field.name)
+            if index < 0:  # a column dropped at the source: null from now on
+                pieces.append(pa.nulls(part.num_rows, field.type))
+            else:
+                pieces.extend(part.column(index).cast(field.type).chunks)
+        columns.append(pa.chunked_array(pieces, type=field.type))
+    data = pa.Table.from_arrays(columns, schema=target)
+    days = pc.cast(pc.cast(data[TIME_US_FIELD], pa.timestamp("us")), pa.date32())
+    return data.append_column(pa.field(DATE_FIELD, pa.date32()), days)
+
+
+def commit_lakehouse_batch(
+    config: _Config,
+    messages: Sequence[WriterCommitMessage | None],
+    app_id: str,
+    batch_id: int,
+    now_s: int | None = None,
+) -> tuple[bool, bool]:
+    """Commit one batch to the change log, then to the current-state table, each unless it
+    holds the batch already (module docstring); whether each was committed now."""
+    store = config.store()
+    data = _batch_changes(config, messages)
+    appended = merged = False
+    if store.changes_committed(app_id) < batch_id:
+        store.append_changes(data, app_id, batch_id)
+        appended = True
+    if store.current_committed(app_id) < batch_id:
+        holds = config.holds
+        changes = [change_from_row(holds, row) for row in data.drop([DATE_FIELD]).to_pylist()]
+        merge = CurrentStateMerge(holds)
+        merge.load(store.current_states(*merge.wanted(changes)))
+        merge.apply(changes, validated=True)  # change_from_row validated them
+        rows = merge.rows(int(time.time()) if now_s is None else now_s)
+        if rows:
+            store.write_current(current_rows_table(holds, rows), app_id, batch_id)
+            merged = True
+    return appended, merged
+
+
+def _app_id(messages: Sequence[WriterCommitMessage | None]) -> str | None:
+    queries = {m.query for m in messages if isinstance(m, LakehouseCommitMessage) and m.query}
+    if len(queries) > 1:
+        raise PipelineConfigError(f"one batch from several streaming queries: {sorted(queries)}")
+    return f"ringflow-{queries.pop()}" if queries else None
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    def __init__(self, config: _Config) -> None:
+        self.config = config
+        self.app_id = f"ringflow-write-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _task_rows(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_lakehouse_batch(self.config, messages, self.app_id, 0)
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, config: _Config) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _task_rows(self.config, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        app_id = _app_id(messages)
+        if app_id is not None:  # no task ran: nothing to commit
+            commit_lakehouse_batch(self.config, messages, app_id, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing was written anywhere: the rows were in the messages only."""
+
+
+class _LakehouseDataSource(DataSource):
+    sink_format = DELTA_FORMAT
+
+    def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
+        if overwrite:
+            raise PipelineConfigError(f"{self.sink_format} is append-only: use mode('append')")
+        return _BatchWriter(_config(self.sink_format, self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
+        if overwrite:
+            raise PipelineConfigError(
+                f"{self.sink_format} is append-only: use outputMode('append')"
+            )
+        return _StreamWriter(_config(self.sink_format, self.options, schema))
+
+
+class DeltaDataSource(_LakehouseDataSource):
+    """``ringflow-delta``: a Delta Lake change log and current-state table (module docstring)."""
+
+    sink_format = DELTA_FORMAT
+
+    @classmethod
+    def name(cls) -> str:
+        return DELTA_FORMAT
+
+
+class IcebergDataSource(_LakehouseDataSource):
+    """``ringflow-iceberg``: an Iceberg change log and current-state table (module docstring)."""
+
+    sink_format = ICEBERG_FORMAT
+
+    @classmethod
+    def name(cls) -> str:
+        return ICEBERG_FORMAT
+
+
+def lakehouse_options(
+    sink_format: str, target: Mapping[str, str], table: Table, channel: str | None = None
+) -> dict[str, str]:
+    """Validated sink options for ``table`` at ``target`` (``{"path": DIR}`` or the Iceberg
+    location's options), on the driver before any job: the store is checked (PipelineConfigError
+    naming ``channel``), the table it holds followed (SchemaConflict when it cannot be),
+    both tables created or given the new columns, and the held table recorded."""
+    store = open_store(sink_format, target)
+    where = f"channel {channel or sink_format}"
+    try:
+        store.check()
+        stored = store.stored()
+    except PipelineConfigError as error:
+        raise PipelineConfigError(f"{where}: {error}") from None
+    holds = table if stored is None else union_table(stored, table, f"{where} ({sink_format})")
+    store.record(holds, changes_with_date_schema(holds), current_arrow_schema(holds))
+    options = {**target, "schema": table_to_json(table), "holds": table_to_json(holds)}
+    if channel:
+        options["channel"] = channel
+    _config(sink_format, options, None)
+    return options
+
+
+def delta_options(path: str, table: Table, channel: str | None = None) -> dict[str, str]:
+    """:func:`lakehouse_options` of a Delta change log at ``path``."""
+    return lakehouse_options(DELTA_FORMAT, {"path": path}, table, channel)
+
+
+def iceberg_options(
+    location: IcebergLocation, table: Table, channel: str | None = None
+) -> dict[str, str]:
+    """:func:`lakehouse_options` of an Iceberg location."""
+    return lakehouse_options(ICEBERG_FORMAT, dict(location_options(location)), table, channel)
+
+
+def lakehouse_store(url: str) -> LakehouseStore:
+    """The existing tables of a ``delta:DIR`` or ``iceberg:CATALOG#ns.table`` destination (for
+    maintenance); PipelineConfigError when the URL is neither or names no such tables."""
+    from ringflow.pipeline._iceberg import parse_location
+
+    scheme, _, rest = url.partition(":")
+    rest = rest[2:] if rest.startswith("//") and scheme == "delta" else rest
+    store: LakehouseStore
+    if scheme == "delta" and rest:
+        store = DeltaStore(rest)
+    elif scheme == "iceberg":
+        store = IcebergStore(parse_location(rest))
+    else:
+        raise PipelineConfigError(f"{url!r}: expected delta:DIR or iceberg:CATALOG#namespace.table")
+    store.check()
+    if store.stored() is None:
+        raise PipelineConfigError(f"{url!r}: no ringflow tables there (nothing replicated yet)")
+    return store
