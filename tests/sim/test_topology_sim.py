@@ -96,8 +96,8 @@ WIDE_REGRESSION_SEEDS = (
     # back with it from system.cdc_local and gossiped it again after its start: the writes of
     # the 4-6 s until each node heard it had gone to the previous generation (issue 22)
 )
-SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=30, pool=2_000)
-WIDE_SEEDS = ci_seeds(WIDE_REGRESSION_SEEDS, per_run=15, pool=2_000)
+SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=12, pool=2_000)
+WIDE_SEEDS = ci_seeds(WIDE_REGRESSION_SEEDS, per_run=6, pool=2_000)
 WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
 INITIAL_UUID = uuid.UUID(int=7, version=4)
