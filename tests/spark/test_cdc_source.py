@@ -182,6 +182,10 @@ def test_starting_and_ending_time_bound_a_batch_read(
     before = read_changes(spark, {**options, "endingTime": str(middle_ms)}).collect()
     assert [r.v for r in after] == ["new"]
     assert [r.v for r in before] == ["old"]
+    # An empty window (ending before starting): no partition planned, an empty answer (Spark
+    # then reads one InputPartition(None); it used to fail the read's type assertion)
+    empty = {**options, "startingTime": str(middle_ms), "endingTime": str(middle_ms - 20)}
+    assert read_changes(spark, empty).count() == 0
 
 
 def _watermark(query: Any) -> int:

@@ -285,6 +285,8 @@ class _LogReading:
             self.table_json = table_to_json(load_cdc_table(own, settings.cluster))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if type(partition) is InputPartition:  # none planned: Spark reads InputPartition(None)
+            return
         assert isinstance(partition, CdcPartition)
         table = table_from_json(self.table_json)
         schema = change_arrow_schema(table)

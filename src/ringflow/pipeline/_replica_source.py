@@ -222,6 +222,8 @@ class RingflowReplicaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if type(partition) is InputPartition:  # none planned: Spark reads InputPartition(None)
+            return
         assert isinstance(partition, ReplicaPartition)
         settings = self.settings
         table = table_from_json(settings.table_json)
