@@ -12,7 +12,8 @@ TIMESTAMP`` its row index + 1 so that both copies are equal, write times include
 rows of the target are changed (a third values, a third write times, a third deleted), so
 the diff's row pass runs over D ranges at most. Spark ``local[2]``.
 
-Measured in alternating rounds (best of R each, after one warm-up of each):
+Measured in alternating rounds (best of R each, after one warm-up of each unless
+``--no-warmup``):
 
 - baseline: ``spark.read.format("ringflow")`` of both tables, ``count()`` each, with the read
   options the diff uses (one query per token range of ``--splits``, in ``1 + 2 x cores``
@@ -140,6 +141,11 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=256)
     parser.add_argument("--differences", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="skip the warm-up of each contender (at 1,000,000 rows each round takes minutes)",
+    )
     args = parser.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, {platform.python_version()}")
     base = Path(tempfile.mkdtemp(prefix="ringflow-bench-diff-"))
@@ -164,8 +170,9 @@ def main() -> None:
         spark = local_spark_session("bench-diff")
         try:
             compared = 2 * args.rows
-            plain_read(spark, endpoints, args.splits)  # warm-up
-            diff(spark, endpoints, args.splits, args.differences)
+            if not args.no_warmup:
+                plain_read(spark, endpoints, args.splits)
+                diff(spark, endpoints, args.splits, args.differences)
             plain, diffs = [], []
             for round_ in range(args.rounds):
                 plain.append(plain_read(spark, endpoints, args.splits))
