@@ -113,7 +113,11 @@ def test_replicate_between_auth_enabled_clusters(
         output = capsys.readouterr()
         assert EDGE_PASSWORD not in output.out + output.err
 
-        options = cdc_options(edge_node.endpoint, f"{KEYSPACE}.{TABLE}", consistency="ONE")
+        # the changes written above are seconds old: the default 30 s confidence window would
+        # leave a fast run an empty read
+        options = cdc_options(
+            edge_node.endpoint, f"{KEYSPACE}.{TABLE}", consistency="ONE", confidence_window_ms=500
+        )
         frame = (
             spark.read.format(CDC_FORMAT)
             .options(**options, username="reader", password=EDGE_PASSWORD)
