@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench sim fuzz fuzz-replay clean
+.PHONY: demo test test-long test-all lint typecheck unit bench sim fuzz fuzz-replay clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,11 +17,19 @@ demo: $(STAMP)
 	$(VENV)/bin/ringflow demo
 
 # Two pytest workers, each test file on one of them (its module fixtures: clusters, Spark):
-# the suite mostly waits on real processes (23 min serial, 13.5 min so on 2 cores).
+# the suite mostly waits on real processes. The end-to-end stories marked `long` (a minute or
+# more each, their capability also covered by a shorter test in the suite) run with
+# `make test-long`; `make test-all` runs everything.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench fuzz
 	$(VENV)/bin/ruff format --check src tests bench fuzz
 	$(VENV)/bin/mypy --strict src
+	$(PY) -m pytest -n 2 --dist loadfile -m "not long" tests
+
+test-long: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -m long tests
+
+test-all: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests
 
 bench: $(STAMP)

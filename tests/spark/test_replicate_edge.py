@@ -107,6 +107,7 @@ def _freeze_mid_batch(job: Job, lake: Path, keyspace: str) -> list[Path]:
         job.thaw()
 
 
+@pytest.mark.long  # `make test-long`: 66-85 s on a quiet machine
 def test_replicate_through_an_edge_node_crash_and_its_own_kill_mid_batch(
     spark: SparkSession, stage: dict[str, Any], edge_cluster: LocalCluster, tmp_path: Path
 ) -> None:

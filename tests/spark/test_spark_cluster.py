@@ -171,6 +171,7 @@ def _check_applications(
             assert f'"-Xmx{memory}"' in text, command
 
 
+@pytest.mark.long  # `make test-long`: 66-85 s on a quiet machine
 def test_replication_runs_on_a_standalone_cluster_and_through_spark_submit(
     spark: SparkSession,
     spark_cluster: tuple[StandaloneCluster, str],
