@@ -48,7 +48,7 @@ from ringflow.cql._ast import (
     resolve_type,
 )
 from ringflow.cql._exec_common import StatementContext
-from ringflow.cql._exec_functions import resolve_function
+from ringflow.cql._exec_functions import function_argument_name, resolve_function
 from ringflow.cql._json_input import JsonValueError, from_json
 from ringflow.cql._literal_text import STRING_CONVERTERS, parse_duration
 from ringflow.cql._wire import UNSET, CqlValue, Unset
@@ -389,14 +389,15 @@ def _call(
     function = resolve_function(term.name, term.keyspace, [None] * len(term.args))
     if not compatible_result(function.return_type, cql_type):
         raise InvalidRequest(
-            f"Type error: cannot assign result of function {term.name} (type "
+            f"Type error: cannot assign result of function system.{term.name} (type "
             f"{function.return_type.cql_name()}) to {column} (type {cql_type.cql_name()})"
         )
     arguments: list[object | None] = []
     for position, (argument, argument_type) in enumerate(
         zip(term.args, function.argument_types, strict=True)
     ):
-        value = term_value(argument, argument_type, f"{term.name}(arg{position})", context, table)
+        name = function_argument_name(position, term.name)
+        value = term_value(argument, argument_type, name, context, table)
         if value is UNSET:
             raise InvalidRequest(f"Invalid unset value for argument {position} of {term.name}")
         arguments.append(value)
@@ -424,7 +425,7 @@ def _from_json_bytes(
             f"Invalid number of arguments in call to function system.fromjson: 1 required but "
             f"{len(term.args)} provided"
         )
-    text = term_value(term.args[0], TEXT, "fromjson(arg0)", context, table)
+    text = term_value(term.args[0], TEXT, function_argument_name(0, "fromjson"), context, table)
     if text is UNSET:
         raise InvalidRequest("Invalid unset value for argument 0 of fromjson")
     if text is None:
