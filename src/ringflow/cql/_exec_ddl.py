@@ -172,8 +172,10 @@ class DdlContext:
         if isinstance(change, DropColumn):
             # system_schema.dropped_columns keeps milliseconds: a whole millisecond survives a
             # restart exactly, so the schema digest does too.
-            timestamp = -(-timestamp // 1000) * 1000
+            timestamp = _whole_ms(timestamp)
             self.timestamps.last_us = timestamp
+            if change.dropped_at_us is not None:
+                change = dataclasses.replace(change, dropped_at_us=_whole_ms(change.dropped_at_us))
         migration = self.state.next_migration(change, timestamp, self.rng.getrandbits(64))
         self.state = self.state.apply(migration)
         self.migrated.append(change)
@@ -181,6 +183,11 @@ class DdlContext:
 
     def new_id(self) -> uuid.UUID:
         return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+
+def _whole_ms(timestamp_us: int) -> int:
+    """``timestamp_us`` rounded up to a whole millisecond."""
+    return -(-timestamp_us // 1000) * 1000
 
 
 def _void(context: DdlContext) -> DdlOutcome:
@@ -616,7 +623,7 @@ def _drop_columns(context: DdlContext, table: Table, action: DropColumns) -> Non
             raise InvalidRequest(f"Column {name} was not found in table {table.name}")
         if table.column(name).is_primary_key:
             raise InvalidRequest(f"Cannot drop PRIMARY KEY part {name}")
-        context.migrate(DropColumn(table.keyspace, table.name, name))
+        context.migrate(DropColumn(table.keyspace, table.name, name, action.timestamp))
 
 
 def _sync_log(context: DdlContext, base: Table) -> tuple[list[Table], list[SchemaChange]]:

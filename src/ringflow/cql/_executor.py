@@ -181,6 +181,10 @@ _SIMPLE_ERROR_CODES = frozenset(
 )
 
 
+STORAGE_PORT = 7000
+"""Cassandra's default ``storage_port``: the port a lone node's endpoints are shown with."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
     """Who this node is: what ``system.local`` says about it and the datacenter that
@@ -336,7 +340,7 @@ class QueryProcessor:
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
         self.range_ownership: Callable[[str], Mapping[str, Sequence[str]]] = lambda _: {
-            str(token): [node.broadcast_address] for token in node.tokens
+            str(token): [f"/{node.broadcast_address}:{STORAGE_PORT}"] for token in node.tokens
         }  # DESCRIBE CLUSTER's end token → endpoints of a keyspace (a cluster sets its own)
         self.auth: AuthService | None = None
         """Authentication and authorization (``enable_auth``); None: everything allowed."""

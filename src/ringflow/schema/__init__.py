@@ -51,6 +51,7 @@ from ringflow.schema._migrations import (
     PushOutcome,
     Rectification,
     RectifyAction,
+    RenameColumn,
     SchemaAlreadyExists,
     SchemaChange,
     SchemaState,
@@ -119,7 +120,6 @@ from ringflow.schema._system_rows import (
     encode_change,
     engine_overrides,
     engine_value,
-    expand_user_types,
     local_row,
     parse_cdc_extension,
     peer_removal,
@@ -196,6 +196,7 @@ from ringflow.schema._types import (
     SetType,
     TupleType,
     UserType,
+    expand_user_types,
     parse_type,
 )
 
@@ -292,6 +293,7 @@ __all__ = [
     "RangeTombstone",
     "Rectification",
     "RectifyAction",
+    "RenameColumn",
     "Row",
     "SchemaAlreadyExists",
     "SchemaChange",

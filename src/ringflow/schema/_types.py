@@ -158,6 +158,23 @@ class UserType(CqlType):
         return _frozen(self.name, self.frozen)
 
 
+def expand_user_types(cql_type: CqlType) -> CqlType:
+    """``cql_type`` with every UDT replaced by the tuple of its fields (Cassandra's
+    ``expandUserTypes``), so a dropped column's type outlives its UDT."""
+    if isinstance(cql_type, UserType):
+        return TupleType(tuple(expand_user_types(field) for field in cql_type.field_types))
+    if isinstance(cql_type, TupleType):
+        return TupleType(tuple(expand_user_types(element) for element in cql_type.elements))
+    if isinstance(cql_type, ListType):
+        return ListType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, SetType):
+        return SetType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, MapType):
+        key, value = expand_user_types(cql_type.key), expand_user_types(cql_type.value)
+        return MapType(key, value, cql_type.frozen)
+    return cql_type
+
+
 def _frozen(name: str, frozen: bool) -> str:
     return f"frozen<{name}>" if frozen else name
 

@@ -221,6 +221,12 @@ def test_successful_changes() -> None:
     assert state.keyspaces == {} and state.tables == {}
 
 
+def test_a_drop_using_timestamp_records_that_time() -> None:
+    state = apply_next(BASE, DropColumn("ks", "t", "v", 42_000))
+    assert state.dropped_columns_of("ks", "t") == (DroppedColumn("v", TEXT, 42_000),)
+    assert state.table("ks", "t").dropped_columns == (("v", 42_000),)
+
+
 def _cdc_log_table() -> Table:
     return Table.create("ks", "t_scylla_cdc_log", [("pk", INT)], table_id=table_id(9))
 
@@ -620,6 +626,7 @@ def test_every_change_round_trips_through_its_stored_form() -> None:
         DropTable("ks", "t"),
         AddColumn("ks", "t", Column("st", INT, ColumnKind.STATIC)),
         DropColumn("ks", "t", "v"),
+        DropColumn("ks", "t", "v", 1_700_000_000_001_000),
         AlterTableOptions("ks", "t", TableOptions(CdcOptions(enabled=True), 1, 2, "x")),
     ]
     for change in changes:
