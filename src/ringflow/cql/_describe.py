@@ -225,7 +225,7 @@ def _keyspace_row(keyspace: Keyspace) -> _Row:
 def _table_rows(context: DescribeContext, table: Table, internals: bool) -> list[_Row]:
     key = (table.keyspace, table.name)
     cdc_log = cdc_base_of(context.state, table) is not None
-    dropped = context.state.dropped_columns_of(*key) if internals and not cdc_log else ()
+    dropped = context.state.dropped_columns_of(*key) if internals else ()
     statement = table_cql(
         table,
         context.compaction,

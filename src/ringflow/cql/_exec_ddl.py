@@ -19,6 +19,12 @@ re-expressed):
   disabling CDC keeps the log table (as Scylla); DROP TABLE drops the log too; a log table
   cannot be dropped directly while its base uses it; what ALTER may do to a log, and the
   tables that merely have a log's name, follow Scylla (``_cdc_log_rules``).
+* ``ALTER TABLE ... RENAME a TO b [AND ...]`` renames primary key columns only, with Cassandra 4's
+  messages ("Undefined column name a in table k.t", "Cannot rename non PRIMARY KEY column v",
+  "Cannot rename column a to b in table 'k.t'; another column with that name already exists");
+  on a CDC-enabled base the log follows as Scylla's ``create_log_schema`` makes it: the log's
+  column of the old name is dropped (recorded in ``dropped_columns``, so log rows written before
+  show null there) and one of the new name added.
 * IF [NOT] EXISTS turns "already there"/"not there" into a Void result; system keyspaces are not
   user-modifiable (0x2100).
 """
@@ -95,6 +101,7 @@ from ringflow.schema import (
     ListType,
     MapType,
     Migration,
+    RenameColumn,
     SchemaAlreadyExists,
     SchemaState,
     SetType,
@@ -369,7 +376,7 @@ def _alter_table(statement: Statement, context: DdlContext) -> DdlOutcome:
     elif isinstance(action, DropColumns):
         _drop_columns(context, table, action)
     elif isinstance(action, RenameColumns):
-        raise InvalidRequest("ALTER TABLE ... RENAME is not supported by ringflow")
+        _rename_columns(context, table, action)
     else:
         assert isinstance(action, AlterTableProperties)
         shown_as = table.name if log_of is not None else ""
@@ -408,6 +415,27 @@ def _drop_columns(context: DdlContext, table: Table, action: DropColumns) -> Non
         if table.column(name).is_primary_key:
             raise InvalidRequest(f"Cannot drop PRIMARY KEY part {name}")
         context.migrate(DropColumn(table.keyspace, table.name, name, action.timestamp))
+
+
+def _rename_columns(context: DdlContext, table: Table, action: RenameColumns) -> None:
+    """Cassandra 4's ``AlterTableStatement.RenameColumns``: only primary key columns, each
+    checked against the table as it was before the statement, to a name no column has."""
+    where = f"{table.keyspace}.{table.name}"
+    taken: set[str] = set()
+    for old, new in action.renames:
+        if not table.has_column(old):
+            if action.if_exists:
+                continue
+            raise InvalidRequest(f"Undefined column name {old} in table {where}")
+        if not table.column(old).is_primary_key:
+            raise InvalidRequest(f"Cannot rename non PRIMARY KEY column {old}")
+        if table.has_column(new) or new in taken:
+            raise InvalidRequest(
+                f"Cannot rename column {old} to {new} in table '{where}'; another column with "
+                "that name already exists"
+            )
+        taken.add(new)
+        context.migrate(RenameColumn(table.keyspace, table.name, old, new))
 
 
 def _sync_log(context: DdlContext, base: Table) -> tuple[list[Table], list[SchemaChange]]:

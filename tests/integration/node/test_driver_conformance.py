@@ -96,3 +96,32 @@ def test_describe_with_internals_shows_dropped_columns(
         f"WHERE keyspace_name = '{keyspace}' AND table_name = 'evolving'"
     )
     assert [r.column_name for r in dropped] == ["d", "v"]
+
+
+def test_rename_of_key_columns_reaches_metadata_and_prepared_statements(
+    session: Session, keyspace: str, cluster: Cluster
+) -> None:
+    session.execute(
+        "CREATE TABLE renamed (k int, c int, v text, PRIMARY KEY (k, c)) "
+        "WITH cdc = {'enabled': true}"
+    )
+    session.execute("INSERT INTO renamed (k, c, v) VALUES (1, 2, 'before')")
+    select = session.prepare("SELECT * FROM renamed")
+    assert list(session.execute(select).one()._fields) == ["k", "c", "v"]
+    session.execute("ALTER TABLE renamed RENAME k TO key AND c TO ck")
+    assert session.wait_for_schema_agreement()
+    cluster.refresh_table_metadata(keyspace, "renamed")
+    table = cluster.metadata.keyspaces[keyspace].tables["renamed"]
+    assert [c.name for c in table.partition_key] == ["key"]
+    assert [c.name for c in table.clustering_key] == ["ck"]
+    row = session.execute(select).one()  # the driver re-prepares (UNPREPARED)
+    assert row._asdict() == {"key": 1, "ck": 2, "v": "before"}
+    session.execute(
+        session.prepare("INSERT INTO renamed (key, ck, v) VALUES (?, ?, ?)"), (1, 3, "after")
+    )
+    log = {
+        r.v: (r.key, r.ck) for r in session.execute("SELECT key, ck, v FROM renamed_scylla_cdc_log")
+    }
+    assert log == {"after": (1, 3), "before": (None, None)}  # Scylla drops the old log column
+    with pytest.raises(InvalidRequest, match="Cannot rename non PRIMARY KEY column v"):
+        session.execute("ALTER TABLE renamed RENAME v TO w")
