@@ -62,7 +62,7 @@ from ringflow.cql._ast import (
 )
 from ringflow.cql._cdc_log_rules import cdc_log_base, check_log_alter, check_log_name_free
 from ringflow.cql._ddl_options import keyspace_options, option_text, table_options
-from ringflow.cql._exec_alter_type import altered_user_type
+from ringflow.cql._exec_alter_type import altered_user_type, check_column_type, check_field_type
 from ringflow.cql._exec_common import (
     RESERVED_KEYSPACES,
     TimestampSource,
@@ -277,6 +277,8 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
     if statement.compact_storage:
         raise InvalidRequest("COMPACT STORAGE is not supported by ringflow")
     types = {d.name: _resolve(d, keyspace) for d in statement.columns}
+    for column_type in types.values():
+        check_column_type(column_type)
     static = {d.name for d in statement.columns if d.static}
     for name in (*statement.partition_key, *statement.clustering_columns):
         if name not in types:
@@ -402,7 +404,9 @@ def _add_columns(context: DdlContext, keyspace: Keyspace, table: Table, action: 
                 "column"
             )
         kind = ColumnKind.STATIC if definition.static else ColumnKind.REGULAR
-        column = Column(definition.name, _resolve(definition, keyspace), kind)
+        column_type = _resolve(definition, keyspace)
+        check_column_type(column_type)
+        column = Column(definition.name, column_type, kind)
         context.migrate(AddColumn(table.keyspace, table.name, column))
 
 
@@ -521,11 +525,7 @@ def _create_type(statement: Statement, context: DdlContext) -> DdlOutcome:
     names, types = [], []
     for definition in statement.fields:
         field_type = resolve_type(definition.type, keyspace.user_types, keyspace.name)
-        if field_type.is_multicell:
-            raise InvalidRequest(
-                f"A user type cannot hold non-frozen collections or types (field "
-                f"{definition.name}): use frozen<...>"
-            )
+        check_field_type(field_type)
         names.append(definition.name)
         types.append(field_type)
     context.migrate(CreateType(UserType(keyspace.name, name, tuple(names), tuple(types))))

@@ -152,7 +152,10 @@ class UserType(CqlType):
         return not self.frozen
 
     def frozen_form(self) -> CqlType:
-        return UserType(self.keyspace, self.name, self.field_names, self.field_types, True)
+        """Frozen, its fields too: a frozen UDT is one value, a non-frozen collection field of
+        its type included (Cassandra's ``freezeNestedMulticellTypes``)."""
+        fields = tuple(field_type.frozen_form() for field_type in self.field_types)
+        return UserType(self.keyspace, self.name, self.field_names, fields, True)
 
     def cql_name(self) -> str:
         return _frozen(self.name, self.frozen)

@@ -125,3 +125,30 @@ def test_rename_of_key_columns_reaches_metadata_and_prepared_statements(
     assert log == {"after": (1, 3), "before": (None, None)}  # Scylla drops the old log column
     with pytest.raises(InvalidRequest, match="Cannot rename non PRIMARY KEY column v"):
         session.execute("ALTER TABLE renamed RENAME v TO w")
+
+
+def test_user_types_with_non_frozen_collections(session: Session, keyspace: str) -> None:
+    session.execute("CREATE TYPE holder (i int, l list<int>, m map<text, int>, s set<text>)")
+    session.execute(
+        "CREATE TABLE held (k int PRIMARY KEY, x frozen<holder>) WITH cdc = {'enabled': true}"
+    )
+    insert = session.prepare("INSERT INTO held (k, x) VALUES (?, ?)")
+    session.execute(insert, (1, (1, [3, 1, 3], {"a": 1}, {"y", "z"})))  # a UDT bound by position
+    row = session.execute("SELECT x FROM held WHERE k = 1").one()
+    assert (row.x.i, list(row.x.l), dict(row.x.m), set(row.x.s)) == (
+        1,
+        [3, 1, 3],
+        {"a": 1},
+        {"y", "z"},
+    )
+    json_row = session.execute("SELECT JSON x FROM held WHERE k = 1").one()
+    assert json_row[0] == '{"x": {"i": 1, "l": [3, 1, 3], "m": {"a": 1}, "s": ["y", "z"]}}'
+    logged = session.execute("SELECT x FROM held_scylla_cdc_log").one()
+    assert list(logged.x.l) == [3, 1, 3]
+    types = session.execute(
+        f"SELECT field_types FROM system_schema.types WHERE keyspace_name = '{keyspace}' "
+        "AND type_name = 'holder'"
+    ).one()
+    assert list(types.field_types) == ["int", "list<int>", "map<text, int>", "set<text>"]
+    with pytest.raises(InvalidRequest, match="Non-frozen UDTs with nested non-frozen collections"):
+        session.execute("CREATE TABLE unheld (k int PRIMARY KEY, x holder)")
