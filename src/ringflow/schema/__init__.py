@@ -5,6 +5,7 @@ Pure code, no I/O. Reference: ``shared/reference/cassandra-core.md`` §2, §6, �
 """
 
 from ringflow.schema._codec import (
+    EMPTY_VALUE_TYPES,
     Codec,
     Duration,
     cells_from_collection_value,
@@ -17,9 +18,11 @@ from ringflow.schema._codec import (
     list_cells,
     list_values,
     normalize,
+    normalize_tolerant,
     prefix_upper_bound,
     serialize,
     serialized_collection_from_cells,
+    tolerant_codec_for,
     validate,
 )
 from ringflow.schema._digest import (
@@ -214,6 +217,7 @@ __all__ = [
     "DOUBLE",
     "DURATION",
     "EMPTY_SCHEMA_DIGEST",
+    "EMPTY_VALUE_TYPES",
     "ENGINE_PROPERTY_KINDS",
     "EXPIRED_LIVENESS_TTL_S",
     "FLOAT",
@@ -345,6 +349,7 @@ __all__ = [
     "missing_migrations",
     "name_uuid_from_bytes",
     "normalize",
+    "normalize_tolerant",
     "parse_cdc_extension",
     "parse_type",
     "partition_token",
@@ -374,5 +379,6 @@ __all__ = [
     "timeuuid_from_micros",
     "timeuuid_to_micros",
     "token_of_key_bytes",
+    "tolerant_codec_for",
     "validate",
 ]

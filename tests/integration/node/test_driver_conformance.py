@@ -3,8 +3,11 @@
 Proves: bind markers inside nested ``blobAsX``/``xAsBlob`` calls get the types (and names)
 Cassandra infers and the values bind; ``DESCRIBE CLUSTER`` lists every range of the ring with
 its replica endpoints; ``DESCRIBE ... WITH INTERNALS`` shows dropped columns as Cassandra's
-``ALTER TABLE ... DROP ... USING TIMESTAMP`` lines and the script recreates them. Each failed
-before this change.
+``ALTER TABLE ... DROP ... USING TIMESTAMP`` lines and the script recreates them; renaming key
+columns reaches the driver's metadata, re-prepared statements and the CDC log (as Scylla's);
+user types with non-frozen collections round-trip frozen (JSON and CDC log too) and are refused
+as non-frozen columns; empty values sort first in clustering keys and live inside collections.
+Each failed before this change.
 """
 
 from __future__ import annotations
@@ -152,3 +155,23 @@ def test_user_types_with_non_frozen_collections(session: Session, keyspace: str)
     assert list(types.field_types) == ["int", "list<int>", "map<text, int>", "set<text>"]
     with pytest.raises(InvalidRequest, match="Non-frozen UDTs with nested non-frozen collections"):
         session.execute("CREATE TABLE unheld (k int PRIMARY KEY, x holder)")
+
+
+def test_empty_values_in_clustering_keys_and_collections(session: Session, keyspace: str) -> None:
+    session.execute("CREATE TABLE empties (k int, c int, v int, s set<int>, PRIMARY KEY (k, c))")
+    for c, v in (("5", 1), ("blobAsInt(0x)", 2), ("-7", 3)):
+        session.execute(f"INSERT INTO empties (k, c, v) VALUES (1, {c}, {v})")
+    rows = list(session.execute("SELECT c, v FROM empties WHERE k = 1"))
+    assert [(r.c, r.v) for r in rows] == [(None, 2), (-7, 3), (5, 1)]  # the driver: empty = None
+    found = session.execute("SELECT v FROM empties WHERE k = 1 AND c = blobAsInt(0x)").one()
+    assert found.v == 2
+    session.execute(
+        "UPDATE empties SET s = {3, blobAsInt(0x), -1} WHERE k = 1 AND c = blobAsInt(0x)"
+    )
+    (json,) = session.execute("SELECT JSON s FROM empties WHERE k = 1 AND c = blobAsInt(0x)").one()
+    assert json == '{"s": ["", -1, 3]}'
+    session.execute("CREATE TABLE tiny (k int, c tinyint, PRIMARY KEY (k, c))")
+    insert = session.prepare("INSERT INTO tiny (k, c) VALUES (1, blobAsTinyint(?))")
+    message = "In call to function system.blobastinyint, value 0x is not a valid binary"
+    with pytest.raises(InvalidRequest, match=message):
+        session.execute(insert, (b"",))
