@@ -142,6 +142,7 @@ from ringflow.cql._exec_common import (
     Unauthorized,
     UnpreparedStatement,
 )
+from ringflow.cql._exec_errors import response_for_error
 from ringflow.cql._exec_system import (
     DISTRIBUTED_TABLES,
     ensure_system_tables,
@@ -152,7 +153,6 @@ from ringflow.cql._executor import (
     QueryProcessor,
     SchemaListener,
     SessionState,
-    response_for_error,
 )
 from ringflow.cql._frame import (
     DEFAULT_MAX_FRAME_SIZE,

@@ -31,12 +31,14 @@ from ringflow.cql._ast import (
     Assignment,
     BeginBatchStatement,
     BindMarker,
+    CastSelector,
     ColumnRelation,
     ColumnSelector,
     DeleteElement,
     DeleteStatement,
     ElementRelation,
     ElementSelector,
+    FieldSelector,
     FunctionCall,
     FunctionSelector,
     InsertStatement,
@@ -68,7 +70,7 @@ from ringflow.cql._ast import (
     resolve_type,
 )
 from ringflow.cql._exec_common import ExecutorLimits
-from ringflow.cql._exec_functions import resolve_function
+from ringflow.cql._exec_functions import function_argument_name, resolve_function
 from ringflow.cql._exec_selectors import element_receiver
 from ringflow.cql._exec_terms import compatible_result
 from ringflow.cql._results import ColumnSpec
@@ -138,7 +140,7 @@ class _SpecCollector:
     def function(self, call: FunctionCall, name: str, receiver: CqlType) -> None:
         if call.name == "fromjson" and call.keyspace in (None, "system"):
             for argument in call.args:
-                self.term(argument, "fromjson(arg0)", TEXT)
+                self.term(argument, function_argument_name(0, "fromjson"), TEXT)
             return
         if call.name == "token":
             for argument, column in zip(call.args, self.table.partition_key_columns, strict=False):
@@ -147,13 +149,13 @@ class _SpecCollector:
         function = resolve_function(call.name, call.keyspace, [None] * len(call.args))
         if not compatible_result(function.return_type, receiver):
             raise InvalidRequest(
-                f"Type error: cannot assign result of function {call.name} (type "
+                f"Type error: cannot assign result of function system.{call.name} (type "
                 f"{function.return_type.cql_name()}) to {name} (type {receiver.cql_name()})"
             )
         for position, (argument, argument_type) in enumerate(
             zip(call.args, function.argument_types, strict=False)
         ):
-            self.term(argument, f"{call.name}(arg{position})", argument_type)
+            self.term(argument, function_argument_name(position, call.name), argument_type)
 
     def relation(self, relation: Relation) -> None:
         if isinstance(relation, TokenRelation):
@@ -216,22 +218,29 @@ class _SpecCollector:
             self.term(using.timeout, "[timeout]", DURATION)
 
     def selector(self, selector: Selector) -> None:
+        """Markers anywhere in a selector, nested calls and casts included (Cassandra types a
+        marker by the parameter of the function it is an argument of)."""
         if isinstance(selector, ElementSelector):
             _element_specs(self, selector)
+        elif isinstance(selector, FieldSelector | CastSelector):
+            self.selector(selector.selector)
+        elif isinstance(selector, FunctionSelector):
+            self.function_selector(selector)
+
+    def function_selector(self, selector: FunctionSelector) -> None:
+        for argument in selector.args:
+            if not isinstance(argument, TermSelector):
+                self.selector(argument)
+        if not any(isinstance(a, TermSelector) for a in selector.args):
             return
-        if isinstance(selector, FunctionSelector):
-            terms = [a.term for a in selector.args if isinstance(a, TermSelector)]
-            if not terms:
-                return
-            if selector.name in ("token", "count", "min", "max", "sum", "avg"):
-                raise InvalidRequest(f"bind markers are not supported as {selector.name} arguments")
-            function = resolve_function(
-                selector.name, selector.keyspace, [None] * len(selector.args)
-            )
-            for position, argument in enumerate(selector.args):
-                if isinstance(argument, TermSelector):
-                    argument_type = function.argument_types[position]
-                    self.term(argument.term, f"{selector.name}(arg{position})", argument_type)
+        if selector.name in ("token", "count", "min", "max", "sum", "avg"):
+            raise InvalidRequest(f"bind markers are not supported as {selector.name} arguments")
+        function = resolve_function(selector.name, selector.keyspace, [None] * len(selector.args))
+        for position, argument in enumerate(selector.args):
+            if isinstance(argument, TermSelector):
+                argument_type = function.argument_types[position]
+                name = function_argument_name(position, selector.name)
+                self.term(argument.term, name, argument_type)
 
 
 def _element_specs(collector: _SpecCollector, selector: ElementSelector) -> None:

@@ -224,12 +224,15 @@ def _keyspace_row(keyspace: Keyspace) -> _Row:
 
 def _table_rows(context: DescribeContext, table: Table, internals: bool) -> list[_Row]:
     key = (table.keyspace, table.name)
+    cdc_log = cdc_base_of(context.state, table) is not None
+    dropped = context.state.dropped_columns_of(*key) if internals else ()
     statement = table_cql(
         table,
         context.compaction,
         with_internals=internals,
-        cdc_log=cdc_base_of(context.state, table) is not None,
+        cdc_log=cdc_log,
         virtual=key in context.virtual_tables,
+        dropped=dropped,
     )
     rows = [_Row(table.keyspace, "table", table.name, statement)]
     if table.options.cdc.enabled:

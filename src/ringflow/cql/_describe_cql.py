@@ -12,6 +12,13 @@ Rules (Scylla ``schema::get_create_statement`` / ``schema_properties``,
   internals] ``CLUSTERING ORDER BY (...)`` when there are clustering columns, then every property
   of the table's ``system_schema.tables`` row by name, then ``cdc = {...}`` when the table has
   the extension. Maps are written ``{'k': 'v'}`` (``class`` first), texts single-quoted.
+* ``WITH INTERNALS`` also shows the table's dropped columns as Cassandra 4's
+  ``TableMetadata.appendCqlTo`` does: each is declared (with the type
+  ``system_schema.dropped_columns`` keeps, user types expanded to tuples) after the current
+  columns, where a dropped-then-added column is left out; the CREATE statement is followed by
+  ``ALTER TABLE k.t DROP c USING TIMESTAMP <µs>;`` per dropped column, by name, each followed by
+  ``ALTER TABLE k.t ADD c <type>;`` when the column was added again. Run again, this recreates
+  ``system_schema.dropped_columns``, so old cells stay hidden.
 * The statements are valid CQL ringflow accepts, so a described schema can be run again.
 * A CDC log table described on its own is wrapped in Scylla's "Do NOT execute" comment; with
   its base it is ``ALTER TABLE k.t_scylla_cdc_log WITH <properties>;``
@@ -21,7 +28,7 @@ Rules (Scylla ``schema::get_create_statement`` / ``schema_properties``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ringflow.cql._ast import quote_name
 from ringflow.schema import (
@@ -29,9 +36,11 @@ from ringflow.schema import (
     ClusteringOrder,
     Column,
     ColumnKind,
+    DroppedColumn,
     Keyspace,
     Table,
     UserType,
+    expand_user_types,
     table_properties,
 )
 
@@ -122,15 +131,31 @@ def _primary_key(table: Table) -> str:
     return ", ".join([first, *(quote_name(c.name) for c in table.clustering_columns)])
 
 
-def create_table_cql(table: Table, compaction: CompactionFor, *, with_internals: bool) -> str:
-    """The bare ``CREATE TABLE`` statement (module rules)."""
-    ordered = (
-        table.partition_key_columns
-        + table.clustering_columns
-        + table.static_columns
-        + table.regular_columns
-    )
-    columns = "".join(f"{_INDENT}{_column(column)}," for column in ordered)
+def create_table_cql(
+    table: Table,
+    compaction: CompactionFor,
+    *,
+    with_internals: bool,
+    dropped: Sequence[DroppedColumn] = (),
+) -> str:
+    """The bare ``CREATE TABLE`` statement, followed by the ``DROP``/``ADD`` of ``dropped``
+    (module rules)."""
+    gone = {column.name for column in dropped}
+    ordered = [
+        column
+        for column in (
+            table.partition_key_columns
+            + table.clustering_columns
+            + table.static_columns
+            + table.regular_columns
+        )
+        if column.name not in gone
+    ]
+    definitions = [_column(column) for column in ordered] + [
+        f"{quote_name(column.name)} {expand_user_types(column.type).cql_name()}"
+        for column in dropped
+    ]
+    columns = "".join(f"{_INDENT}{definition}," for definition in definitions)
     head = (
         f"CREATE TABLE {_name(table.keyspace, table.name)} ({columns}"
         f"{_INDENT}PRIMARY KEY ({_primary_key(table)})\n) WITH "
@@ -145,7 +170,18 @@ def create_table_cql(table: Table, compaction: CompactionFor, *, with_internals:
         )
         clauses.append(f"CLUSTERING ORDER BY ({orders})")
     clauses.append(properties_cql(table, compaction))
-    return head + (_INDENT + "AND ").join(clauses) + ";"
+    return head + (_INDENT + "AND ").join(clauses) + ";" + _dropped_cql(table, dropped)
+
+
+def _dropped_cql(table: Table, dropped: Sequence[DroppedColumn]) -> str:
+    alter = f"\nALTER TABLE {_name(table.keyspace, table.name)}"
+    lines = []
+    for column in dropped:
+        name = quote_name(column.name)
+        lines.append(f"{alter} DROP {name} USING TIMESTAMP {column.dropped_at_us};")
+        if table.has_column(column.name):
+            lines.append(f"{alter} ADD {_column(table.column(column.name))};")
+    return "".join(lines)
 
 
 def table_cql(
@@ -155,10 +191,12 @@ def table_cql(
     with_internals: bool,
     cdc_log: bool = False,
     virtual: bool = False,
+    dropped: Sequence[DroppedColumn] = (),
 ) -> str:
-    """What ``DESCRIBE TABLE`` shows for ``table``: its CREATE statement, commented out for a
-    CDC log table (``cdc_log``) or a virtual table (``virtual``)."""
-    statement = create_table_cql(table, compaction, with_internals=with_internals)
+    """What ``DESCRIBE TABLE`` shows for ``table``: its CREATE statement (with ``dropped``, the
+    dropped columns shown with internals), commented out for a CDC log table (``cdc_log``) or a
+    virtual table (``virtual``)."""
+    statement = create_table_cql(table, compaction, with_internals=with_internals, dropped=dropped)
     if virtual:
         return _VIRTUAL_COMMENT.format(_name(table.keyspace, table.name), statement)
     if cdc_log:

@@ -1,12 +1,20 @@
-"""``ALTER TYPE``: the new definition of a user type, or Cassandra's error. Pure.
+"""``ALTER TYPE``: the new definition of a user type, or Cassandra's error; the field and column
+rules of user types. Pure.
 
-Rules (Cassandra ``cql3/statements/schema/AlterTypeStatement.java``, re-expressed):
+Rules (Cassandra ``cql3/statements/schema/AlterTypeStatement.java``, ``CreateTypeStatement``,
+``CreateTableStatement``, re-expressed):
 
+* A field may be a non-frozen collection (``CREATE TYPE t (l list<int>)``), kept as declared in
+  ``system_schema.types``; used as ``frozen<t>`` it is frozen with the value (``UserType.
+  frozen_form``). A non-frozen UDT field is refused: "A user type cannot contain non-frozen
+  UDTs". A non-frozen ``t`` column (its fields are cells) of a type holding a non-frozen
+  collection is refused: "Non-frozen UDTs with nested non-frozen collections are not supported".
 * ``ADD f type`` appends a field (existing values read it as null); refused if the name exists
   (unless ``IF NOT EXISTS``), if the field's type uses the type itself (circular), or if a table
   has the type in its partition key (values written before and after would hash differently);
-  clustering keys and regular columns are fine; a non-frozen collection or type is refused as in
-  ``CREATE TYPE``;
+  clustering keys and regular columns are fine; a field is checked as in ``CREATE TYPE``, and a
+  non-frozen collection field is refused while a non-frozen column uses the type (ringflow's
+  rule: Cassandra 4 lets it through, which would nest cells in cells);
 * ``RENAME f TO g [AND ...]``: each old name must exist (unless ``IF EXISTS``), the new names
   must not collide; fields keep their positions, so stored cells (keyed by position) stay;
 * ``ALTER f TYPE t`` is refused ("Altering field types is no longer supported");
@@ -29,6 +37,28 @@ from ringflow.schema import (
     TupleType,
     UserType,
 )
+
+NESTED_MULTICELL = "Non-frozen UDTs with nested non-frozen collections are not supported"
+
+
+def check_field_type(field_type: CqlType) -> None:
+    """A user type's field (module rules): a non-frozen UDT is refused."""
+    if isinstance(field_type, UserType) and field_type.is_multicell:
+        raise InvalidRequest("A user type cannot contain non-frozen UDTs")
+
+
+def check_column_type(column_type: CqlType) -> None:
+    """A column's type (module rules): a non-frozen UDT may not hold a non-frozen collection."""
+    if _nests_multicell(column_type):
+        raise InvalidRequest(NESTED_MULTICELL)
+
+
+def _nests_multicell(column_type: CqlType) -> bool:
+    return (
+        isinstance(column_type, UserType)
+        and column_type.is_multicell
+        and any(field.is_multicell for field in column_type.field_types)
+    )
 
 
 def altered_user_type(
@@ -71,11 +101,15 @@ def _add_field(
             f"Cannot add new field {added.name} of type {spelled} to user type "
             f"{_cql_name(current)} as it would create a circular reference"
         )
-    if field_type.is_multicell:
-        raise InvalidRequest(
-            f"A user type cannot hold non-frozen collections or types (field {added.name}): use "
-            "frozen<...>"
-        )
+    check_field_type(field_type)
+    if field_type.is_multicell and any(
+        isinstance(c.type, UserType)
+        and c.type.is_multicell
+        and (c.type.keyspace, c.type.name) == (current.keyspace, current.name)
+        for t in tables
+        for c in t.columns
+    ):
+        raise InvalidRequest(NESTED_MULTICELL)
     keyed = [
         f"{quote_name(t.keyspace)}.{quote_name(t.name)}"
         for t in tables

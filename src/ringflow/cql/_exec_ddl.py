@@ -10,20 +10,21 @@ re-expressed):
 * Every keyspace, type and table change is a :class:`ringflow.schema.Migration` (TimeUUID
   versions from the coordinator's timestamps) applied to the state; the outcome carries the
   migrations so that the processor stores them with the ``system_schema`` rows.
-* Replication maps are validated with ``ringflow.ring.replication_strategy`` (ConfigurationError,
-  0x2300, on a bad one); unknown keyspace or table options are Invalid. Cassandra's
-  storage-engine table properties (compaction, caching, compression, bloom filter, index
-  intervals, ...; ``ENGINE_PROPERTY_KINDS``) are validated by ``TableParams``' rules
-  (ConfigurationError, 0x2300), kept with the table and shown in ``system_schema.tables``,
-  though the SQLite store has nothing they tune; the read repair chances (removed in Cassandra
-  4), ``additional_write_policy``, ``read_repair``, ``paxos_grace_seconds`` and
-  ``tombstone_gc`` are accepted and ignored, so schemas exported by cqlsh ``DESCRIBE`` load.
+* Keyspace and table options (``WITH ...``) are read and checked by ``_ddl_options``; the
+  storage-engine properties are kept with the table and shown in ``system_schema.tables``,
+  though the SQLite store has nothing they tune.
 * ``cdc = {'enabled': true, ...}`` on CREATE or ALTER creates ``<table>_scylla_cdc_log``
   (``ringflow.cdc`` schema) in the same statement; later ADD/DROP/WITH on the base keep the log's
   columns in step while CDC is on (its properties stay as they are, as Scylla keeps them);
   disabling CDC keeps the log table (as Scylla); DROP TABLE drops the log too; a log table
   cannot be dropped directly while its base uses it; what ALTER may do to a log, and the
   tables that merely have a log's name, follow Scylla (``_cdc_log_rules``).
+* ``ALTER TABLE ... RENAME a TO b [AND ...]`` renames primary key columns only, with Cassandra 4's
+  messages ("Undefined column name a in table k.t", "Cannot rename non PRIMARY KEY column v",
+  "Cannot rename column a to b in table 'k.t'; another column with that name already exists");
+  on a CDC-enabled base the log follows as Scylla's ``create_log_schema`` makes it: the log's
+  column of the old name is dropped (recorded in ``dropped_columns``, so log rows written before
+  show null there) and one of the new name added.
 * IF [NOT] EXISTS turns "already there"/"not there" into a Void result; system keyspaces are not
   user-modifiable (0x2100).
 """
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +52,6 @@ from ringflow.cql._ast import (
     DropKeyspaceStatement,
     DropTableStatement,
     DropTypeStatement,
-    OptionMap,
-    OptionValue,
     Properties,
     QualifiedName,
     RenameColumns,
@@ -63,7 +61,8 @@ from ringflow.cql._ast import (
     resolve_type,
 )
 from ringflow.cql._cdc_log_rules import cdc_log_base, check_log_alter, check_log_name_free
-from ringflow.cql._exec_alter_type import altered_user_type
+from ringflow.cql._ddl_options import keyspace_options, option_text, table_options
+from ringflow.cql._exec_alter_type import altered_user_type, check_column_type, check_field_type
 from ringflow.cql._exec_common import (
     RESERVED_KEYSPACES,
     TimestampSource,
@@ -80,16 +79,13 @@ from ringflow.cql._results import (
     SchemaChangeType,
     VoidResult,
 )
-from ringflow.errors import ConfigurationError, InvalidRequest, SyntaxProblem
-from ringflow.ring import replication_strategy
+from ringflow.errors import ConfigurationError, InvalidRequest
 from ringflow.schema import (
-    ENGINE_PROPERTY_KINDS,
     NATIVE_TYPE_NAMES,
     AddColumn,
     AlterKeyspace,
     AlterTableOptions,
     AlterType,
-    CdcOptions,
     ClusteringOrder,
     Column,
     ColumnKind,
@@ -105,7 +101,7 @@ from ringflow.schema import (
     ListType,
     MapType,
     Migration,
-    PropertyValue,
+    RenameColumn,
     SchemaAlreadyExists,
     SchemaState,
     SetType,
@@ -113,33 +109,8 @@ from ringflow.schema import (
     TableOptions,
     TupleType,
     UserType,
-    engine_overrides,
 )
 from ringflow.schema import SchemaChange as Change
-from ringflow.schema._system_rows import replication_map
-
-DEFAULT_KEYSPACE_RF = 1
-"""Cassandra's ``default_keyspace_rf``: the factor of a keyspace created without one."""
-_MIN_BLOOM_FILTER_FP_CHANCE = 6.71e-05  # Cassandra's BloomCalculations minimum
-_SPECULATIVE_RETRY = re.compile(
-    r"(?i)(ALWAYS|NONE|NEVER|\d+(\.\d+)?(P|PERCENTILE|MS)|"
-    r"(MIN|MAX)\(\s*\d+(\.\d+)?(P|PERCENTILE|MS)\s*,\s*\d+(\.\d+)?(P|PERCENTILE|MS)\s*\))"
-)
-"""Cassandra 4's speculative retry forms: ``99p``, ``99PERCENTILE``, ``50ms``, ``ALWAYS``,
-``NONE``, ``MIN(99p,50ms)``, ``MAX(...)``."""
-_MODELLED_OPTIONS = frozenset(
-    {"cdc", "default_time_to_live", "gc_grace_seconds", "comment", *ENGINE_PROPERTY_KINDS}
-)
-_IGNORED_OPTIONS = frozenset(
-    {
-        "dclocal_read_repair_chance",
-        "read_repair_chance",
-        "additional_write_policy",
-        "read_repair",
-        "paxos_grace_seconds",
-        "tombstone_gc",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +143,10 @@ class DdlContext:
         if isinstance(change, DropColumn):
             # system_schema.dropped_columns keeps milliseconds: a whole millisecond survives a
             # restart exactly, so the schema digest does too.
-            timestamp = -(-timestamp // 1000) * 1000
+            timestamp = _whole_ms(timestamp)
             self.timestamps.last_us = timestamp
+            if change.dropped_at_us is not None:
+                change = dataclasses.replace(change, dropped_at_us=_whole_ms(change.dropped_at_us))
         migration = self.state.next_migration(change, timestamp, self.rng.getrandbits(64))
         self.state = self.state.apply(migration)
         self.migrated.append(change)
@@ -181,6 +154,11 @@ class DdlContext:
 
     def new_id(self) -> uuid.UUID:
         return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+
+def _whole_ms(timestamp_us: int) -> int:
+    """``timestamp_us`` rounded up to a whole millisecond."""
+    return -(-timestamp_us // 1000) * 1000
 
 
 def _void(context: DdlContext) -> DdlOutcome:
@@ -212,186 +190,6 @@ def _table_change(kind: SchemaChangeType, keyspace: str, name: str) -> SchemaCha
     return SchemaChange(kind, SchemaChangeTarget.TABLE, keyspace, name)
 
 
-# --- options -------------------------------------------------------------------------------------
-
-
-def _text(value: OptionValue) -> str:
-    if isinstance(value, OptionMap):
-        raise InvalidRequest(f"expected a constant, got a map {value.as_dict()}")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _int_option(name: str, value: OptionValue) -> int:
-    text = _text(value)
-    try:
-        number = int(text)
-    except ValueError:
-        raise InvalidRequest(
-            f"Invalid value for property '{name}': {text!r} is not an integer"
-        ) from None
-    return number
-
-
-def _map_option(name: str, value: OptionValue) -> dict[str, str]:
-    if not isinstance(value, OptionMap):
-        raise InvalidRequest(f"Invalid value for property '{name}': expected a map")
-    return {key: _text(item) for key, item in value.entries}
-
-
-def table_options(properties: Properties, base: TableOptions, table_name: str = "") -> TableOptions:
-    """``base`` with the options ``properties`` set; Invalid for unknown ones. The storage-engine
-    properties kept are those that differ from what table ``table_name`` shows by default."""
-    cdc, ttl, gc_grace, comment = (
-        base.cdc,
-        base.default_time_to_live_s,
-        base.gc_grace_seconds,
-        base.comment,
-    )
-    engine: dict[str, PropertyValue] = dict(base.engine)
-    for item in properties.items:
-        name, value = item.name, item.value
-        if name == "cdc":
-            cdc = CdcOptions.from_map(_map_option(name, value))
-        elif name == "default_time_to_live":
-            ttl = _int_option(name, value)
-        elif name == "gc_grace_seconds":
-            gc_grace = _int_option(name, value)
-        elif name == "comment":
-            comment = _text(value)
-        elif name in ENGINE_PROPERTY_KINDS:
-            engine[name] = _engine_property(name, value)
-        elif name == "id":  # CREATE TABLE's ID (DESCRIBE ... WITH INTERNALS): build_table's
-            raise ConfigurationError("Cannot alter table id.")
-        elif name not in _IGNORED_OPTIONS:
-            raise SyntaxProblem(f"Unknown property '{name}'")
-    check_engine_properties(engine)
-    return TableOptions(cdc, ttl, gc_grace, comment, engine_overrides(table_name, engine))
-
-
-def _engine_property(name: str, value: OptionValue) -> PropertyValue:
-    kind = ENGINE_PROPERTY_KINDS[name]
-    if kind == "map":
-        return tuple(sorted(_map_option(name, value).items()))
-    if kind == "int":
-        return _int_option(name, value)
-    text = _text(value)
-    if kind == "text":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        message = f"Invalid value for property '{name}': {text!r} is not a number"
-        raise InvalidRequest(message) from None
-
-
-def check_engine_properties(engine: Mapping[str, PropertyValue]) -> None:
-    """Cassandra's ``TableParams.validate`` rules and messages (ConfigurationException,
-    0x2300) for the storage-engine properties a statement sets."""
-
-    def number(name: str, default: float) -> float:
-        value = engine.get(name, default)
-        assert isinstance(value, int | float)
-        return value
-
-    fp_chance = number("bloom_filter_fp_chance", 0.01)
-    if not _MIN_BLOOM_FILTER_FP_CHANCE < fp_chance <= 1.0:
-        raise ConfigurationError(
-            f"bloom_filter_fp_chance must be larger than {_MIN_BLOOM_FILTER_FP_CHANCE} and less "
-            f"than or equal to 1.0 (got {fp_chance})"
-        )
-    crc = number("crc_check_chance", 1.0)
-    if not 0.0 <= crc <= 1.0:
-        raise ConfigurationError(
-            "crc_check_chance must be larger than or equal to 0 and smaller than or equal to "
-            f"1.0 (got {crc})"
-        )
-    low, high = int(number("min_index_interval", 128)), int(number("max_index_interval", 2048))
-    if low < 1:
-        raise ConfigurationError(
-            f"min_index_interval must be greater than or equal to 1 (got {low})"
-        )
-    if high < low:
-        raise ConfigurationError(
-            f"max_index_interval must be greater than or equal to min_index_interval ({low}) "
-            f"(got {high})"
-        )
-    period = int(number("memtable_flush_period_in_ms", 0))
-    if period < 0:
-        raise ConfigurationError(
-            f"memtable_flush_period_in_ms must be greater than or equal to 0 (got {period})"
-        )
-    retry = engine.get("speculative_retry")
-    if isinstance(retry, str) and not _SPECULATIVE_RETRY.fullmatch(retry):
-        raise ConfigurationError(f"Invalid value {retry} for option 'speculative_retry'")
-    compaction = dict(engine.get("compaction", ()) or ())  # type: ignore[arg-type]
-    if "compaction" in engine and "class" not in compaction:
-        raise ConfigurationError("Missing sub-option 'class' for the 'compaction' option.")
-
-
-def _keyspace_options(
-    name: str, properties: Properties, datacenters: Sequence[str], base: Keyspace | None
-) -> Keyspace:
-    replication: Mapping[str, str] | None = None if base is None else base.replication
-    durable = True if base is None else base.durable_writes
-    for item in properties.items:
-        if item.name == "replication":
-            replication = _map_option(item.name, item.value)
-        elif item.name == "durable_writes":
-            durable = _text(item.value).lower() == "true"
-        else:
-            raise SyntaxProblem(f"Unknown property '{item.name}'")
-    if replication is None:
-        raise InvalidRequest("Missing mandatory option 'replication'")
-    if base is None or replication is not base.replication:
-        replication = _replication_options(name, replication, datacenters, base)
-    replication_strategy(dict(replication), list(datacenters))
-    user_types = {} if base is None else base.user_types
-    return Keyspace(name, replication_map(replication), durable, user_types)
-
-
-def _replication_options(
-    keyspace: str, replication: Mapping[str, str], datacenters: Sequence[str], base: Keyspace | None
-) -> dict[str, str]:
-    """A replication map as Cassandra 4.1+ completes and checks it: a strategy without a
-    replication factor gets ``default_keyspace_rf`` (NetworkTopologyStrategy: in every known
-    data center; an ALTER from SimpleStrategy keeps its factor, one from NetworkTopologyStrategy
-    its data centers), the ``replication_factor`` shorthand is expanded to every known data
-    center, and an option the strategy does not know (a data center the cluster does not know)
-    is a ConfigurationError naming it."""
-    options = dict(replication)
-    strategy = options.get("class")
-    if strategy is None:
-        raise ConfigurationError("Missing replication strategy class")
-    short = strategy.rsplit(".", 1)[-1]
-    previous = {} if base is None else dict(base.replication)
-    previous_class = previous.pop("class", "").rsplit(".", 1)[-1]
-    if short == "SimpleStrategy":
-        options.setdefault("replication_factor", str(DEFAULT_KEYSPACE_RF))
-        expected: set[str] = {"replication_factor"}
-    elif short == "NetworkTopologyStrategy":
-        factor = options.pop("replication_factor", None)
-        if factor is None and len(options) == 1:  # the class alone
-            if previous_class == "NetworkTopologyStrategy":
-                options.update(previous)
-            else:
-                factor = previous.get("replication_factor", str(DEFAULT_KEYSPACE_RF))
-        if factor is not None:
-            for dc in datacenters:
-                options.setdefault(dc, str(factor))
-        expected = set(datacenters)
-    else:
-        return options  # other strategies: ring.replication_strategy checks them
-    for option in sorted(options):
-        if option != "class" and option not in expected:
-            raise ConfigurationError(
-                f"Unrecognized strategy option {{{option}}} passed to {short} for keyspace "
-                f"{keyspace}"
-            )
-    return options
-
-
 # --- keyspaces -----------------------------------------------------------------------------------
 
 
@@ -403,7 +201,7 @@ def _create_keyspace(statement: Statement, context: DdlContext) -> DdlOutcome:
         return _void(context)
     if exists:
         raise SchemaAlreadyExists(name)
-    keyspace = _keyspace_options(name, statement.properties, context.datacenters, None)
+    keyspace = keyspace_options(name, statement.properties, context.datacenters, None)
     context.migrate(CreateKeyspace(keyspace))
     return _changed(
         context, SchemaChange(SchemaChangeType.CREATED, SchemaChangeTarget.KEYSPACE, name)
@@ -419,7 +217,7 @@ def _alter_keyspace(statement: Statement, context: DdlContext) -> DdlOutcome:
         if statement.if_exists:
             return _void(context)
         raise InvalidRequest(f"Keyspace '{name}' does not exist")
-    keyspace = _keyspace_options(name, statement.properties, context.datacenters, base)
+    keyspace = keyspace_options(name, statement.properties, context.datacenters, base)
     context.migrate(AlterKeyspace(name, keyspace.replication, keyspace.durable_writes))
     return _changed(
         context, SchemaChange(SchemaChangeType.UPDATED, SchemaChangeTarget.KEYSPACE, name)
@@ -479,6 +277,8 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
     if statement.compact_storage:
         raise InvalidRequest("COMPACT STORAGE is not supported by ringflow")
     types = {d.name: _resolve(d, keyspace) for d in statement.columns}
+    for column_type in types.values():
+        check_column_type(column_type)
     static = {d.name for d in statement.columns if d.static}
     for name in (*statement.partition_key, *statement.clustering_columns):
         if name not in types:
@@ -492,9 +292,9 @@ def build_table(statement: CreateTableStatement, keyspace: Keyspace, table_id: u
     given_id = statement.properties.get("id")
     if given_id is not None:
         try:
-            table_id = uuid.UUID(_text(given_id))
+            table_id = uuid.UUID(option_text(given_id))
         except ValueError:
-            raise ConfigurationError(f"Invalid table id {_text(given_id)!r}") from None
+            raise ConfigurationError(f"Invalid table id {option_text(given_id)!r}") from None
     properties = Properties(tuple(p for p in statement.properties.items if p.name != "id"))
     return Table.create(
         keyspace.name,
@@ -578,7 +378,7 @@ def _alter_table(statement: Statement, context: DdlContext) -> DdlOutcome:
     elif isinstance(action, DropColumns):
         _drop_columns(context, table, action)
     elif isinstance(action, RenameColumns):
-        raise InvalidRequest("ALTER TABLE ... RENAME is not supported by ringflow")
+        _rename_columns(context, table, action)
     else:
         assert isinstance(action, AlterTableProperties)
         shown_as = table.name if log_of is not None else ""
@@ -604,7 +404,9 @@ def _add_columns(context: DdlContext, keyspace: Keyspace, table: Table, action: 
                 "column"
             )
         kind = ColumnKind.STATIC if definition.static else ColumnKind.REGULAR
-        column = Column(definition.name, _resolve(definition, keyspace), kind)
+        column_type = _resolve(definition, keyspace)
+        check_column_type(column_type)
+        column = Column(definition.name, column_type, kind)
         context.migrate(AddColumn(table.keyspace, table.name, column))
 
 
@@ -616,7 +418,28 @@ def _drop_columns(context: DdlContext, table: Table, action: DropColumns) -> Non
             raise InvalidRequest(f"Column {name} was not found in table {table.name}")
         if table.column(name).is_primary_key:
             raise InvalidRequest(f"Cannot drop PRIMARY KEY part {name}")
-        context.migrate(DropColumn(table.keyspace, table.name, name))
+        context.migrate(DropColumn(table.keyspace, table.name, name, action.timestamp))
+
+
+def _rename_columns(context: DdlContext, table: Table, action: RenameColumns) -> None:
+    """Cassandra 4's ``AlterTableStatement.RenameColumns``: only primary key columns, each
+    checked against the table as it was before the statement, to a name no column has."""
+    where = f"{table.keyspace}.{table.name}"
+    taken: set[str] = set()
+    for old, new in action.renames:
+        if not table.has_column(old):
+            if action.if_exists:
+                continue
+            raise InvalidRequest(f"Undefined column name {old} in table {where}")
+        if not table.column(old).is_primary_key:
+            raise InvalidRequest(f"Cannot rename non PRIMARY KEY column {old}")
+        if table.has_column(new) or new in taken:
+            raise InvalidRequest(
+                f"Cannot rename column {old} to {new} in table '{where}'; another column with "
+                "that name already exists"
+            )
+        taken.add(new)
+        context.migrate(RenameColumn(table.keyspace, table.name, old, new))
 
 
 def _sync_log(context: DdlContext, base: Table) -> tuple[list[Table], list[SchemaChange]]:
@@ -702,11 +525,7 @@ def _create_type(statement: Statement, context: DdlContext) -> DdlOutcome:
     names, types = [], []
     for definition in statement.fields:
         field_type = resolve_type(definition.type, keyspace.user_types, keyspace.name)
-        if field_type.is_multicell:
-            raise InvalidRequest(
-                f"A user type cannot hold non-frozen collections or types (field "
-                f"{definition.name}): use frozen<...>"
-            )
+        check_field_type(field_type)
         names.append(definition.name)
         types.append(field_type)
     context.migrate(CreateType(UserType(keyspace.name, name, tuple(names), tuple(types))))

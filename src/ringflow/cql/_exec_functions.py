@@ -223,6 +223,13 @@ def _compatible(declared: CqlType, actual: CqlType | None) -> bool:
     return declared in text_like and actual in text_like
 
 
+def function_argument_name(position: int, function: str) -> str:
+    """The name a value gets as argument ``position`` of a native function (a bind marker's
+    name in prepared metadata, the receiver in errors): Cassandra's
+    ``FunctionResolver.makeArgSpec`` (``arg0(system.intasblob)``), so drivers show the same."""
+    return f"arg{position}(system.{function.lower()})"
+
+
 def resolve_function(
     name: str, keyspace: str | None, argument_types: Sequence[CqlType | None]
 ) -> ScalarFunction:

@@ -37,7 +37,7 @@ from ringflow.cql._ast import (
     resolve_type,
 )
 from ringflow.cql._exec_common import StatementContext
-from ringflow.cql._exec_functions import AGGREGATE_NAMES, resolve_function
+from ringflow.cql._exec_functions import AGGREGATE_NAMES, function_argument_name, resolve_function
 from ringflow.cql._exec_terms import term_bytes
 from ringflow.cql._json_values import to_json
 from ringflow.cql._results import ColumnSpec
@@ -236,7 +236,7 @@ def _function(compiler: _Compiler, selector: Selector) -> OutputColumn:
         term = selector.args[position]
         assert isinstance(term, TermSelector)
         constant = term_bytes(
-            term.term, declared, f"{selector.name}(arg{position})", compiler.context
+            term.term, declared, function_argument_name(position, selector.name), compiler.context
         )
         fixed = None if constant is UNSET else constant
         getters.append(lambda row, fixed=fixed: fixed)  # type: ignore[misc]

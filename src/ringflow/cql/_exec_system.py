@@ -97,6 +97,7 @@ from ringflow.schema import (
     UserType,
     deserialize,
     engine_overrides,
+    expand_user_types,
     parse_type,
 )
 from ringflow.schema._system_rows import (
@@ -105,7 +106,6 @@ from ringflow.schema._system_rows import (
     decode_change,
     default_compaction,
     dropped_keyspace_mutations,
-    expand_user_types,
     parse_cdc_extension,
     system_schema_mutations,
 )

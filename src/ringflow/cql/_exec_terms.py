@@ -48,7 +48,11 @@ from ringflow.cql._ast import (
     resolve_type,
 )
 from ringflow.cql._exec_common import StatementContext
-from ringflow.cql._exec_functions import resolve_function
+from ringflow.cql._exec_functions import (
+    SCALAR_FUNCTIONS,
+    function_argument_name,
+    resolve_function,
+)
 from ringflow.cql._json_input import JsonValueError, from_json
 from ringflow.cql._literal_text import STRING_CONVERTERS, parse_duration
 from ringflow.cql._wire import UNSET, CqlValue, Unset
@@ -58,6 +62,7 @@ from ringflow.schema import (
     BIGINT,
     TEXT,
     CqlType,
+    InvalidValue,
     ListType,
     MapType,
     NativeType,
@@ -66,8 +71,9 @@ from ringflow.schema import (
     TupleType,
     UserType,
     deserialize,
-    normalize,
+    normalize_tolerant,
     serialize,
+    serialized_collection_from_cells,
 )
 from ringflow.schema import partition_token as schema_partition_token
 
@@ -110,6 +116,10 @@ def term_bytes(
         return _bound_bytes(term, cql_type, column, context)
     if isinstance(term, FunctionCall) and _is_from_json(term):
         return _from_json_bytes(term, cql_type, column, context, table)  # keeps empty values
+    if isinstance(term, FunctionCall) and _is_from_blob(term):
+        return _from_blob_bytes(term, cql_type, column, context, table)  # keeps empty values
+    if isinstance(term, ListLiteral | SetLiteral | MapLiteral):
+        return _collection_bytes(term, cql_type, column, context, table)  # keeps empty values
     value = term_value(term, cql_type, column, context, table)
     if value is None or value is UNSET:
         return value
@@ -174,7 +184,19 @@ def _bound_bytes(
     assert isinstance(value, bytes)
     if not value and allows_empty(cql_type):
         return value
-    return normalize(cql_type, value, column)
+    if not value and isinstance(cql_type, NativeType) and cql_type.name in _NO_EMPTY_VALUE:
+        raise InvalidRequest(_NO_EMPTY_VALUE[cql_type.name])
+    return normalize_tolerant(cql_type, value, column)  # empty values inside collections too
+
+
+_NO_EMPTY_VALUE = {
+    "tinyint": "Expected 1 byte for a tinyint (0)",
+    "smallint": "Expected 2 bytes for a smallint (0)",
+    "date": "Expected 4 byte long for date (0)",
+    "time": "Expected 8 byte long for time (0)",
+    "duration": "Expected at least 3 bytes for a duration (0)",
+}
+"""Cassandra's serializers' refusal of a zero-byte value (``ByteSerializer.validate``, ...)."""
 
 
 EMPTY_VALUE_TYPES = frozenset(
@@ -256,6 +278,95 @@ def _convert_constant(term: Term, type_name: str) -> Value:
 
 def _identity(text: str) -> Value:
     return text
+
+
+# --- empty values: terms built as bytes -----------------------------------------------------------
+
+
+def _is_from_blob(term: FunctionCall) -> bool:
+    return (
+        term.keyspace in (None, "system")
+        and term.name.startswith("blobas")
+        and len(term.args) == 1
+        and term.name in SCALAR_FUNCTIONS
+    )
+
+
+def _from_blob_bytes(
+    term: FunctionCall,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None,
+) -> bytes | None:
+    """``blobAsX(b)`` as Cassandra's ``BytesConversionFcts``: ``b`` itself once ``X`` accepts
+    it, so ``blobAsInt(0x)`` is the empty int; Invalid with Cassandra's message otherwise."""
+    function = resolve_function(term.name, term.keyspace, [None])
+    if not compatible_result(function.return_type, cql_type):
+        raise InvalidRequest(
+            f"Type error: cannot assign result of function system.{term.name} (type "
+            f"{function.return_type.cql_name()}) to {column} (type {cql_type.cql_name()})"
+        )
+    name = function_argument_name(0, term.name)
+    data = term_bytes(term.args[0], function.argument_types[0], name, context, table)
+    if data is UNSET:
+        raise InvalidRequest(f"Invalid unset value for argument 0 of {term.name}")
+    if data is None:
+        return None
+    assert isinstance(data, bytes)
+    try:
+        return normalize_tolerant(function.return_type, data)
+    except InvalidValue:
+        raise InvalidRequest(
+            f"In call to function system.{term.name}, value 0x{data.hex()} is not a valid "
+            f"binary representation for type {function.return_type.cql_name()}"
+        ) from None
+
+
+def _collection_bytes(
+    term: ListLiteral | SetLiteral | MapLiteral,
+    cql_type: CqlType,
+    column: str,
+    context: StatementContext,
+    table: Table | None,
+) -> bytes | None:
+    """A list, set or map literal built from its elements' bytes, so that an empty element
+    (bound ``b''``, ``blobAsInt(0x)``) is kept as Cassandra keeps it."""
+    if isinstance(term, ListLiteral) and isinstance(cql_type, ListType):
+        values = [
+            _element_bytes(e, cql_type.element, column, context, table) for e in term.elements
+        ]
+        cells = [(b"", value) for value in values]
+    elif isinstance(term, SetLiteral) and isinstance(cql_type, SetType):
+        elements = [
+            _element_bytes(e, cql_type.element, column, context, table) for e in term.elements
+        ]
+        cells = [(element, b"") for element in elements]
+    elif isinstance(term, MapLiteral) and isinstance(cql_type, MapType):
+        cells = [
+            (
+                _element_bytes(key, cql_type.key, column, context, table),
+                _element_bytes(value, cql_type.value, column, context, table),
+            )
+            for key, value in term.entries
+        ]
+    else:
+        value = term_value(term, cql_type, column, context, table)  # its usual refusal
+        return None if value is None or value is UNSET else serialize(cql_type, value, column)
+    data = serialized_collection_from_cells(cql_type, cells)
+    return normalize_tolerant(cql_type, data, column)
+
+
+def _element_bytes(
+    term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
+) -> bytes:
+    value = term_bytes(term, cql_type, column, context, table)
+    if value is None:
+        raise InvalidRequest(f"null is not supported inside collections (column {column})")
+    if value is UNSET:
+        raise InvalidRequest(f"unset value is not supported inside collections (column {column})")
+    assert isinstance(value, bytes)
+    return value
 
 
 # --- collections, tuples, user types -------------------------------------------------------------
@@ -389,14 +500,15 @@ def _call(
     function = resolve_function(term.name, term.keyspace, [None] * len(term.args))
     if not compatible_result(function.return_type, cql_type):
         raise InvalidRequest(
-            f"Type error: cannot assign result of function {term.name} (type "
+            f"Type error: cannot assign result of function system.{term.name} (type "
             f"{function.return_type.cql_name()}) to {column} (type {cql_type.cql_name()})"
         )
     arguments: list[object | None] = []
     for position, (argument, argument_type) in enumerate(
         zip(term.args, function.argument_types, strict=True)
     ):
-        value = term_value(argument, argument_type, f"{term.name}(arg{position})", context, table)
+        name = function_argument_name(position, term.name)
+        value = term_value(argument, argument_type, name, context, table)
         if value is UNSET:
             raise InvalidRequest(f"Invalid unset value for argument {position} of {term.name}")
         arguments.append(value)
@@ -424,7 +536,7 @@ def _from_json_bytes(
             f"Invalid number of arguments in call to function system.fromjson: 1 required but "
             f"{len(term.args)} provided"
         )
-    text = term_value(term.args[0], TEXT, "fromjson(arg0)", context, table)
+    text = term_value(term.args[0], TEXT, function_argument_name(0, "fromjson"), context, table)
     if text is UNSET:
         raise InvalidRequest("Invalid unset value for argument 0 of fromjson")
     if text is None:

@@ -55,6 +55,7 @@ from ringflow.schema import (
     Table,
     TupleType,
     UserType,
+    cells_from_collection_value,
     compare,
     deserialize,
     encode_clustering,
@@ -640,22 +641,30 @@ def filter_matches(row_filter: RowFilter, value_of: RowValue) -> bool:
 
 
 def _collection_matches(row_filter: RowFilter, data: bytes) -> bool:
+    """``CONTAINS``, ``CONTAINS KEY`` and ``m[k] = v`` on the value's bytes: element equality is
+    the type's comparator (``compare``), so empty elements match as Cassandra's do."""
     column = row_filter.columns[0]
     cql_type = column.type.frozen_form()
-    value = deserialize(cql_type, data, column.name)
     wanted = row_filter.values[0][0]
-    if isinstance(cql_type, MapType) and isinstance(value, dict | list):
-        entries = list(value.items()) if isinstance(value, dict) else list(value)
+    if isinstance(cql_type, MapType):
+        entries = cells_from_collection_value(cql_type, data, column.name)
+        key_type, value_type = cql_type.key, cql_type.value
         if row_filter.element_key is not None:
-            key = deserialize(cql_type.key, row_filter.element_key, column.name)
-            target = deserialize(cql_type.value, wanted, column.name)
-            return any(k == key and v == target for k, v in entries)
+            element_key = row_filter.element_key
+            return any(
+                compare(key_type, k, element_key) == 0 and compare(value_type, v, wanted) == 0
+                for k, v in entries
+            )
         if row_filter.operator is Operator.CONTAINS_KEY:
-            return deserialize(cql_type.key, wanted, column.name) in [k for k, _ in entries]
-        return deserialize(cql_type.value, wanted, column.name) in [v for _, v in entries]
-    if isinstance(cql_type, ListType | SetType) and isinstance(value, list | frozenset | set):
-        return deserialize(cql_type.element, wanted, column.name) in value
-    return False
+            return any(compare(key_type, k, wanted) == 0 for k, _ in entries)
+        return any(compare(value_type, v, wanted) == 0 for _, v in entries)
+    if isinstance(cql_type, SetType):
+        elements = [e for e, _ in cells_from_collection_value(cql_type, data, column.name)]
+    elif isinstance(cql_type, ListType):
+        elements = list_values(cql_type, data, column.name)
+    else:
+        return False
+    return any(compare(cql_type.element, element, wanted) == 0 for element in elements)
 
 
 def marker_value_present(term: Term, context: StatementContext) -> bool:

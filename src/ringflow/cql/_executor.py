@@ -79,17 +79,6 @@ from ringflow.cql._bind import (
 )
 from ringflow.cql._cdc_log_rules import cdc_log_base
 from ringflow.cql._describe import DescribePage, describe_context, execute_describe
-from ringflow.cql._error_responses import (
-    AlreadyExistsResponse,
-    ErrorResponse,
-    FunctionFailureResponse,
-    ReadFailureResponse,
-    ReadTimeoutResponse,
-    UnavailableResponse,
-    UnpreparedResponse,
-    WriteFailureResponse,
-    WriteTimeoutResponse,
-)
 from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
@@ -109,6 +98,7 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
+from ringflow.cql._exec_errors import response_for_error
 from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
@@ -141,11 +131,7 @@ from ringflow.cql._results import (
 )
 from ringflow.cql._wire import UNSET, Consistency, CqlValue
 from ringflow.errors import (
-    AlreadyExists,
-    ErrorCode,
-    FunctionFailure,
     InvalidRequest,
-    RingflowError,
     invariant,
 )
 from ringflow.schema import (
@@ -153,7 +139,6 @@ from ringflow.schema import (
     Cell,
     Migration,
     Mutation,
-    SchemaAlreadyExists,
     SchemaState,
     Table,
     merge_mutations,
@@ -166,19 +151,8 @@ _log = logging.getLogger(__name__)
 
 SchemaListener = Callable[[SchemaChange], None]
 _SERIAL = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
-_SIMPLE_ERROR_CODES = frozenset(
-    {
-        ErrorCode.PROTOCOL_ERROR,
-        ErrorCode.SYNTAX_ERROR,
-        ErrorCode.UNAUTHORIZED,
-        ErrorCode.INVALID,
-        ErrorCode.CONFIG_ERROR,
-        ErrorCode.OVERLOADED,
-        ErrorCode.IS_BOOTSTRAPPING,
-        ErrorCode.TRUNCATE_ERROR,
-        ErrorCode.AUTHENTICATION_ERROR,
-    }
-)
+STORAGE_PORT = 7000
+"""Cassandra's default ``storage_port``: the port a lone node's endpoints are shown with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,67 +176,6 @@ class SessionState:
 
     keyspace: str | None = None
     user: str | None = None
-
-
-def response_for_error(
-    error: BaseException, consistency: Consistency = Consistency.ONE
-) -> tuple[Response, bool]:
-    """The protocol error for ``error``, and whether it is an internal error (a bug)."""
-    if isinstance(error, UnpreparedStatement):
-        return UnpreparedResponse(str(error), error.statement_id), False
-    if isinstance(error, SchemaAlreadyExists):
-        return AlreadyExistsResponse(str(error), error.keyspace, error.table), False
-    if isinstance(error, AlreadyExists):
-        return AlreadyExistsResponse(str(error), "", ""), False
-    if isinstance(error, FunctionFailure):
-        failure = FunctionFailureResponse(
-            str(error), error.keyspace, error.function, error.argument_types
-        )
-        return failure, False
-    if isinstance(error, RingflowError):
-        if error.code in _SIMPLE_ERROR_CODES:
-            return ErrorResponse(error.code, str(error)), False
-        coordinated = _coordinator_error_response(error)
-        if coordinated is not None:
-            return coordinated, False
-        if error.code == ErrorCode.READ_FAILURE:  # a local read failure (e.g. too many tombstones)
-            return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
-    return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
-
-
-# Errors a cluster data plane raises, by code: the response type and the error's attribute
-# names giving its fields, in order (duck-typed: ``ringflow.cluster`` depends on this package).
-_COORDINATOR_ERRORS: dict[ErrorCode, tuple[Callable[..., Response], tuple[str, ...]]] = {
-    ErrorCode.UNAVAILABLE: (UnavailableResponse, ("consistency", "required", "alive")),
-    ErrorCode.WRITE_TIMEOUT: (
-        WriteTimeoutResponse,
-        ("consistency", "received", "block_for", "write_type"),
-    ),
-    ErrorCode.READ_TIMEOUT: (
-        ReadTimeoutResponse,
-        ("consistency", "received", "block_for", "data_present"),
-    ),
-    ErrorCode.WRITE_FAILURE: (
-        WriteFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "write_type"),
-    ),
-    ErrorCode.READ_FAILURE: (
-        ReadFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "data_present"),
-    ),
-}
-
-
-def _coordinator_error_response(error: RingflowError) -> Response | None:
-    """Unavailable, timeouts and failures raised by a cluster data plane, with their fields."""
-    entry = _COORDINATOR_ERRORS.get(error.code)
-    if entry is None:
-        return None
-    response_type, names = entry
-    fields = vars(error)
-    if not all(name in fields for name in names):
-        return None
-    return response_type(str(error), *(fields[name] for name in names))
 
 
 class DataPlane(Protocol):
@@ -336,7 +249,7 @@ class QueryProcessor:
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
         self.range_ownership: Callable[[str], Mapping[str, Sequence[str]]] = lambda _: {
-            str(token): [node.broadcast_address] for token in node.tokens
+            str(token): [f"/{node.broadcast_address}:{STORAGE_PORT}"] for token in node.tokens
         }  # DESCRIBE CLUSTER's end token → endpoints of a keyspace (a cluster sets its own)
         self.auth: AuthService | None = None
         """Authentication and authorization (``enable_auth``); None: everything allowed."""

@@ -5,6 +5,7 @@ Pure code, no I/O. Reference: ``shared/reference/cassandra-core.md`` §2, §6, �
 """
 
 from ringflow.schema._codec import (
+    EMPTY_VALUE_TYPES,
     Codec,
     Duration,
     cells_from_collection_value,
@@ -17,9 +18,11 @@ from ringflow.schema._codec import (
     list_cells,
     list_values,
     normalize,
+    normalize_tolerant,
     prefix_upper_bound,
     serialize,
     serialized_collection_from_cells,
+    tolerant_codec_for,
     validate,
 )
 from ringflow.schema._digest import (
@@ -51,6 +54,7 @@ from ringflow.schema._migrations import (
     PushOutcome,
     Rectification,
     RectifyAction,
+    RenameColumn,
     SchemaAlreadyExists,
     SchemaChange,
     SchemaState,
@@ -119,7 +123,6 @@ from ringflow.schema._system_rows import (
     encode_change,
     engine_overrides,
     engine_value,
-    expand_user_types,
     local_row,
     parse_cdc_extension,
     peer_removal,
@@ -196,6 +199,7 @@ from ringflow.schema._types import (
     SetType,
     TupleType,
     UserType,
+    expand_user_types,
     parse_type,
 )
 
@@ -213,6 +217,7 @@ __all__ = [
     "DOUBLE",
     "DURATION",
     "EMPTY_SCHEMA_DIGEST",
+    "EMPTY_VALUE_TYPES",
     "ENGINE_PROPERTY_KINDS",
     "EXPIRED_LIVENESS_TTL_S",
     "FLOAT",
@@ -292,6 +297,7 @@ __all__ = [
     "RangeTombstone",
     "Rectification",
     "RectifyAction",
+    "RenameColumn",
     "Row",
     "SchemaAlreadyExists",
     "SchemaChange",
@@ -343,6 +349,7 @@ __all__ = [
     "missing_migrations",
     "name_uuid_from_bytes",
     "normalize",
+    "normalize_tolerant",
     "parse_cdc_extension",
     "parse_type",
     "partition_token",
@@ -372,5 +379,6 @@ __all__ = [
     "timeuuid_from_micros",
     "timeuuid_to_micros",
     "token_of_key_bytes",
+    "tolerant_codec_for",
     "validate",
 ]

@@ -60,7 +60,9 @@ in a set, a map key or a clustering key is a ``SchemaError``.
 
 Clustering keys (:func:`encode_clustering`): each component is ``0x40`` followed by its
 comparable bytes, bit-inverted for DESC columns (inversion keeps the order reversed because each
-component's encoding is prefix-free). :func:`prefix_upper_bound` appends ``0x60``. For a prefix
+component's encoding is prefix-free); an empty value (:func:`tolerant_codec_for`) is ``0x3f``
+alone (before every value), ``0x41`` in a DESC column (after every value), as Cassandra orders
+it. :func:`prefix_upper_bound` appends ``0x60``. For a prefix
 ``P`` (``E = encode_clustering(P)``) the slice bounds are: ``ck >= P`` from ``E`` inclusive,
 ``ck > P`` from ``prefix_upper_bound(E)`` inclusive, ``ck < P`` up to ``E`` exclusive,
 ``ck <= P`` up to ``prefix_upper_bound(E)`` exclusive. The empty prefix encodes as ``b""``.
@@ -68,13 +70,14 @@ component's encoding is prefix-free). :func:`prefix_upper_bound` appends ``0x60`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 from collections.abc import Callable, Sequence
 
 from ringflow.errors import invariant
 from ringflow.schema import _comparable
-from ringflow.schema._codec_base import Codec, Rejection
+from ringflow.schema._codec_base import LOWEST, Codec, Rejection
 from ringflow.schema._codec_collections import (
     join_collection,
     join_components,
@@ -100,6 +103,7 @@ from ringflow.schema._types import (
 )
 
 __all__ = [
+    "EMPTY_VALUE_TYPES",
     "Codec",
     "Duration",
     "cells_from_collection_value",
@@ -112,9 +116,11 @@ __all__ = [
     "list_cells",
     "list_values",
     "normalize",
+    "normalize_tolerant",
     "prefix_upper_bound",
     "serialize",
     "serialized_collection_from_cells",
+    "tolerant_codec_for",
     "validate",
 ]
 
@@ -169,6 +175,87 @@ def _user_type(cql_type: UserType) -> Codec:
     return user_type_codec(cql_type, [codec_for(field) for field in cql_type.field_types])
 
 
+# --- empty values -------------------------------------------------------------------------------
+
+EMPTY_VALUE_TYPES = frozenset(
+    {"int", "bigint", "varint", "decimal", "float", "double", "boolean", "timestamp", "uuid",
+     "timeuuid", "inet"}
+)  # fmt: skip
+"""Native types whose Cassandra serializer also accepts a zero-byte *empty* value, which no
+value of theirs serializes to (``text``, ``ascii`` and ``blob`` have ``''`` among their values;
+``tinyint``, ``smallint``, ``date``, ``time`` and ``duration`` refuse it)."""
+
+
+def tolerant_codec_for(cql_type: CqlType) -> Codec:
+    """:func:`codec_for` with empty values accepted wherever Cassandra accepts them: a value of
+    an ``EMPTY_VALUE_TYPES`` type, alone or at any depth of a collection, tuple or UDT, may be
+    ``b""``. It checks and normalizes as valid, sorts before every other value of its type
+    (``LOWEST``) and encodes comparably as ``b""`` (``_comparable``'s ``EMPTY_COMPONENT`` where
+    it has a place; a map holding one cannot be ordered). It has no Python value: ``decode``
+    still refuses it. Clustering keys, collection values and comparisons use these codecs."""
+    entry = _tolerant_by_identity.get(id(cql_type))
+    if entry is not None and entry[0] is cql_type:
+        return entry[1]
+    codec = _compile_tolerant(cql_type)
+    if len(_tolerant_by_identity) >= _IDENTITY_CACHE_LIMIT:
+        _tolerant_by_identity.clear()
+    _tolerant_by_identity[id(cql_type)] = (cql_type, codec)
+    return codec
+
+
+_tolerant_by_identity: dict[int, tuple[CqlType, Codec]] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_tolerant(cql_type: CqlType) -> Codec:
+    if isinstance(cql_type, NativeType):
+        strict = NATIVE_CODECS[cql_type.name]
+        return _tolerant_native(strict) if cql_type.name in EMPTY_VALUE_TYPES else strict
+    if isinstance(cql_type, ListType):
+        return list_codec(cql_type, tolerant_codec_for(cql_type.element))
+    if isinstance(cql_type, SetType):
+        return set_codec(cql_type, tolerant_codec_for(cql_type.element))
+    if isinstance(cql_type, MapType):
+        return map_codec(
+            cql_type, tolerant_codec_for(cql_type.key), tolerant_codec_for(cql_type.value)
+        )
+    if isinstance(cql_type, TupleType):
+        return tuple_codec(cql_type, [tolerant_codec_for(e) for e in cql_type.elements])
+    if isinstance(cql_type, UserType):
+        return user_type_codec(cql_type, [tolerant_codec_for(f) for f in cql_type.field_types])
+    raise SchemaError(f"no codec for {cql_type!r}")
+
+
+def _tolerant_native(strict: Codec) -> Codec:
+    check, canonical, sort_key, comparable = (
+        strict.check,
+        strict.canonical,
+        strict.sort_key,
+        strict.comparable,
+    )
+
+    def tolerant_check(data: bytes) -> None:
+        if data:
+            check(data)
+
+    def tolerant_canonical(data: bytes) -> bytes:
+        return canonical(data) if data else data
+
+    def tolerant_sort_key(data: bytes) -> object:
+        return sort_key(data) if data else LOWEST
+
+    def tolerant_comparable(data: bytes) -> bytes:
+        return comparable(data) if data else b""
+
+    return dataclasses.replace(
+        strict,
+        check=tolerant_check,
+        canonical=tolerant_canonical,
+        sort_key=tolerant_sort_key,
+        comparable=tolerant_comparable,
+    )
+
+
 _BUILDERS: dict[type, Callable[[CqlType], Codec]] = {
     NativeType: _native,  # type: ignore[dict-item]
     ListType: _list,  # type: ignore[dict-item]
@@ -201,6 +288,12 @@ def validate(cql_type: CqlType, data: bytes, column: str = "?") -> None:
     codec_for(cql_type).validate(data, column)
 
 
+def normalize_tolerant(cql_type: CqlType, data: bytes, column: str = "?") -> bytes:
+    """:func:`normalize` with empty values accepted where Cassandra accepts them
+    (:func:`tolerant_codec_for`)."""
+    return tolerant_codec_for(cql_type).normalize(data, column)
+
+
 def normalize(cql_type: CqlType, data: bytes, column: str = "?") -> bytes:
     """Validate, and return the canonical bytes: sets and maps (at any depth) sorted in their
     element order without duplicates, as Cassandra stores a bound frozen collection. Returns
@@ -209,8 +302,8 @@ def normalize(cql_type: CqlType, data: bytes, column: str = "?") -> bytes:
 
 
 def compare(cql_type: CqlType, left: bytes, right: bytes) -> int:
-    """Cassandra's order of two serialized values: -1, 0 or 1."""
-    return codec_for(cql_type).compare(left, right)
+    """Cassandra's order of two serialized values: -1, 0 or 1 (an empty value first)."""
+    return tolerant_codec_for(cql_type).compare(left, right)
 
 
 def comparable_bytes(cql_type: CqlType, data: bytes) -> bytes:
@@ -223,21 +316,31 @@ def comparable_bytes(cql_type: CqlType, data: bytes) -> bytes:
 
 def clustering_encoder(types: ClusteringTypes) -> Callable[[Sequence[bytes]], bytes]:
     """A compiled :func:`encode_clustering` for one table's clustering columns."""
-    codecs = [codec_for(cql_type) for cql_type, _ in types]
-    components: list[tuple[Callable[[bytes], bytes], bool]] = []
-    for index, (codec, (_, order)) in enumerate(zip(codecs, types, strict=True)):
+    # A native column's empty value is caught before its (strict, so no wrapper call on the hot
+    # path) codec; a collection's, tuple's or UDT's codec is the tolerant one, for those inside.
+    codecs = [
+        codec_for(cql_type) if isinstance(cql_type, NativeType) else tolerant_codec_for(cql_type)
+        for cql_type, _ in types
+    ]
+    components: list[tuple[Callable[[bytes], bytes], bool, bool]] = []
+    for index, (codec, (cql_type, order)) in enumerate(zip(codecs, types, strict=True)):
         if not codec.orderable:
             raise SchemaError(f"clustering column {index} of type {codec.type_name} has no order")
-        components.append((codec.comparable, order is ClusteringOrder.DESC))
+        empty_ok = isinstance(cql_type, NativeType) and cql_type.name in EMPTY_VALUE_TYPES
+        components.append((codec.comparable, order is ClusteringOrder.DESC, empty_ok))
     size = len(components)
     next_component, invert = _comparable.NEXT_COMPONENT, _comparable.INVERT
+    empty = {False: _comparable.EMPTY_COMPONENT, True: _comparable.EMPTY_COMPONENT_DESC}
 
     def encode(prefix: Sequence[bytes]) -> bytes:
         if len(prefix) > size:
             raise InvalidValue(f"clustering prefix has {len(prefix)} values for {size} columns")
         parts = []
         for index, value in enumerate(prefix):
-            comparable, descending = components[index]
+            comparable, descending, empty_ok = components[index]
+            if empty_ok and not value:  # an empty value: first, last in a DESC column
+                parts.append(empty[descending])
+                continue
             try:
                 encoded = comparable(value)
             except Rejection as rejection:
@@ -318,7 +421,7 @@ def cells_from_collection_value(
     have empty values; a UDT's null fields give no cell. Lists have no path in their value: the
     caller mints one timeuuid per element and pairs them with :func:`list_cells`.
     """
-    canonical = codec_for(cql_type).normalize(data, column)
+    canonical = tolerant_codec_for(cql_type).normalize(data, column)
     if isinstance(cql_type, SetType):
         return [(element, b"") for element in split_collection(canonical, 1)]
     if isinstance(cql_type, MapType):
@@ -338,7 +441,7 @@ def cells_from_collection_value(
 
 def list_values(cql_type: ListType, data: bytes, column: str = "?") -> list[bytes]:
     """The validated element bytes of a whole list value, in order."""
-    canonical = codec_for(cql_type).normalize(data, column)
+    canonical = tolerant_codec_for(cql_type).normalize(data, column)
     return split_collection(canonical, 1)
 
 

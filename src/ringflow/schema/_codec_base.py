@@ -20,6 +20,37 @@ SortKey = Any
 """A Python object ordered like the type's comparator (ints, bytes, tuples of keys, ...)."""
 
 
+class _Lowest:
+    """A sort key below every other sort key: an empty value's (module ``_codec``)."""
+
+    __slots__ = ()
+
+    def __lt__(self, other: object) -> bool:
+        return other is not self
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        return other is self
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "LOWEST"
+
+
+LOWEST: SortKey = _Lowest()
+"""The sort key of an empty value: before every value of its type, as Cassandra orders it."""
+
+
 class Rejection(Exception):
     """Why a value or its bytes do not fit a type; ``Codec`` turns it into ``InvalidValue``."""
 

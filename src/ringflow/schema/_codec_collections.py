@@ -42,10 +42,11 @@ from ringflow.schema._types import ListType, MapType, SetType, TupleType, UserTy
 
 _INT32 = struct.Struct(">i")
 _NULL_LENGTH = _INT32.pack(-1)
-_NEXT, _NULL, _END = (
+_NEXT, _NULL, _END, _EMPTY = (
     _comparable.NEXT_COMPONENT,
     _comparable.NULL_COMPONENT,
     _comparable.END_OF_SEQUENCE,
+    _comparable.EMPTY_COMPONENT,
 )
 _SCALARS = str | bytes | bytearray | memoryview
 T = TypeVar("T")
@@ -127,7 +128,7 @@ def join_components(components: Iterable[bytes | None]) -> bytes:
 def _sequence_comparable(encodings: Iterable[bytes]) -> bytes:
     parts = []
     for encoding in encodings:
-        parts.append(_NEXT)
+        parts.append(_NEXT if encoding else _EMPTY)  # b"": an empty value (``_comparable``)
         parts.append(encoding)
     parts.append(_END)
     return b"".join(parts)
@@ -314,8 +315,11 @@ def map_codec(cql_type: MapType, key: Codec, value: Codec) -> Codec:
     def comparable(data: bytes) -> bytes:
         flat = split_collection(data, 2)
         by_key = {key.comparable(k): v for k, v in zip(flat[0::2], flat[1::2], strict=True)}
-        encodings = [k + value.comparable(by_key[k]) for k in sorted(by_key)]
-        return _sequence_comparable(encodings)
+        keys = sorted(by_key)
+        values = [value.comparable(by_key[k]) for k in keys]
+        if b"" in by_key or b"" in values:  # entries have no marker an empty one could take
+            raise Rejection("a map with an empty key or value cannot be ordered by ringflow")
+        return _sequence_comparable([k + v for k, v in zip(keys, values, strict=True)])
 
     return _composite(
         cql_type, [key, value], encode, decode, check, canonical, sort_key, comparable
@@ -440,7 +444,11 @@ def _components_codec(
         parts = split_components(data, arity)
         encoded = []
         for codec, part in zip(codecs, parts, strict=True):
-            encoded.append(_NULL if part is None else _NEXT + codec.comparable(part))
+            if part is None:
+                encoded.append(_NULL)
+            else:
+                encoding = codec.comparable(part)
+                encoded.append(_NEXT + encoding if encoding else _EMPTY)
         return b"".join(encoded)
 
     return _composite(cql_type, codecs, encode, decode, check, canonical, sort_key, comparable)

@@ -19,7 +19,9 @@ The layouts follow the idea of Cassandra's ``ByteComparable`` (CASSANDRA-6936,
 * decimal: a sign byte, then the decimal exponent and the packed digit pairs, inverted for
   negatives;
 * sequences: each element or component behind ``NEXT_COMPONENT`` (a null tuple component is
-  ``NULL_COMPONENT``), collections closed by ``END_OF_SEQUENCE``; a clustering key is its
+  ``NULL_COMPONENT``, an empty value ``EMPTY_COMPONENT`` alone: the tolerant codecs of
+  ``_codec`` encode an empty value as ``b""``, which no value of any type otherwise encodes to),
+  collections closed by ``END_OF_SEQUENCE``; a clustering key is its
   components each behind ``NEXT_COMPONENT``. For a DESC clustering column only the component's
   own encoding is inverted, never the marker in front of it, so "another component follows"
   stays above "the key ends here" and ``AFTER_PREFIX`` stays above every extension of a prefix.
@@ -31,6 +33,12 @@ import struct
 
 NULL_COMPONENT = b"\x3e"
 """Marks a null tuple/UDT component: sorts before any value (Cassandra ``TupleType`` order)."""
+EMPTY_COMPONENT = b"\x3f"
+"""Marks an empty (zero-byte) value of a type that has one (``int``, ``uuid``, ...; their own
+encodings are never empty): sorts before any other value, after a null (Cassandra's
+``AbstractType`` comparators put an empty value first)."""
+EMPTY_COMPONENT_DESC = b"\x41"
+"""An empty value of a DESC clustering column: after every other value of the column."""
 NEXT_COMPONENT = b"\x40"
 """Precedes every present component of a tuple, collection or clustering key."""
 END_OF_SEQUENCE = b"\x20"

@@ -10,8 +10,11 @@ applied migration's version; the content digest that 4.x nodes gossip is
 :func:`ringflow.schema.schema_digest`. Rectification (announce / push) compares chains:
 :func:`missing_migrations`, :func:`answer_announce`, :func:`receive_push`.
 
-Dropped columns are remembered with the migration's time (the TimeUUID's µs), so that reads can
-ignore cells written before the drop, and a column can only be re-added with the type it had.
+Dropped columns are remembered with the migration's time (the TimeUUID's µs), or the time the
+drop names (``DROP c USING TIMESTAMP t``), so that reads can ignore cells written before the drop,
+and a column can only be re-added with the type it had (user types compared as the tuples they
+expand to, as Cassandra's ``isSerializationCompatibleWith``: ``system_schema.dropped_columns``
+keeps the expanded type).
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from ringflow.errors import AlreadyExists, invariant
 from ringflow.schema._errors import SchemaError
 from ringflow.schema._table import Column, ColumnKind, Keyspace, Table, TableOptions
 from ringflow.schema._timeuuid import timeuuid_from_micros, timeuuid_to_micros
-from ringflow.schema._types import CqlType, ListType, MapType, SetType, TupleType, UserType
+from ringflow.schema._types import (
+    CqlType,
+    ListType,
+    MapType,
+    SetType,
+    TupleType,
+    UserType,
+    expand_user_types,
+)
 
 GENESIS_VERSION = uuid.UUID("00000000-0000-1000-0000-000000000000")
 """The version the first migration follows: an all-zero UUID with the time-based version nibble,
@@ -128,11 +139,25 @@ class AddColumn:
 
 @dataclass(frozen=True, slots=True)
 class DropColumn:
-    """``ALTER TABLE ... DROP``: any column outside the primary key."""
+    """``ALTER TABLE ... DROP [USING TIMESTAMP t]``: any column outside the primary key;
+    ``dropped_at_us`` is ``t`` (Cassandra's ``recordColumnDrop``), None for the migration's
+    time."""
 
     keyspace: str
     table: str
     name: str
+    dropped_at_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenameColumn:
+    """``ALTER TABLE ... RENAME a TO b``: a primary key column gets a name no column has (its
+    values live in the key, so no stored cell changes)."""
+
+    keyspace: str
+    table: str
+    old: str
+    new: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +219,7 @@ SchemaChange = (
     | DropTable
     | AddColumn
     | DropColumn
+    | RenameColumn
     | AlterTableOptions
 )
 
@@ -403,7 +429,7 @@ def _add_column(state: SchemaState, migration: Migration) -> SchemaState:
             "only regular and static columns can be added"
         )
     dropped = state.dropped_columns.get((table.keyspace, table.name, column.name))
-    if dropped is not None and dropped.type != column.type:
+    if dropped is not None and expand_user_types(dropped.type) != expand_user_types(column.type):
         raise SchemaError(
             f"{where}: cannot re-add dropped column {column.name!r} as "
             f"{column.type.cql_name()}: it was {dropped.type.cql_name()}"
@@ -421,11 +447,28 @@ def _drop_column(state: SchemaState, migration: Migration) -> SchemaState:
             f"table {table.keyspace}.{table.name}: cannot drop primary key column {column.name!r}"
         )
     columns = tuple(c for c in table.columns if c.name != column.name)
-    dropped = DroppedColumn(column.name, column.type, migration.timestamp_us)
+    at_us = migration.timestamp_us if change.dropped_at_us is None else change.dropped_at_us
+    dropped = DroppedColumn(column.name, column.type, at_us)
     without = dataclasses.replace(table, columns=columns)
     changed = _with_table(state, without.with_dropped_column(column.name, dropped.dropped_at_us))
     key = (table.keyspace, table.name, column.name)
     return dataclasses.replace(changed, dropped_columns={**state.dropped_columns, key: dropped})
+
+
+def _rename_column(state: SchemaState, migration: Migration) -> SchemaState:
+    change = _change(migration, RenameColumn)
+    table = state.table(change.keyspace, change.table)
+    column = table.column(change.old)
+    where = f"table {table.keyspace}.{table.name}"
+    if not column.is_primary_key:
+        raise SchemaError(f"{where}: cannot rename {change.old!r}: not a primary key column")
+    if table.has_column(change.new):
+        raise SchemaError(f"{where}: cannot rename {change.old!r} to {change.new!r}: it exists")
+    columns = tuple(
+        dataclasses.replace(c, name=change.new) if c.name == change.old else c
+        for c in table.columns
+    )
+    return _with_table(state, dataclasses.replace(table, columns=columns))
 
 
 def _alter_table_options(state: SchemaState, migration: Migration) -> SchemaState:
@@ -553,6 +596,7 @@ _HANDLERS: Mapping[type, Callable[[SchemaState, Migration], SchemaState]] = {
     DropTable: _drop_table,
     AddColumn: _add_column,
     DropColumn: _drop_column,
+    RenameColumn: _rename_column,
     AlterTableOptions: _alter_table_options,
 }
 

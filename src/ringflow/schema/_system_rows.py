@@ -58,6 +58,7 @@ from ringflow.schema._migrations import (
     DropTable,
     DropType,
     Migration,
+    RenameColumn,
     SchemaState,
 )
 from ringflow.schema._migrations import SchemaChange as MigrationChange
@@ -89,6 +90,7 @@ from ringflow.schema._types import (
     SetType,
     TupleType,
     UserType,
+    expand_user_types,
 )
 
 RELEASE_VERSION = "3.0.8"
@@ -502,23 +504,6 @@ def _dropped_column_row(
     }
 
 
-def expand_user_types(cql_type: CqlType) -> CqlType:
-    """``cql_type`` with every UDT replaced by the tuple of its fields (Cassandra's
-    ``expandUserTypes``), so a dropped column's type outlives its UDT."""
-    if isinstance(cql_type, UserType):
-        return TupleType(tuple(expand_user_types(field) for field in cql_type.field_types))
-    if isinstance(cql_type, TupleType):
-        return TupleType(tuple(expand_user_types(element) for element in cql_type.elements))
-    if isinstance(cql_type, ListType):
-        return ListType(expand_user_types(cql_type.element), cql_type.frozen)
-    if isinstance(cql_type, SetType):
-        return SetType(expand_user_types(cql_type.element), cql_type.frozen)
-    if isinstance(cql_type, MapType):
-        key, value = expand_user_types(cql_type.key), expand_user_types(cql_type.value)
-        return MapType(key, value, cql_type.frozen)
-    return cql_type
-
-
 # --- the cdc extension -----------------------------------------------------------------------
 
 
@@ -613,6 +598,10 @@ def encode_change(change: MigrationChange) -> bytes:
         body = ["add_column", change.keyspace, change.table, _column_body(change.column)]
     elif isinstance(change, DropColumn):
         body = ["drop_column", change.keyspace, change.table, change.name]
+        if change.dropped_at_us is not None:
+            body.append(change.dropped_at_us)
+    elif isinstance(change, RenameColumn):
+        body = ["rename_column", change.keyspace, change.table, change.old, change.new]
     elif isinstance(change, AlterTableOptions):
         body = ["alter_table_options", change.keyspace, change.table, _options_body(change.options)]
     else:
@@ -661,7 +650,10 @@ def _decode_change(kind: str, fields: list[Any]) -> MigrationChange:
     if kind == "add_column":
         return AddColumn(str(fields[0]), str(fields[1]), _column_from(fields[2]))
     if kind == "drop_column":
-        return DropColumn(str(fields[0]), str(fields[1]), str(fields[2]))
+        at_us = int(fields[3]) if len(fields) > 3 else None
+        return DropColumn(str(fields[0]), str(fields[1]), str(fields[2]), at_us)
+    if kind == "rename_column":
+        return RenameColumn(str(fields[0]), str(fields[1]), str(fields[2]), str(fields[3]))
     if kind == "alter_table_options":
         return AlterTableOptions(str(fields[0]), str(fields[1]), _options_from(fields[2]))
     raise MigrationDecodeError(f"stored schema change of unknown kind {kind!r}")

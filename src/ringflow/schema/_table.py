@@ -302,6 +302,16 @@ def _position(column: Column) -> int:
 
 
 def _check_key_column(where: str, column: Column) -> None:
+    column_type = column.type
+    if (
+        isinstance(column_type, UserType)
+        and column_type.is_multicell
+        and any(field.is_multicell for field in column_type.field_types)
+    ):
+        raise SchemaError(
+            f"{where}: non-frozen UDT column {column.name!r} cannot hold a non-frozen "
+            "collection (its fields are cells of the column)"
+        )
     if column.is_primary_key and column.type.is_multicell:
         raise SchemaError(
             f"{where}: key column {column.name!r} cannot be of non-frozen type "

@@ -152,10 +152,30 @@ class UserType(CqlType):
         return not self.frozen
 
     def frozen_form(self) -> CqlType:
-        return UserType(self.keyspace, self.name, self.field_names, self.field_types, True)
+        """Frozen, its fields too: a frozen UDT is one value, a non-frozen collection field of
+        its type included (Cassandra's ``freezeNestedMulticellTypes``)."""
+        fields = tuple(field_type.frozen_form() for field_type in self.field_types)
+        return UserType(self.keyspace, self.name, self.field_names, fields, True)
 
     def cql_name(self) -> str:
         return _frozen(self.name, self.frozen)
+
+
+def expand_user_types(cql_type: CqlType) -> CqlType:
+    """``cql_type`` with every UDT replaced by the tuple of its fields (Cassandra's
+    ``expandUserTypes``), so a dropped column's type outlives its UDT."""
+    if isinstance(cql_type, UserType):
+        return TupleType(tuple(expand_user_types(field) for field in cql_type.field_types))
+    if isinstance(cql_type, TupleType):
+        return TupleType(tuple(expand_user_types(element) for element in cql_type.elements))
+    if isinstance(cql_type, ListType):
+        return ListType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, SetType):
+        return SetType(expand_user_types(cql_type.element), cql_type.frozen)
+    if isinstance(cql_type, MapType):
+        key, value = expand_user_types(cql_type.key), expand_user_types(cql_type.value)
+        return MapType(key, value, cql_type.frozen)
+    return cql_type
 
 
 def _frozen(name: str, frozen: bool) -> str:

@@ -2,7 +2,9 @@
 
 Proves, in order (the module shares one cluster; the fault tests come last and heal it):
 driver discovery of every host and token; QUORUM writes/reads through every coordinator; DDL on
-one node visible on all with schema agreement; Unavailable (with its figures) before sending when
+one node visible on all with schema agreement; DESCRIBE CLUSTER's range ownership is the whole
+ring's, with the replicas the driver computes; a key column renamed on one node is read by its
+new name through every node; Unavailable (with its figures) before sending when
 2 of 3 replicas are down; QUORUM writes through a SIGKILLed replica, its hints replayed after
 restart, seen by a CL=ONE read pinned to it, with CDC log rows on every replica.
 """
@@ -79,6 +81,41 @@ def test_ddl_on_one_node_reaches_every_node(local_cluster: LocalCluster, keyspac
         versions.add(session.execute("SELECT schema_version FROM system.local").one()[0])
         session.execute(_statement("INSERT INTO ks.created_on_two (k, v) VALUES (1, 1)", QUORUM))
     assert len(versions) == 1
+
+
+def test_describe_cluster_lists_the_whole_rings_ranges_and_replicas(
+    local_cluster: LocalCluster, keyspace: str
+) -> None:
+    session = local_cluster.session(only=local_cluster.addresses[1])
+    session.execute(
+        "CREATE KEYSPACE IF NOT EXISTS one WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    token_map = session.cluster.metadata.token_map
+    assert token_map is not None
+    ring = [token.value for token in token_map.ring]
+    for name, factor in (("ks", 3), ("one", 1)):
+        session.set_keyspace(name)
+        ownership = dict(session.execute("DESCRIBE CLUSTER").one().range_ownership)
+        assert sorted(ownership, key=int) == [str(token) for token in ring]
+        for token in token_map.ring:  # the driver's SimpleStrategy walk is the oracle
+            expected = [f"/{host.address}:7000" for host in token_map.get_replicas(name, token)]
+            assert list(ownership[str(token.value)]) == expected, (name, token)
+            assert len(expected) == factor
+        owners = {endpoint for endpoints in ownership.values() for endpoint in endpoints}
+        assert owners == {f"/{address}:7000" for address in local_cluster.addresses}
+
+
+def test_a_key_column_rename_reaches_every_node(local_cluster: LocalCluster, keyspace: str) -> None:
+    first = local_cluster.session(only=local_cluster.addresses[0])
+    first.execute("CREATE TABLE ks.renamed (k int, c int, v int, PRIMARY KEY (k, c))")
+    first.execute(_statement("INSERT INTO ks.renamed (k, c, v) VALUES (1, 2, 3)", QUORUM))
+    first.execute("ALTER TABLE ks.renamed RENAME c TO ck")
+    assert first.wait_for_schema_agreement(wait_time=20)
+    for address in local_cluster.addresses:
+        session = local_cluster.session(only=address)
+        query = _statement("SELECT ck, v FROM ks.renamed WHERE k = 1 AND ck = 2", QUORUM)
+        assert tuple(session.execute(query).one()) == (2, 3), address
 
 
 def test_unavailable_before_sending_when_two_replicas_are_down(

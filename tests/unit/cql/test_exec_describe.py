@@ -121,6 +121,48 @@ def test_with_internals_recreates_the_same_ids_on_a_fresh_node(
     fresh.close()
 
 
+def run_script(node: ExecNode, element: str) -> None:
+    """Run a described element's statements one by one, as cqlsh runs a script."""
+    for statement in element.split(";\n"):
+        node.ok(statement.removesuffix(";"))
+
+
+def test_with_internals_shows_dropped_columns_as_cassandra(node: ExecNode, tmp_path: Path) -> None:
+    node.ok("CREATE TABLE ks.evolving (k int, c int, v text, d int, x frozen<addr>, "
+            "PRIMARY KEY (k, c))")  # fmt: skip
+    node.ok("INSERT INTO ks.evolving (k, c, v, d) VALUES (1, 1, 'a', 5)")
+    node.clock.advance(1)
+    node.ok("ALTER TABLE ks.evolving DROP d")
+    node.ok("ALTER TABLE ks.evolving DROP x USING TIMESTAMP 1700000000500123")
+    node.clock.advance(1)
+    node.ok("ALTER TABLE ks.evolving ADD d int")
+    plain = statements(node, "DESCRIBE TABLE ks.evolving")[0]
+    assert "DROP" not in plain and "    d int,\n    PRIMARY KEY" in plain
+    (described,) = statements(node, "DESCRIBE TABLE ks.evolving WITH INTERNALS")
+    dropped_at_us = 1_700_000_001_000_000  # the clock's second, a whole millisecond
+    assert described.startswith(
+        "CREATE TABLE ks.evolving (\n    k int,\n    c int,\n    v text,\n    d int,\n"
+        "    x frozen<tuple<text, int>>,\n    PRIMARY KEY (k, c)\n) WITH ID = "
+    )
+    assert described.endswith(
+        "AND speculative_retry = '99.0PERCENTILE';\n"
+        f"ALTER TABLE ks.evolving DROP d USING TIMESTAMP {dropped_at_us};\n"
+        "ALTER TABLE ks.evolving ADD d int;\n"
+        "ALTER TABLE ks.evolving DROP x USING TIMESTAMP 1700000000501000;"  # whole ms, rounded up
+    )
+    assert node.ok("SELECT d FROM ks.evolving") == [(None,)]  # the old cell stays dropped
+    (tmp_path / "b").mkdir()
+    fresh = node_with_keyspace(tmp_path / "b")
+    fresh.ok(SCHEMA[0])
+    run_script(fresh, described)
+    assert statements(fresh, "DESCRIBE TABLE ks.evolving WITH INTERNALS") == [described]
+    query = "SELECT * FROM system_schema.dropped_columns WHERE keyspace_name = 'ks'"
+    assert fresh.ok(query) == node.ok(query)
+    fresh.ok("INSERT INTO ks.evolving (k, c, v, d) VALUES (1, 1, 'a', 5) USING TIMESTAMP 5")
+    assert fresh.ok("SELECT d FROM ks.evolving") == [(None,)]  # written before the replayed drop
+    fresh.close()
+
+
 def test_listings_and_the_log_table(node: ExecNode) -> None:
     assert node.ok("DESC TABLES") == [
         ("ks", "table", '"Mixed"'),

@@ -26,7 +26,7 @@ from ringflow.cql._error_responses import (
     UnpreparedResponse,
 )
 from ringflow.cql._exec_common import UnpreparedStatement
-from ringflow.cql._executor import response_for_error
+from ringflow.cql._exec_errors import response_for_error
 from ringflow.cql._wire import UNSET, CqlValue
 from ringflow.errors import ErrorCode, InternalError
 from ringflow.storage import TooManyTombstones

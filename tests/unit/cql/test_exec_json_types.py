@@ -141,7 +141,7 @@ def test_from_json_in_values_set_and_where(node: ExecNode) -> None:
     node.ok("UPDATE t SET tx = fromJson(null) WHERE k = 5")
     assert node.ok("SELECT tx FROM t WHERE k = 5") == [(None,)]
     prepared = node.prepare("INSERT INTO t (k, m) VALUES (?, fromJson(?))")
-    assert [c.name for c in prepared.bind_metadata.columns] == ["k", "fromjson(arg0)"]
+    assert [c.name for c in prepared.bind_metadata.columns] == ["k", "arg0(system.fromjson)"]
     node.execute(prepared.statement_id, [value(INT, 6), value(TEXT, '{"3": "c"}')])
     assert node.ok("SELECT m FROM t WHERE k = 6") == [({3: "c"},)]
 

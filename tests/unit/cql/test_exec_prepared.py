@@ -22,6 +22,7 @@ from ringflow.cql._wire import UNSET
 from ringflow.errors import ErrorCode
 from ringflow.schema import (
     BIGINT,
+    BLOB,
     INT,
     TEXT,
     ListType,
@@ -75,6 +76,19 @@ BIND_CASES = [
      [("value(m)", INT)], ()),
     ("INSERT INTO t (a, b, c, d, m) VALUES (1, 'x', 1, 1, {?: ?})",
      [("key(m)", TEXT), ("value(m)", INT)], ()),
+    # blobAsX / xAsBlob: a marker is typed by the parameter of the innermost call holding it,
+    # named as Cassandra's FunctionResolver.makeArgSpec names it
+    ("INSERT INTO t (a, b, c, d, v) VALUES (?, ?, 1, 1, blobAsInt(intAsBlob(?)))",
+     [("a", INT), ("b", TEXT), ("arg0(system.intasblob)", INT)], (1, 0)),
+    ("SELECT * FROM t WHERE a = blobAsInt(?) AND b = ?",
+     [("arg0(system.blobasint)", BLOB), ("b", TEXT)], ()),
+    ("UPDATE t SET v = blobAsInt(textAsBlob(?)) WHERE a = ? AND b = ? AND c = 1 AND d = 1",
+     [("arg0(system.textasblob)", TEXT), ("a", INT), ("b", TEXT)], (2, 1)),
+    ("SELECT blobAsText(textAsBlob(?)), intAsBlob(blobAsInt(?)) FROM t",
+     [("arg0(system.textasblob)", TEXT), ("arg0(system.blobasint)", BLOB)], ()),
+    ("SELECT * FROM t WHERE b = 'x' AND a = 1 AND c = blobAsInt(bigintAsBlob(?))",
+     [("arg0(system.bigintasblob)", BIGINT)], ()),
+    ("SELECT * FROM t WHERE b = 'x' AND a = 1 AND c = blobAsText(intAsBlob(?))", None, ()),
 ]  # fmt: skip
 
 
@@ -85,7 +99,7 @@ def test_bind_metadata(
     expected: list[tuple[str, object]] | None,
     pk_indexes: tuple[int, ...],
 ) -> None:
-    if expected is None:  # c is an int: maxTimeuuid's result cannot be compared with it
+    if expected is None:  # c is an int: maxTimeuuid's (or blobAsText's) result does not fit
         response = node.processor.prepare(Prepare(query), node.session)
         assert getattr(response, "code", None) == ErrorCode.INVALID
         assert "Type error" in response.message
@@ -94,6 +108,22 @@ def test_bind_metadata(
     assert [(c.name, c.type) for c in prepared.bind_metadata.columns] == expected
     assert {(c.keyspace, c.table) for c in prepared.bind_metadata.columns} == {("ks", "t")}
     assert prepared.bind_metadata.partition_key_indexes == pk_indexes
+
+
+def test_nested_blob_conversions_bind_and_answer(node: ExecNode) -> None:
+    insert = node.prepare(
+        "INSERT INTO t (a, b, c, d, v) VALUES (?, ?, 1, 1, blobAsInt(intAsBlob(?)))"
+    )
+    node.execute(insert.statement_id, [value(INT, 1), value(TEXT, "x"), value(INT, 7)])
+    select = node.prepare(
+        "SELECT v, blobAsText(textAsBlob(?)) FROM t WHERE a = blobAsInt(?) AND b = ?"
+    )
+    rows = node.execute(
+        select.statement_id, [value(TEXT, "hi"), value(BLOB, b"\0\0\0\1"), value(TEXT, "x")]
+    )
+    assert decode_rows(rows) == [(7, "hi")]
+    wrong = node.error("SELECT v FROM t WHERE a = blobAsInt(?) AND b = 'x'", value(BLOB, b"\1"))
+    assert wrong.code == ErrorCode.INVALID
 
 
 def test_prepared_id_is_md5_of_keyspace_and_query(node: ExecNode) -> None:

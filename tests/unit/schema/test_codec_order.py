@@ -5,7 +5,8 @@ of every orderable type, nested ones included, and with hand-checked vectors (th
 timeuuid rule, UUIDType's version-first rule, Float.compare, numeric decimals); unsigned byte
 order of ``comparable_bytes`` is ``compare``'s order and the encoding is prefix-free; for
 clustering keys with ASC and DESC components ``encode_clustering`` order is clustering order, and a
-prefix's encoding and ``prefix_upper_bound`` bracket exactly the keys that extend it.
+prefix's encoding and ``prefix_upper_bound`` bracket exactly the keys that extend it; empty values
+sort first (last in DESC columns), in keys and inside frozen collections.
 """
 
 from __future__ import annotations
@@ -332,6 +333,47 @@ def test_desc_components_reverse_only_their_own_order() -> None:
     prefix = encode_clustering(layout, keys[0][:1])
     assert all(prefix <= key < prefix_upper_bound(prefix) for key in encoded[:3])
     assert encoded[3] >= prefix_upper_bound(prefix)
+
+
+_INT_OR_EMPTY = st.one_of(
+    st.just(b""), st.integers(-(2**31), 2**31 - 1).map(lambda n: serialize(INT, n))
+)
+
+
+@given(
+    st.lists(_INT_OR_EMPTY, min_size=1, max_size=8), st.lists(_INT_OR_EMPTY, min_size=1, max_size=8)
+)
+def test_empty_values_sort_first_and_last_in_desc_columns(
+    firsts: list[bytes], seconds: list[bytes]
+) -> None:
+    """Cassandra's comparators put an empty value before every other (``ReversedType``: after, in
+    a DESC column); the encoding of a key with empty components keeps clustering order, bounds
+    included, and so does a frozen set holding an empty element."""
+    layout = [(INT, ClusteringOrder.ASC), (INT, ClusteringOrder.DESC)]
+    keys = [[a, b] for a in firsts for b in seconds]
+
+    def model(key: list[bytes]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        first = (0,) if not key[0] else (1, struct.unpack(">i", key[0])[0])
+        second = (1,) if not key[1] else (0, -struct.unpack(">i", key[1])[0])  # DESC
+        return first, second
+
+    encoded = sorted(keys, key=lambda key: encode_clustering(layout, key))
+    assert [model(k) for k in encoded] == sorted(model(k) for k in keys)
+    for key in keys:
+        prefix = encode_clustering(layout, key[:1])
+        assert prefix <= encode_clustering(layout, key) < prefix_upper_bound(prefix)
+    assert compare(INT, b"", serialize(INT, -(2**31))) == -1
+    assert compare(SetType(INT, frozen=True), _set(b""), _set(serialize(INT, -9))) == -1
+    frozen = [(SetType(INT, frozen=True), ClusteringOrder.ASC)]
+    with_empty = encode_clustering(frozen, [_set(b"", serialize(INT, 5))])
+    assert with_empty < encode_clustering(frozen, [_set(serialize(INT, -(2**31)))])
+    assert encode_clustering(frozen, [_set()]) < with_empty
+
+
+def _set(*elements: bytes) -> bytes:
+    return len(elements).to_bytes(4, "big") + b"".join(
+        len(e).to_bytes(4, "big") + e for e in elements
+    )
 
 
 @given(st.integers(0, 2**128 - 1), st.sampled_from(["random", "version 1", "uuid1"]))

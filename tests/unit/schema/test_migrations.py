@@ -42,6 +42,7 @@ from ringflow.schema import (
     MigrationDecodeError,
     MigrationOutOfOrder,
     RectifyAction,
+    RenameColumn,
     SchemaAlreadyExists,
     SchemaChange,
     SchemaError,
@@ -219,6 +220,28 @@ def test_successful_changes() -> None:
     state = apply_next(state, CreateTable(table()), 1003)
     state = apply_next(state, DropKeyspace("ks"), 1004)
     assert state.keyspaces == {} and state.tables == {}
+
+
+def test_rename_column_renames_key_columns_only() -> None:
+    state = apply_next(BASE, RenameColumn("ks", "t", "ck", "c2"))
+    renamed = state.table("ks", "t")
+    assert [c.name for c in renamed.clustering_columns] == ["c2"]
+    assert renamed.column("c2") == dataclasses.replace(
+        BASE.table("ks", "t").column("ck"), name="c2"
+    )
+    for change, message in (
+        (RenameColumn("ks", "t", "v", "w"), "not a primary key column"),
+        (RenameColumn("ks", "t", "pk", "v"), "it exists"),
+        (RenameColumn("ks", "t", "nope", "w"), "nope"),
+    ):
+        with pytest.raises(SchemaError, match=message):
+            apply_next(state, change, 7)
+
+
+def test_a_drop_using_timestamp_records_that_time() -> None:
+    state = apply_next(BASE, DropColumn("ks", "t", "v", 42_000))
+    assert state.dropped_columns_of("ks", "t") == (DroppedColumn("v", TEXT, 42_000),)
+    assert state.table("ks", "t").dropped_columns == (("v", 42_000),)
 
 
 def _cdc_log_table() -> Table:
@@ -620,6 +643,8 @@ def test_every_change_round_trips_through_its_stored_form() -> None:
         DropTable("ks", "t"),
         AddColumn("ks", "t", Column("st", INT, ColumnKind.STATIC)),
         DropColumn("ks", "t", "v"),
+        DropColumn("ks", "t", "v", 1_700_000_000_001_000),
+        RenameColumn("ks", "t", "ck", "ck2"),
         AlterTableOptions("ks", "t", TableOptions(CdcOptions(enabled=True), 1, 2, "x")),
     ]
     for change in changes:

@@ -205,6 +205,7 @@ class ClusterNode:
         self.store = store
         self.processor = processor
         processor.known_datacenters = lambda: tuple(self.datacenters())
+        processor.range_ownership = self.range_ownership
         self.clock = clock
         self.network = network
         self._offload = offload
@@ -528,6 +529,22 @@ class ClusterNode:
             factor = max(1, min(3, len(ring)))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
         return replication_strategy(dict(replication.replication), self.datacenters(ring))
+
+    def range_ownership(self, keyspace: str) -> dict[str, list[str]]:
+        """DESCRIBE CLUSTER's ``range_ownership`` of ``keyspace``: every range of the ring, by
+        its end token, with its natural replicas in the strategy's order (Cassandra's
+        ``DescribeStatement`` over ``StorageService.getRangeToAddressMap``), each endpoint as
+        Cassandra prints an ``InetAddressAndPort``: ``/address:port``."""
+        ring = self.token_metadata
+        plans = self.strategy_of(keyspace, ring).ring_replica_plans(ring)
+
+        def shown(endpoint: str) -> str:
+            return f"/{endpoint}" if ":" in endpoint else f"/{endpoint}:{INTERNODE_PORT}"
+
+        return {
+            str(token): [shown(replica.host.endpoint) for replica in plan]
+            for token, plan in zip(ring.sorted_tokens, plans, strict=True)
+        }
 
     def datacenters(self, ring: TokenMetadata | None = None) -> list[str]:
         """Every data center this node knows of: its own, its members' and the ring's (what
