@@ -143,7 +143,7 @@ def validate_change(table: Table, change: Change) -> None:
     """Raise InvalidChange naming the table, the change and the rule it breaks."""
     if (change.keyspace, change.table) != (table.keyspace, table.name):
         raise InvalidChange(f"{_where(table, change)}: it belongs to {change.table_name}")
-    _validate_key(table, change)
+    prefix = _validate_key(table, change)
     touched = set(change.values) | change.deleted | set(change.deleted_elements)
     for name in touched:
         column = _column(table, change, name)
@@ -159,7 +159,7 @@ def validate_change(table: Table, change: Change) -> None:
         raise InvalidChange(
             f"{_where(table, change)}: a {change.operation.name} carries no column values"
         )
-    static = _is_static_change(table, change)
+    static = bool(table.clustering_columns) and prefix == 0  # no clustering value at all
     for name in touched:
         if (table.column(name).kind is ColumnKind.STATIC) != static:
             kind = "static" if static else "clustered row"
@@ -180,13 +180,8 @@ def _column(table: Table, change: Change, name: str) -> Column:
         raise InvalidChange(f"{_where(table, change)}: no column {name!r}") from None
 
 
-def _is_static_change(table: Table, change: Change) -> bool:
-    return bool(table.clustering_columns) and all(
-        change.key.get(c.name) is None for c in table.clustering_columns
-    )
-
-
-def _validate_key(table: Table, change: Change) -> None:
+def _validate_key(table: Table, change: Change) -> int:
+    """Check the key columns; the number of clustering values given (a prefix)."""
     for name in change.key:
         if not _column(table, change, name).is_primary_key:
             raise InvalidChange(f"{_where(table, change)}: {name!r} is not a key column")
@@ -213,6 +208,7 @@ def _validate_key(table: Table, change: Change) -> None:
         raise InvalidChange(
             f"{_where(table, change)}: a partition delete carries no clustering key"
         )
+    return prefix
 
 
 def clustering_prefix(table: Table, change: Change) -> tuple[object, ...]:
@@ -314,48 +310,73 @@ def change_to_arrow_row(table: Table, change: Change) -> dict[str, object]:
 
 def change_from_row(table: Table, row: Any) -> Change:
     """The change of a Spark ``Row`` or a ``Mapping`` (e.g. Arrow ``to_pylist``) of the schema."""
-    fields: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
-    try:
-        operation = CdcOperation(int(fields[OPERATION_FIELD]))
-        time = uuid.UUID(str(fields[TIME_FIELD]))
-    except (KeyError, ValueError, TypeError) as error:
-        raise InvalidChange(
-            f"row of {table.keyspace}.{table.name} has no valid meta: {error}"
-        ) from None
-    key = {
-        c.name: from_spark_value(c.type, fields.get(c.name))
-        for c in table.primary_key_columns
-        if fields.get(c.name) is not None
-    }
-    values: dict[str, object] = {}
-    deleted: set[str] = set()
-    removed: dict[str, frozenset[object]] = {}
-    for column in value_columns(table):
-        value = fields.get(column.name)
-        if value is not None:
-            values[column.name] = from_spark_value(log_value_type(column.type), value)
-        if fields.get(deleted_column_name(column.name)):
-            deleted.add(column.name)
-        elements = fields.get(deleted_elements_column_name(column.name))
-        if column.type.is_multicell and elements is not None:
-            as_set: Any = from_spark_value(deleted_elements_type(column.type), elements)
-            removed[column.name] = frozenset(as_set)
-    ttl = fields.get(TTL_FIELD)
-    change = Change(
-        table.keyspace,
-        table.name,
-        operation,
-        time,
-        key,
-        int(fields.get(BATCH_SEQ_NO_FIELD) or 0),
-        values,
-        frozenset(deleted),
-        removed,
-        None if ttl is None else int(ttl),
-        bytes(fields.get(STREAM_ID_FIELD) or b""),
-    )
-    validate_change(table, change)
-    return change
+    return ChangeReader(table).read(row)
+
+
+class ChangeReader:
+    """:func:`change_from_row` for many rows of one table: what each column needs (its log
+    value type, its deleted and deleted-elements field names) worked out once."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._keys = tuple((c.name, c.type) for c in table.primary_key_columns)
+        self._values = tuple(
+            (
+                column.name,
+                log_value_type(column.type),
+                deleted_column_name(column.name),
+                deleted_elements_column_name(column.name) if column.type.is_multicell else None,
+                deleted_elements_type(column.type) if column.type.is_multicell else None,
+            )
+            for column in value_columns(table)
+        )
+
+    def read(self, row: Any) -> Change:
+        """The validated change of one row (InvalidChange naming the rule it breaks)."""
+        table = self.table
+        fields: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
+        try:
+            operation = CdcOperation(int(fields[OPERATION_FIELD]))
+            time = uuid.UUID(str(fields[TIME_FIELD]))
+        except (KeyError, ValueError, TypeError) as error:
+            raise InvalidChange(
+                f"row of {table.keyspace}.{table.name} has no valid meta: {error}"
+            ) from None
+        key = {}
+        for name, key_type in self._keys:
+            given = fields.get(name)
+            if given is not None:
+                key[name] = from_spark_value(key_type, given)
+        values: dict[str, object] = {}
+        deleted: set[str] = set()
+        removed: dict[str, frozenset[object]] = {}
+        for name, value_type, deleted_name, elements_name, elements_type in self._values:
+            value = fields.get(name)
+            if value is not None:
+                values[name] = from_spark_value(value_type, value)
+            if fields.get(deleted_name):
+                deleted.add(name)
+            if elements_name is not None and elements_type is not None:
+                elements = fields.get(elements_name)
+                if elements is not None:
+                    as_set: Any = from_spark_value(elements_type, elements)
+                    removed[name] = frozenset(as_set)
+        ttl = fields.get(TTL_FIELD)
+        change = Change(
+            table.keyspace,
+            table.name,
+            operation,
+            time,
+            key,
+            int(fields.get(BATCH_SEQ_NO_FIELD) or 0),
+            values,
+            frozenset(deleted),
+            removed,
+            None if ttl is None else int(ttl),
+            bytes(fields.get(STREAM_ID_FIELD) or b""),
+        )
+        validate_change(table, change)
+        return change
 
 
 def change_from_log_row(table: Table, row: Mapping[str, Any]) -> Change:

@@ -37,9 +37,11 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline._changes import (
+    IMAGE_OPERATIONS,
     RANGE_END_OPERATIONS,
     RANGE_START_OPERATIONS,
     Change,
+    validate_change,
     value_columns,
 )
 from ringflow.pipeline._materialize import (
@@ -74,6 +76,8 @@ _PARTITION_OPERATIONS = (
     RANGE_START_OPERATIONS | RANGE_END_OPERATIONS | {CdcOperation.PARTITION_DELETE}
 )
 _EMPTY: dict[str, object] = {"marker": None, "deleted": _NONE, "cells": {}, "collections": {}}
+_Where = tuple[Key, Key, bytes]
+"""Where a change applies: (partition key, clustering prefix, its encoding)."""
 
 
 def write_time_field(name: str) -> str:
@@ -130,7 +134,10 @@ class _CellCodec:
     def cell(cell: _Cell | None, encode: Any) -> list[object] | None:
         if cell is None:
             return None
-        value = None if cell.value is None else encode(cell.value).hex()
+        if cell.value is None:
+            value = None
+        else:  # the bytes the cell was written or loaded with, else encoded now
+            value = (encode(cell.value) if cell.data is None else cell.data).hex()
         return [cell.timestamp_us, cell.order.hex(), value, cell.expires_s]
 
     @staticmethod
@@ -138,8 +145,9 @@ class _CellCodec:
         if item is None:
             return None
         ts, order, value, expires = item
-        decoded = None if value is None else decode(bytes.fromhex(value))
-        return _Cell(int(ts), bytes.fromhex(order), decoded, expires)
+        data = None if value is None else bytes.fromhex(value)
+        decoded = None if data is None else decode(data)
+        return _Cell(int(ts), bytes.fromhex(order), decoded, expires, data)
 
     def _element_types(self, base: CqlType) -> tuple[CqlType, CqlType | None]:
         from ringflow.cdc import deleted_elements_type
@@ -239,13 +247,30 @@ class CurrentStateMerge:
         self.state = TableState(table)
         self.partitions: dict[Key, _PartitionEntry] = {}
         self._clustering = table.clustering_columns
+        self._last: tuple[Sequence[Change], list[tuple[Change, _Where]]] | None = None
+        self._pk_ids: dict[Key, str] = {}
 
-    def partition_ids(self, changes: Iterable[Change]) -> list[str]:
+    def _located(self, changes: Sequence[Change]) -> list[tuple[Change, _Where]]:
+        """Each change with where it applies (:meth:`TableState.locate`), computed once for
+        the ``changes`` sequence :meth:`wanted` and :meth:`apply` are both given (kept, with
+        the sequence itself, until another one comes)."""
+        if self._last is not None and self._last[0] is changes:
+            return self._last[1]
+        located = [(change, self.state.locate(change)) for change in changes]
+        self._last = (changes, located)
+        return located
+
+    def _pk_id(self, pk: Key) -> str:
+        found = self._pk_ids.get(pk)
+        if found is None:
+            found = self._pk_ids[pk] = partition_id(self.table, pk)
+        return found
+
+    def partition_ids(self, changes: Sequence[Change]) -> list[str]:
         """The ``_pk`` of every partition ``changes`` touch (to select the stored rows)."""
-        found = {partition_id(self.table, self.state.partition_key(change)) for change in changes}
-        return sorted(found)
+        return sorted({self._pk_id(where[0]) for _, where in self._located(changes)})
 
-    def wanted(self, changes: Iterable[Change]) -> tuple[list[str], list[str]]:
+    def wanted(self, changes: Sequence[Change]) -> tuple[list[str], list[str]]:
         """What to :meth:`load` for ``changes``: (``_pk`` of the partitions to load whole,
         ``_row`` of the rows to load). A change to one row needs that row and its partition's
         head (partition deletion, ranges, pending bounds); a partition or range deletion or a
@@ -254,17 +279,13 @@ class CurrentStateMerge:
         whole: set[str] = set()
         rows: set[str] = set()
         partition_wide = bool(self.table.static_columns) or not self._clustering
-        ids: dict[Key, str] = {}
-        for change in changes:
-            pk = self.state.partition_key(change)
-            pk_id = ids.get(pk)
-            if pk_id is None:
-                pk_id = ids[pk] = partition_id(self.table, pk)
+        for change, (pk, _, encoded) in self._located(changes):
+            pk_id = self._pk_id(pk)
             if partition_wide or change.operation in _PARTITION_OPERATIONS:
                 whole.add(pk_id)
             else:
                 rows.add(row_id(pk_id, None))
-                rows.add(row_id(pk_id, self.state.row_encoding(change)))
+                rows.add(row_id(pk_id, encoded))
         return sorted(whole), sorted(r for r in rows if r.partition("/")[0] not in whole)
 
     def load(self, states: Iterable[str]) -> None:
@@ -302,12 +323,16 @@ class CurrentStateMerge:
             found = self.partitions[pk] = _PartitionEntry(pk, {}, {})
         return found
 
-    def apply(self, changes: Iterable[Change], validated: bool = False) -> None:
+    def apply(self, changes: Sequence[Change], validated: bool = False) -> None:
         """Apply the batch's changes (InvalidChange for one that does not fit the table,
         unless ``validated`` already)."""
-        for change in changes:
-            self._entry(self.state.partition_key(change))
-            self.state.apply(change, validated)
+        if not validated:
+            for change in changes:
+                validate_change(self.table, change)
+        for change, where in self._located(changes):
+            self._entry(where[0])
+            if change.operation not in IMAGE_OPERATIONS:
+                self.state.apply_at(change, where)
         for (pk, time, seq), bound in self.state.take_bounds().items():
             self._entry(pk).bounds[(time, seq)] = bound
         for entry in self.partitions.values():
@@ -336,7 +361,7 @@ class CurrentStateMerge:
         for pk, entry in self.partitions.items():
             partition = self.state.partition(pk)
             built = self._partition_rows(entry, partition, live)
-            pk_id = partition_id(self.table, pk)
+            pk_id = self._pk_id(pk)
             head_id = row_id(pk_id, None)
             head_changed = head_id in built and built[head_id][STATE_FIELD] != entry.stored.get(
                 head_id
@@ -349,7 +374,7 @@ class CurrentStateMerge:
     def _partition_rows(
         self, entry: _PartitionEntry, partition: _Partition, live: Mapping[Key, LiveRow]
     ) -> dict[str, dict[str, object]]:
-        pk_id = partition_id(self.table, entry.pk)
+        pk_id = self._pk_id(entry.pk)
         head = {
             "deleted": partition.deletion_us,
             "ranges": sorted([low.hex(), high.hex(), ts] for low, high, ts in partition.ranges),

@@ -53,6 +53,7 @@ from ringflow.schema import (
     CqlType,
     ListType,
     MapType,
+    NativeType,
     SetType,
     Table,
     UserType,
@@ -111,6 +112,8 @@ class _Cell:
     order: bytes
     value: object | None  # None is a tombstone
     expires_s: int | None
+    data: bytes | None = None
+    """The value's bytes as its writer encoded them, when known (a cache for re-encoders)."""
 
     def beats(self, other: _Cell | None) -> bool:
         return other is None or (self.timestamp_us, self.order) > (other.timestamp_us, other.order)
@@ -163,22 +166,30 @@ class TableState:
         when ``validated``: e.g. built by ``change_from_row``, which validates)."""
         if not validated:
             validate_change(self.table, change)
+        if change.operation not in IMAGE_OPERATIONS:
+            self.apply_at(change, self.locate(change))
+
+    def locate(self, change: Change) -> tuple[Key, Key, bytes]:
+        """Where ``change`` applies, as this state keys it: (partition key, clustering prefix,
+        its encoding); computed once by a caller that needs it before applying too."""
+        prefix = clustering_prefix(self.table, change)
+        return self.partition_key(change), prefix, self._encode(prefix)
+
+    def apply_at(self, change: Change, where: tuple[Key, Key, bytes]) -> None:
+        """Apply a validated change that is not an image at ``where`` (:meth:`locate`)."""
+        pk, prefix, encoded = where
         operation = change.operation
-        if operation in IMAGE_OPERATIONS:
-            return
-        partition = self._partition(change)
+        partition = self.partition(pk)
         if operation is CdcOperation.PARTITION_DELETE:
             partition.deletion_us = max(partition.deletion_us, change.time_us)
         elif operation in RANGE_START_OPERATIONS or operation in RANGE_END_OPERATIONS:
-            self._range_bound(change)
+            self._range_bound(change, pk, encoded)
         elif operation is CdcOperation.ROW_DELETE:
-            row = self._row(partition, change)
+            row = self._row(partition, change, encoded)
             row.deletion_us = max(row.deletion_us, change.time_us)
         else:
-            static = bool(self.table.clustering_columns) and not clustering_prefix(
-                self.table, change
-            )
-            row = partition.static if static else self._row(partition, change)
+            static = bool(self.table.clustering_columns) and not prefix
+            row = partition.static if static else self._row(partition, change, encoded)
             if operation is CdcOperation.INSERT:
                 ts = change.time_us
                 marker = _Cell(
@@ -187,9 +198,6 @@ class TableState:
                 if marker.beats(row.marker):
                     row.marker = marker
             self._write_columns(row, change)
-
-    def _partition(self, change: Change) -> _Partition:
-        return self.partition(self.partition_key(change))
 
     def partition_key(self, change: Change) -> Key:
         """The key of the partition ``change`` belongs to, as this state keys partitions."""
@@ -223,18 +231,14 @@ class TableState:
         parts = [serialize(t, v) for (t, _), v in zip(self._clustering_types, prefix, strict=False)]
         return encode_clustering(self._clustering_types, parts)
 
-    def _row(self, partition: _Partition, change: Change) -> _Row:
-        clustering = clustering_prefix(self.table, change)
-        encoded = self._encode(clustering)
+    def _row(self, partition: _Partition, change: Change, encoded: bytes) -> _Row:
         found = partition.rows.get(encoded)
         if found is None:
             found = partition.rows[encoded] = _Row(self._key(change, self.table.clustering_columns))
         return found
 
-    def _range_bound(self, change: Change) -> None:
+    def _range_bound(self, change: Change, pk: Key, encoded: bytes) -> None:
         """Remember one bound; pairs are made when reading, so order and repeats don't matter."""
-        pk = self._key(change, self.table.partition_key_columns)
-        encoded = self._encode(clustering_prefix(self.table, change))
         operation = change.operation
         upper = operation in (
             CdcOperation.RANGE_DELETE_START_EXCLUSIVE,
@@ -272,7 +276,7 @@ class TableState:
                 continue
             value = change.values[name]
             data = serialize(column_type, value, name)
-            cell = _Cell(ts, cell_order(ts, data, ttl), value, expiry_s(ts, ttl))
+            cell = _Cell(ts, cell_order(ts, data, ttl), value, expiry_s(ts, ttl), data)
             _put(row.cells, name, cell)
 
     def _write_collection(self, row: _Row, name: str, base: CqlType, change: Change) -> None:
@@ -391,10 +395,29 @@ def _assemble(base: CqlType, pairs: list[Any]) -> object:
     return canonical_value(base, whole)
 
 
+_INT_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
+_SAME_FORM = {"text": str, "varchar": str, "blob": bytes, "boolean": bool, "double": float}
+
+
 def canonical_value(cql_type: CqlType, value: object) -> object:
     """The codec's own Python form of a value (sets as frozensets, maps as dicts, ...)."""
+    if type(cql_type) is NativeType and _already_canonical(cql_type.name, value):
+        return value  # what the round trip below returns, without the codec (hot for keys)
     frozen = cql_type.frozen_form()
     return deserialize(frozen, serialize(frozen, value))
+
+
+def _already_canonical(name: str, value: object) -> bool:
+    """``value`` is the codec's form of a ``name`` value as is: an int in the type's range, an
+    ASCII str for text (any other str goes through the codec, which refuses surrogates), a
+    bytes blob, a bool, a float double."""
+    bits = _INT_BITS.get(name)
+    if bits is not None:
+        return type(value) is int and -(1 << bits) <= value < (1 << bits)
+    form = _SAME_FORM.get(name)
+    if form is None or type(value) is not form:
+        return False
+    return not isinstance(value, str) or value.isascii()
 
 
 def hashable(value: object) -> object:

@@ -196,15 +196,24 @@ class Table:
     (Cassandra ``TableMetadata.droppedColumns``, ``system_schema.dropped_columns``)."""
     _by_name: Mapping[str, Column] = field(init=False, compare=False, repr=False)
     _by_kind: Mapping[ColumnKind, tuple[Column, ...]] = field(init=False, compare=False, repr=False)
+    _partition_key: tuple[Column, ...] = field(init=False, compare=False, repr=False)
+    _clustering: tuple[Column, ...] = field(init=False, compare=False, repr=False)
+    _primary_key: tuple[Column, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Derived lookups, computed once: the read and CDC paths ask for them per row.
+        # Derived lookups, computed once: the read, CDC and pipeline paths ask for them per row
+        # (the key columns as attributes: a lookup by enum member costs its Python __hash__).
         object.__setattr__(self, "_by_name", MappingProxyType({c.name: c for c in self.columns}))
         by_kind = {
             kind: tuple(sorted((c for c in self.columns if c.kind is kind), key=_position))
             for kind in ColumnKind
         }
         object.__setattr__(self, "_by_kind", MappingProxyType(by_kind))
+        partition_key = by_kind[ColumnKind.PARTITION_KEY]
+        clustering = by_kind[ColumnKind.CLUSTERING]
+        object.__setattr__(self, "_partition_key", partition_key)
+        object.__setattr__(self, "_clustering", clustering)
+        object.__setattr__(self, "_primary_key", partition_key + clustering)
 
     @classmethod
     def create(
@@ -252,11 +261,11 @@ class Table:
 
     @property
     def partition_key_columns(self) -> tuple[Column, ...]:
-        return self._of_kind(ColumnKind.PARTITION_KEY)
+        return self._partition_key
 
     @property
     def clustering_columns(self) -> tuple[Column, ...]:
-        return self._of_kind(ColumnKind.CLUSTERING)
+        return self._clustering
 
     @property
     def static_columns(self) -> tuple[Column, ...]:
@@ -268,7 +277,7 @@ class Table:
 
     @property
     def primary_key_columns(self) -> tuple[Column, ...]:
-        return self.partition_key_columns + self.clustering_columns
+        return self._primary_key
 
     def _of_kind(self, kind: ColumnKind) -> tuple[Column, ...]:
         return self._by_kind[kind]
