@@ -1,0 +1,94 @@
+"""A crash between a lakehouse batch's two commits (issue 19 §2): the process committing a batch
+dies (``os._exit``, no cleanup, as ``kill -9``) after the change log's commit and before the
+current-state table's. Spark then replays the batch with the same app id and batch id: the
+change log, which records the batch, is not appended again; the current-state table, which
+does not, gets it. The tables end as an uninterrupted run leaves them: each change once in the
+log, the current state equal to the materialized oracle; the next batch goes on as usual.
+
+The dying process is a real one (``multiprocessing``' spawn: a fresh interpreter) that writes
+the real Delta table or Iceberg catalog; the fault is its ``write_current`` replaced by an exit.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ringflow.pipeline import change_from_row
+from ringflow.pipeline._delta import DeltaStore
+from ringflow.pipeline._iceberg import IcebergStore, parse_location
+from ringflow.pipeline._lakehouse import (
+    DELTA_FORMAT,
+    ICEBERG_FORMAT,
+    LakehouseStore,
+    delta_options,
+    iceberg_options,
+)
+from ringflow.pipeline._materialize import materialize
+
+from ._lakehouse import change_log_rows, commit_changes, current_rows
+from ._schema_evolution import differences, live_rows
+from ._workload import TABLE, workload
+
+APP = "ringflow-crash-between"
+_DIED = 86
+
+
+def _destination(kind: str, base: Path) -> tuple[str, dict[str, str], LakehouseStore]:
+    if kind == "delta":
+        path = str(base / "delta")
+        return DELTA_FORMAT, delta_options(path, TABLE), DeltaStore(path)
+    location = parse_location(f"{base / 'catalog.db'}#shop.items")
+    store = IcebergStore(location)
+    if ("shop",) not in store.catalog.list_namespaces():
+        store.catalog.create_namespace("shop")
+    return ICEBERG_FORMAT, iceberg_options(location, TABLE), store
+
+
+def _commit_then_die(kind: str, base: str, part: int, batch_id: int) -> None:
+    """In the child: commit one batch, dying where the current-state commit would begin."""
+    store_class = DeltaStore if kind == "delta" else IcebergStore
+
+    def die(*_: object) -> None:
+        os._exit(_DIED)
+
+    store_class.write_current = die  # type: ignore[method-assign]
+    sink, options, _ = _destination(kind, Path(base))
+    commit_changes(sink, options, TABLE, workload()[part::2], APP, batch_id)
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_crash_between_the_two_commits_is_replayed_into_the_current_state(
+    tmp_path: Path, kind: str
+) -> None:
+    changes = workload()
+    sink, options, store = _destination(kind, tmp_path)
+    assert commit_changes(sink, options, TABLE, changes[0::2], APP, 1) == (True, True)
+
+    child = multiprocessing.get_context("spawn").Process(
+        target=_commit_then_die, args=(kind, str(tmp_path), 1, 2)
+    )
+    child.start()
+    child.join(120)
+    assert child.exitcode == _DIED  # it died between the commits
+    assert (store.changes_committed(APP), store.current_committed(APP)) == (2, 1)
+    logged = [change_from_row(TABLE, {k: v for k, v in r.items() if k != "date"})
+              for r in change_log_rows(store)]  # fmt: skip
+    assert sorted(logged, key=repr) == sorted(changes, key=repr)  # batch 2 is in the log
+
+    # Spark's replay of batch 2: the log is not appended again, the current state takes it
+    assert commit_changes(sink, options, TABLE, changes[1::2], APP, 2) == (False, True)
+    assert (store.changes_committed(APP), store.current_committed(APP)) == (2, 2)
+    logged = [change_from_row(TABLE, {k: v for k, v in r.items() if k != "date"})
+              for r in change_log_rows(store)]  # fmt: skip
+    assert sorted(logged, key=repr) == sorted(changes, key=repr)  # each change once
+    expected = live_rows(TABLE, materialize(TABLE, changes, int(time.time())))
+    assert differences(expected, current_rows(store, TABLE)) == []
+
+    # and a replay of both (a crash after them, before Spark recorded the batch) changes nothing
+    assert commit_changes(sink, options, TABLE, changes[1::2], APP, 2) == (False, False)
+    assert differences(expected, current_rows(store, TABLE)) == []
