@@ -7,6 +7,9 @@ log, the current state equal to the materialized oracle; the next batch goes on 
 
 The dying process is a real one (``multiprocessing``' spawn: a fresh interpreter) that writes
 the real Delta table or Iceberg catalog; the fault is its ``write_current`` replaced by an exit.
+
+Also here: an Iceberg destination whose SQL catalog is the session's real PostgreSQL (until now
+only an unreachable one was tested) holds the batches exactly once.
 """
 
 from __future__ import annotations
@@ -92,3 +95,27 @@ def test_a_crash_between_the_two_commits_is_replayed_into_the_current_state(
     # and a replay of both (a crash after them, before Spark recorded the batch) changes nothing
     assert commit_changes(sink, options, TABLE, changes[1::2], APP, 2) == (False, False)
     assert differences(expected, current_rows(store, TABLE)) == []
+
+
+def test_an_iceberg_table_in_a_postgresql_catalog_holds_the_batches(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The catalog in the session's real PostgreSQL 15 (``postgresql+psycopg://...
+    ?warehouse=DIR``): two batches committed, the tables read back equal the oracle, each
+    batch recorded once in the catalog (a replay changes nothing)."""
+    catalog = postgres_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    location = parse_location(f"{catalog}?warehouse={tmp_path / 'warehouse'}#pgshop.items")
+    store = IcebergStore(location)
+    store.catalog.create_namespace("pgshop")
+    options = iceberg_options(location, TABLE)
+    changes = workload()
+    for batch, part in ((1, changes[0::2]), (2, changes[1::2])):
+        assert commit_changes(ICEBERG_FORMAT, options, TABLE, part, APP, batch) == (True, True)
+    assert commit_changes(ICEBERG_FORMAT, options, TABLE, changes[1::2], APP, 2) == (False, False)
+    assert (store.changes_committed(APP), store.current_committed(APP)) == (2, 2)
+    logged = [change_from_row(TABLE, {k: v for k, v in r.items() if k != "date"})
+              for r in change_log_rows(store)]  # fmt: skip
+    assert sorted(logged, key=repr) == sorted(changes, key=repr)
+    expected = live_rows(TABLE, materialize(TABLE, changes, int(time.time())))
+    assert differences(expected, current_rows(store, TABLE)) == []
+    assert len(store.catalog.list_tables("pgshop")) == 2  # the change log and its _current
