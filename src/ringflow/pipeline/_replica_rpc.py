@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Client, Connection, Listener
@@ -65,12 +66,15 @@ class RpcServer:
         return self
 
     def stop(self) -> None:
-        """Stop accepting (the accept loop is woken by a connection of our own)."""
+        """Stop accepting. The accept loop is woken by a bare TCP connection of our own, closed
+        at once (its challenge fails, the loop sees it stopping): an authenticated ``Client``
+        would wait, without a timeout, for a challenge the loop never sends once it has
+        returned (a client accepted just after ``_stopping`` was set ends it): stop then hung."""
         if self._stopping.is_set():
             return
         self._stopping.set()
         with contextlib.suppress(OSError):
-            Client(self._listener.address, authkey=self._token).close()
+            socket.create_connection(self._listener.address, timeout=1.0).close()
         self._thread.join(10)
         self._listener.close()
 
