@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import Mapping
+from typing import Any
 
 from ringflow.cql._ast import (
     BindMarker,
@@ -360,11 +361,7 @@ def _collection_bytes(
 def _element_bytes(
     term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
 ) -> bytes:
-    value = term_bytes(term, cql_type, column, context, table)
-    if value is None:
-        raise InvalidRequest(f"null is not supported inside collections (column {column})")
-    if value is UNSET:
-        raise InvalidRequest(f"unset value is not supported inside collections (column {column})")
+    value = _inside_collection(term_bytes(term, cql_type, column, context, table), column)
     assert isinstance(value, bytes)
     return value
 
@@ -375,7 +372,11 @@ def _element_bytes(
 def _element(
     term: Term, cql_type: CqlType, column: str, context: StatementContext, table: Table | None
 ) -> Value:
-    value = term_value(term, cql_type, column, context, table)
+    return _inside_collection(term_value(term, cql_type, column, context, table), column)
+
+
+def _inside_collection(value: Any, column: str) -> Any:
+    """``value`` as an element of a collection: InvalidRequest for null or unset."""
     if value is None:
         raise InvalidRequest(f"null is not supported inside collections (column {column})")
     if value is UNSET:
