@@ -66,8 +66,7 @@ from ringflow.cql._ast import (
     UpdateStatement,
     UseStatement,
 )
-from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES, AuthStatement
-from ringflow.cql._auth_rows import PlaneAuthRows
+from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
@@ -91,6 +90,14 @@ from ringflow.cql._error_responses import (
     WriteTimeoutResponse,
 )
 from ringflow.cql._exec_auth import AuthService, AuthSettings
+from ringflow.cql._exec_auth_hooks import (
+    check_batch_entry,
+    check_statement,
+    make_auth_service,
+    preload_grants,
+    role_statement_work,
+    schema_change_work,
+)
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
     ExecutorLimits,
@@ -109,7 +116,6 @@ from ringflow.cql._exec_dml import (
     live_list_cells,
     update_mutations,
 )
-from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
@@ -134,7 +140,6 @@ from ringflow.cql._results import (
     PreparedResult,
     RowsMetadata,
     SchemaChange,
-    SchemaChangeResult,
     SchemaChangeTarget,
     SetKeyspaceResult,
     VoidResult,
@@ -387,9 +392,8 @@ class QueryProcessor:
     def enable_auth(self, settings: AuthSettings, clock_ms: Callable[[], float]) -> AuthService:
         """Check logins and permissions from now on (``_exec_auth``); the roles live in
         ``system_auth``, read and written through this processor's data plane."""
-        rows = PlaneAuthRows(lambda: self._data_plane, self._clock)
-        self.auth = AuthService(
-            rows, settings, clock_ms=clock_ms, next_timestamp_us=self._next_auth_timestamp
+        self.auth = make_auth_service(
+            lambda: self._data_plane, self._clock, settings, clock_ms, self._next_auth_timestamp
         )
         return self.auth
 
@@ -421,13 +425,8 @@ class QueryProcessor:
 
     # --- the four requests ---------------------------------------------------------------------
 
-    def _load_grants(self, session: SessionState) -> None:
-        """Outside the lock (``AuthService.preload``)."""
-        if self.auth is not None and session.user is not None:
-            self.auth.preload(session.user)
-
     def query(self, query: Query, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
 
         def run() -> Response:
             statement = parse_statement(query.query)
@@ -445,7 +444,7 @@ class QueryProcessor:
         return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
 
     def execute(self, execute: Execute, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
 
         def run() -> Response:
             prepared = self._prepared.get(execute.statement_id)
@@ -463,7 +462,7 @@ class QueryProcessor:
         return self._guard(run, execute.parameters.consistency)
 
     def batch(self, batch: Batch, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
         return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -525,11 +524,12 @@ class QueryProcessor:
         fingerprint: bytes,
     ) -> Response:
         context = self._context(values, keyspace)
-        auth = self.auth
-        if auth is not None and session.user is not None:
-            auth.authorize_all(session.user, statement, keyspace, self._state)
+        check_statement(self.auth, session.user, statement, keyspace, self._state)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
-            return self._auth_statement(statement, session, keyspace)
+            self._defer(
+                role_statement_work(self.auth, statement, session.user, keyspace, self._state)
+            )
+            return VoidResult()  # replaced by the statement's answer
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
                 raise InvalidRequest("ANY ConsistencyLevel is only supported for writes")
@@ -562,10 +562,9 @@ class QueryProcessor:
             return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
-            if auth is not None and isinstance(response, SchemaChangeResult):
-                work = auth.schema_change_work(session.user, response.change)
-                if work is not None:  # grants of a creator, or on what was dropped
-                    self._defer(work)
+            work = schema_change_work(self.auth, session.user, response)
+            if work is not None:  # grants of a creator, or on what was dropped
+                self._defer(work)
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -574,22 +573,6 @@ class QueryProcessor:
         assert isinstance(statement, InsertStatement | UpdateStatement | DeleteStatement)
         timestamp = self._default_timestamp(params.default_timestamp)
         self._apply(self._mutations(statement, context, timestamp))
-        return VoidResult()
-
-    def _auth_statement(
-        self, statement: AuthStatement, session: SessionState, keyspace: str | None
-    ) -> Response:
-        """A role or permission statement: run once the lock is released (its reads and
-        writes go through the cluster)."""
-        auth = self.auth
-        if auth is None:
-            raise InvalidRequest(
-                "Roles and permissions need an authenticator or authorizer: start the node "
-                "with authenticator: PasswordAuthenticator (ringflow cluster start --auth)"
-            )
-        runner = RoleStatements(auth, self._state)
-        user = session.user
-        self._defer(lambda: runner.execute(statement, user, keyspace))
         return VoidResult()
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
@@ -685,7 +668,6 @@ class QueryProcessor:
         self._check_batch_size(len(batch.statements))
         timestamp = self._default_timestamp(batch.default_timestamp)
         mutations: list[Mutation] = []
-        auth = self.auth if session.user is not None else None
         for entry in batch.statements:
             if isinstance(entry.statement, bytes):
                 prepared = self._prepared.get(entry.statement)
@@ -700,8 +682,7 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
-            if auth is not None and session.user is not None:
-                auth.authorize(session.user, statement, keyspace, self._state)
+            check_batch_entry(self.auth, session.user, statement, keyspace, self._state)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)
