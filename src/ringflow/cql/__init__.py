@@ -122,6 +122,7 @@ from ringflow.cql._connection import (
     RequestEvent,
     ServerConnection,
 )
+from ringflow.cql._error_mapping import response_for_error
 from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
     AnyErrorResponse,
@@ -152,7 +153,6 @@ from ringflow.cql._executor import (
     QueryProcessor,
     SchemaListener,
     SessionState,
-    response_for_error,
 )
 from ringflow.cql._frame import (
     DEFAULT_MAX_FRAME_SIZE,

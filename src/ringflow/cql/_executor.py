@@ -18,11 +18,9 @@ Rules:
   mutation's latest timestamp and the partition's token, ``cdc$time`` low bits from the random
   generator), so base rows and log rows commit together. Direct writes to CDC log tables and to
   ``system``/``system_schema`` are refused; ``system_distributed*`` tables are writable.
-* Errors: every exception becomes its protocol error (``response_for_error``): SyntaxProblem 0x2000,
-  Invalid 0x2200 (schema, value and CDC rejections included), ConfigurationError 0x2300,
-  AlreadyExists 0x2400 with keyspace/table, Unprepared 0x2500, Unauthorized 0x2100; anything
-  else, our own InternalError included, is ServerError 0x0000, logged with its traceback and
-  counted in ``internal_errors`` (each one is a bug).
+* Errors: every exception becomes its protocol error (``_error_mapping.response_for_error``);
+  anything else than our typed errors, our own InternalError included, is ServerError 0x0000,
+  logged with its traceback and counted in ``internal_errors`` (each one is a bug).
 * One lock serializes requests, so the processor may be shared by the shell's worker threads,
   except for a request's data-plane call: a write is decided under the lock (mutations,
   timestamp, CDC captures) and a SELECT planned there (table, bound values, paging), then the
@@ -78,17 +76,7 @@ from ringflow.cql._bind import (
 )
 from ringflow.cql._cdc_log_rules import cdc_log_base
 from ringflow.cql._describe import DescribePage, describe_context, execute_describe
-from ringflow.cql._error_responses import (
-    AlreadyExistsResponse,
-    ErrorResponse,
-    FunctionFailureResponse,
-    ReadFailureResponse,
-    ReadTimeoutResponse,
-    UnavailableResponse,
-    UnpreparedResponse,
-    WriteFailureResponse,
-    WriteTimeoutResponse,
-)
+from ringflow.cql._error_mapping import response_for_error
 from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_auth_hooks import (
     check_batch_entry,
@@ -146,11 +134,7 @@ from ringflow.cql._results import (
 )
 from ringflow.cql._wire import UNSET, Consistency, CqlValue
 from ringflow.errors import (
-    AlreadyExists,
-    ErrorCode,
-    FunctionFailure,
     InvalidRequest,
-    RingflowError,
     invariant,
 )
 from ringflow.schema import (
@@ -158,7 +142,6 @@ from ringflow.schema import (
     Cell,
     Migration,
     Mutation,
-    SchemaAlreadyExists,
     SchemaState,
     Table,
     merge_mutations,
@@ -171,19 +154,6 @@ _log = logging.getLogger(__name__)
 
 SchemaListener = Callable[[SchemaChange], None]
 _SERIAL = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
-_SIMPLE_ERROR_CODES = frozenset(
-    {
-        ErrorCode.PROTOCOL_ERROR,
-        ErrorCode.SYNTAX_ERROR,
-        ErrorCode.UNAUTHORIZED,
-        ErrorCode.INVALID,
-        ErrorCode.CONFIG_ERROR,
-        ErrorCode.OVERLOADED,
-        ErrorCode.IS_BOOTSTRAPPING,
-        ErrorCode.TRUNCATE_ERROR,
-        ErrorCode.AUTHENTICATION_ERROR,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,67 +177,6 @@ class SessionState:
 
     keyspace: str | None = None
     user: str | None = None
-
-
-def response_for_error(
-    error: BaseException, consistency: Consistency = Consistency.ONE
-) -> tuple[Response, bool]:
-    """The protocol error for ``error``, and whether it is an internal error (a bug)."""
-    if isinstance(error, UnpreparedStatement):
-        return UnpreparedResponse(str(error), error.statement_id), False
-    if isinstance(error, SchemaAlreadyExists):
-        return AlreadyExistsResponse(str(error), error.keyspace, error.table), False
-    if isinstance(error, AlreadyExists):
-        return AlreadyExistsResponse(str(error), "", ""), False
-    if isinstance(error, FunctionFailure):
-        failure = FunctionFailureResponse(
-            str(error), error.keyspace, error.function, error.argument_types
-        )
-        return failure, False
-    if isinstance(error, RingflowError):
-        if error.code in _SIMPLE_ERROR_CODES:
-            return ErrorResponse(error.code, str(error)), False
-        coordinated = _coordinator_error_response(error)
-        if coordinated is not None:
-            return coordinated, False
-        if error.code == ErrorCode.READ_FAILURE:  # a local read failure (e.g. too many tombstones)
-            return ReadFailureResponse(str(error), consistency, 0, 1, 1, False), False
-    return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
-
-
-# Errors a cluster data plane raises, by code: the response type and the error's attribute
-# names giving its fields, in order (duck-typed: ``ringflow.cluster`` depends on this package).
-_COORDINATOR_ERRORS: dict[ErrorCode, tuple[Callable[..., Response], tuple[str, ...]]] = {
-    ErrorCode.UNAVAILABLE: (UnavailableResponse, ("consistency", "required", "alive")),
-    ErrorCode.WRITE_TIMEOUT: (
-        WriteTimeoutResponse,
-        ("consistency", "received", "block_for", "write_type"),
-    ),
-    ErrorCode.READ_TIMEOUT: (
-        ReadTimeoutResponse,
-        ("consistency", "received", "block_for", "data_present"),
-    ),
-    ErrorCode.WRITE_FAILURE: (
-        WriteFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "write_type"),
-    ),
-    ErrorCode.READ_FAILURE: (
-        ReadFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "data_present"),
-    ),
-}
-
-
-def _coordinator_error_response(error: RingflowError) -> Response | None:
-    """Unavailable, timeouts and failures raised by a cluster data plane, with their fields."""
-    entry = _COORDINATOR_ERRORS.get(error.code)
-    if entry is None:
-        return None
-    response_type, names = entry
-    fields = vars(error)
-    if not all(name in fields for name in names):
-        return None
-    return response_type(str(error), *(fields[name] for name in names))
 
 
 class DataPlane(Protocol):

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ringflow.cql._error_mapping import response_for_error
 from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
     ErrorResponse,
@@ -26,7 +27,6 @@ from ringflow.cql._error_responses import (
     UnpreparedResponse,
 )
 from ringflow.cql._exec_common import UnpreparedStatement
-from ringflow.cql._executor import response_for_error
 from ringflow.cql._wire import UNSET, CqlValue
 from ringflow.errors import ErrorCode, InternalError
 from ringflow.storage import TooManyTombstones
