@@ -235,7 +235,8 @@ def internode_counters(cluster: ClusterNode) -> dict[str, int]:
     if callable(stats):
         snapshot = stats()
         names = ("frames_received", "protocol_violations", "read_timeouts", "handler_errors")
-        for name in (*names, "links_evicted", "connections_refused"):
+        more = ("links_evicted", "connections_refused", "tls_handshake_failures")
+        for name in (*names, *more, "tls_handshakes_refused"):
             value = getattr(snapshot, name, None)
             if isinstance(value, int):
                 counters[f"network_{name}"] = value
