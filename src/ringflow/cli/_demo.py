@@ -331,9 +331,12 @@ def compare(
 # --- the story ------------------------------------------------------------------------------------
 
 
-def driver_cluster(contact_points: list[str], port: int, policy: Any, consistency: str) -> Any:
+def driver_cluster(
+    contact_points: list[str], port: int, policy: Any, consistency: str, **options: Any
+) -> Any:
     """A driver ``Cluster`` (protocol v4) whose requests use ``policy`` at ``consistency``, rows
-    as dicts; it reconnects to a restarted node within a second."""
+    as dicts; it reconnects to a restarted node within a second. ``options`` go to the
+    ``Cluster`` (``ssl_context``, ``auth_provider``)."""
     from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import ConstantReconnectionPolicy
@@ -352,6 +355,7 @@ def driver_cluster(contact_points: list[str], port: int, policy: Any, consistenc
         connect_timeout=10,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         reconnection_policy=ConstantReconnectionPolicy(0.3, None),
+        **options,
     )
 
 

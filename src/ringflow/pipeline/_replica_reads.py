@@ -37,7 +37,7 @@ from cassandra.cluster import (
 from cassandra.policies import ExponentialReconnectionPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import tuple_factory
 
-from ringflow.pipeline._cluster_client import auth_provider, prepared
+from ringflow.pipeline._cluster_client import DriverTls, auth_provider, prepared
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.replication import (
     CAPTURED_ROWS_TABLE,
@@ -75,6 +75,8 @@ class NodeAddress:
     request_timeout_s: float = 30.0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    tls: DriverTls | None = None
+    """The edge's TLS (its CA, a client certificate when required): paths, picklable."""
 
 
 class _PinnedSessions:
@@ -104,6 +106,7 @@ def _connect(node: NodeAddress) -> tuple[Cluster, Session]:
         token_metadata_enabled=False,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
         auth_provider=auth_provider(node.username, node.password),
+        ssl_context=None if node.tls is None else node.tls.context(),
     )
     try:
         return cluster, cluster.connect()
