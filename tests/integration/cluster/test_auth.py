@@ -12,6 +12,7 @@ What it proves, with the real Python driver and cqlsh as clients:
 * bad input: AUTH_RESPONSE before STARTUP and a QUERY before login are protocol errors;
   malformed SASL tokens (no NUL, empty, null, 1 MiB) are AuthenticationFailed; a flood of failed
   logins gets typed errors and the node keeps serving a logged-in session (no ServerError);
+* ``ringflow cluster status`` shows the auth mode every node runs with, and TLS off;
 * a node restarted without auth is kept out of its peers' ring, with a message.
 """
 
@@ -47,7 +48,7 @@ from ringflow.cql import (
     encode_plain_token,
 )
 from ringflow.errors import ErrorCode
-from tests.integration.cluster.conftest import LocalCluster, started_cluster, wait_until
+from tests.integration.cluster.conftest import LocalCluster, ringflow, started_cluster, wait_until
 
 VALIDITY_S = 2.0
 SOCKET_TIMEOUT_S = 30.0
@@ -252,6 +253,21 @@ def test_a_flood_of_failed_logins_leaves_the_node_serving(auth_cluster: LocalClu
                 assert admin.execute("SELECT key FROM system.local").one() is not None
     assert set(codes) == {ErrorCode.AUTHENTICATION_ERROR}
     assert admin.execute("SELECT key FROM system.local").one() is not None
+
+
+def test_cluster_status_shows_the_auth_mode_and_that_tls_is_off(
+    auth_cluster: LocalCluster,
+) -> None:
+    """``ringflow cluster status`` of a cluster started with ``--auth`` and without ``--tls``:
+    every running node reports PasswordAuthenticator/CassandraAuthorizer, and the live check
+    of each native port finds plaintext served and no TLS."""
+    status = ringflow("cluster", "status", "--data", str(auth_cluster.data))
+    assert "auth: on (PasswordAuthenticator/CassandraAuthorizer) on 3 running node(s)" in status, (
+        status
+    )
+    for address in auth_cluster.addresses:
+        line = next(x for x in status.splitlines() if x.startswith(f"TLS check {address}:"))
+        assert "TLS not served" in line and line.endswith("plaintext served"), line
 
 
 def test_a_node_with_another_authenticator_is_refused(auth_cluster: LocalCluster) -> None:

@@ -213,6 +213,8 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         )
     return {
         "address": node.config.address,
+        "native_port": node.config.native_port,
+        "auth_mode": auth_mode(node.config.auth),
         "host_id": str(node.record.host_id),
         "pid": os.getpid(),
         "load_bytes": _load_bytes(node.config.data_dir),
