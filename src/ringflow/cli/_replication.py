@@ -41,7 +41,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_OK
-from ringflow.cli._replicate import add_edge_access_options, edge_access
+from ringflow.cli._replicate import add_edge_access_options, edge_access, given_ssl
 from ringflow.cli._replication_status import register as register_status
 
 if TYPE_CHECKING:
@@ -352,7 +352,7 @@ def run_dead_replay(arguments: argparse.Namespace) -> int:
         def source_table(keyspace: str, name: str) -> Any:
             return load_table(cluster, keyspace, name)
 
-        with DestinationAppliers(url, source_table, target) as apply:
+        with DestinationAppliers(url, source_table, target, given_ssl(arguments)) as apply:
             report = replay_dead_letters(session, arguments.channel, apply)
     finally:
         cluster.shutdown()

@@ -162,6 +162,18 @@ def hub_tls(url: str, default: DriverTls | None = None) -> DriverTls | None:
     return driver_tls(given)
 
 
+def hub_access(
+    url: str, default_tls: DriverTls | None = None
+) -> tuple[DriverTls | None, dict[str, str]]:
+    """How a ``ringflow://`` URL's hub is reached: its TLS (``hub_tls``) and its login
+    (``user@`` with ``password_file``, ``hub_login``); the log mode, the replica mode's channels
+    and dead-letter replays read it the same way."""
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    login = hub_login(parts.username, parts.password, query.get("password_file"))
+    return hub_tls(url, default_tls), login
+
+
 def _hub_destination(
     url: str, table: Table, allow_alter: bool, default_tls: DriverTls | None = None
 ) -> tuple[str, Mapping[str, str], str]:
@@ -173,7 +185,7 @@ def _hub_destination(
     if unknown:
         raise PipelineConfigError(f"{redact(url)!r}: unknown parameter(s) {unknown}")
     consistency = query.get("consistency", "QUORUM").upper()
-    login = hub_login(parts.username, parts.password, query.get("password_file"))
+    tls, login = hub_access(url, default_tls)
     options = hub_options(
         hosts,
         keyspace,
@@ -182,7 +194,7 @@ def _hub_destination(
         port=port,
         consistency=consistency,
         allow_alter=allow_alter,
-        tls=hub_tls(url, default_tls),
+        tls=tls,
         login=login,
     )
     return HUB_FORMAT, options, f"{keyspace}.{name}"

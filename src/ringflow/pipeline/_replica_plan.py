@@ -32,7 +32,12 @@ from ringflow.pipeline._cluster_client import (
     load_table,
 )
 from ringflow.pipeline._dead_letters import dead_letter_access_options
-from ringflow.pipeline._destinations import Destination, parse_hosts, parse_table_name
+from ringflow.pipeline._destinations import (
+    Destination,
+    hub_access,
+    parse_hosts,
+    parse_table_name,
+)
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
 from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
@@ -114,6 +119,7 @@ def channel_destination(
     try:
         if url.kind is DestinationKind.HUB:
             keyspace, name = parse_table_name(channel.target)
+            tls, login = hub_access(url.url, None if edge is None else edge.tls)
             options = hub_options(
                 url.hosts,
                 keyspace,
@@ -122,6 +128,8 @@ def channel_destination(
                 port=url.port or 9042,
                 consistency=url.consistency or "QUORUM",
                 allow_alter=allow_alter,
+                tls=tls,
+                login=login,
             )
             options = {**options, **dead_letters}
         elif url.kind is DestinationKind.LAKE:
