@@ -15,7 +15,9 @@ handed on are exactly the copy, or :class:`ReplicaReadError` is raised. A copy t
 or a node that is down, is an error too, never fewer rows.
 
 Sessions are kept per node address in each process (at most ``MAX_PINNED_SESSIONS``, the oldest
-shut down first), with no schema or token metadata (a read needs neither).
+shut down first), with no schema or token metadata (a read needs neither). A node of an edge
+with auth and TLS is reached as the job reaches the edge: ``NodeAddress`` carries the login
+(the password out of its repr) and the TLS files (issue 18).
 """
 
 from __future__ import annotations
