@@ -43,6 +43,9 @@ SUPERUSER = "cassandra"
 REPLICATOR = "replicator"
 HUB_WRITER = "hub_writer"
 LOGIN_TIMEOUT_S = 60.0
+LOGIN_RETRY_S = 0.5
+"""Between tries of a login a node does not accept yet (a role cache holds an old password
+for up to 2 s): a few failed logins, far below the node's limit per client address."""
 POSTGRES_ADDRESS = "127.0.0.1"
 
 
@@ -182,7 +185,7 @@ def wait_logins(endpoints: Sequence[tuple[str, int]], options: dict[str, Any]) -
             except Exception:  # AuthenticationFailed / NoHostAvailable until the node has it
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.3)
+                time.sleep(LOGIN_RETRY_S)
 
 
 @contextmanager
