@@ -3,7 +3,12 @@ a hub node and PostgreSQL, creates replication channels, runs replica-side repli
 writes at QUORUM (with a kill -9 and a restart of one edge node on the way, and the hub away for
 a while), waits for the restarted node's hints and for every destination to catch up, verifies,
 plots and stops everything, within a bounded time. (On a random free loopback block: other
-engineers' nodes may hold 127.0.0.1-3 at the same time.)"""
+engineers' nodes may hold 127.0.0.1-3 at the same time.)
+
+Security is on, as the demo runs by default (issue 18): the edge cluster runs ``cluster start
+--tls --auth``, the hub node TLS and auth, PostgreSQL TLS only; the job and the channel commands
+log in as ``replicator``, the hub sink as ``hub_writer``, with random passwords kept in
+``<workdir>/secrets``, none of which appears in the output or the job's log."""
 
 from __future__ import annotations
 
@@ -47,6 +52,12 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert "OK: every destination equals the edge table" in output
     for destination in ("hub", "lake", "postgres"):
         assert destination in output
+    assert "security: TLS everywhere" in output and "--ssl-ca" in output
+    assert "sslmode=verify-full" in output and "ssl=true&password_file=" in output
+    passwords = [path.read_text().strip() for path in (workdir / "secrets").iterdir()]
+    assert len(passwords) == 3  # the superusers', the replicator's, the hub writer's
+    job_log = (workdir / "job.log").read_text()
+    assert not any(password in output or password in job_log for password in passwords)
     plot = workdir / "replication.png"
     assert plot.exists() and plot.stat().st_size > 10_000
     # every process the demo started is gone: nothing listens on its data directories

@@ -23,7 +23,9 @@ running node on its capture (slices open, sealed, unpublished, rows, bytes, drop
 
 ``start --tls`` (``_tls_options``) makes a local CA and per-node certificates under
 ``<data>/tls`` and runs every node with TLS on the native port and between nodes; ``status``
-then names the CA a client needs.
+then names the CA a client needs. ``status`` also shows the auth mode the running nodes report
+and checks each one's native port live: whether it requires TLS and when its certificate
+expires (``_security_status``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from ringflow.cli._native_options import (
     given_native_options,
     native_arguments,
 )
+from ringflow.cli._security_status import auth_summary, tls_checks
 from ringflow.cli._tls_options import (
     add_cluster_tls_options,
     add_node_tls_options,
@@ -610,9 +613,11 @@ def format_status(data: Path, layout: dict[str, object], rf: int = 3) -> str:
     lines.extend(
         capture_summary(status) for status in statuses if isinstance(status.get("capture"), dict)
     )
+    lines.append(auth_summary(statuses, layout))
     tls = tls_summary(layout.get("tls"))
     if tls is not None:
         lines.append(tls)
+    lines.extend(tls_checks(statuses, layout, data))
     from ringflow.cli._repair import format_last_repairs
 
     lines.extend(format_last_repairs(data, layout))

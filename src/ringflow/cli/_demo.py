@@ -55,6 +55,8 @@ from rich.table import Table as RichTable
 from ringflow.cli import EXIT_FAILURE, EXIT_OK
 from ringflow.cli._demo_cluster import LocalCluster, NodeGroup, NodeProcess
 from ringflow.cli._demo_postgres import PostgresServer
+from ringflow.cli._demo_security import DemoSecurity
+from ringflow.runtime import TLS_DIR_NAME
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -105,6 +107,12 @@ def register(subcommands: Subcommands) -> None:
     )
     parser.add_argument(
         "--hub-address", default=HUB_ADDRESS, help=f"the hub's address (default {HUB_ADDRESS})"
+    )
+    parser.add_argument(
+        "--no-security",
+        action="store_true",
+        help="run every connection in plaintext without logins (default: TLS and auth on the "
+        "edge, the hub and PostgreSQL)",
     )
     parser.set_defaults(handler=run)
 
@@ -331,9 +339,12 @@ def compare(
 # --- the story ------------------------------------------------------------------------------------
 
 
-def driver_cluster(contact_points: list[str], port: int, policy: Any, consistency: str) -> Any:
+def driver_cluster(
+    contact_points: list[str], port: int, policy: Any, consistency: str, **options: Any
+) -> Any:
     """A driver ``Cluster`` (protocol v4) whose requests use ``policy`` at ``consistency``, rows
-    as dicts; it reconnects to a restarted node within a second."""
+    as dicts; it reconnects to a restarted node within a second. ``options`` go to the
+    ``Cluster`` (``ssl_context``, ``auth_provider``)."""
     from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import ConstantReconnectionPolicy
@@ -352,6 +363,7 @@ def driver_cluster(contact_points: list[str], port: int, policy: Any, consistenc
         connect_timeout=10,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         reconnection_policy=ConstantReconnectionPolicy(0.3, None),
+        **options,
     )
 
 
@@ -363,12 +375,15 @@ def _connect(stage: Stage, name: str, driver: Any) -> Any:
 
 
 def _open_sessions(stage: Stage) -> None:
-    """``edge``: token-aware over the 3 edge nodes at QUORUM; ``hub``: the hub at ONE."""
+    """``edge``: token-aware over the 3 edge nodes at QUORUM; ``hub``: the hub at ONE (both as
+    the superuser, over TLS, when the demo runs secured)."""
     from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
 
+    login = stage.security.driver_options()
     edge_policy = TokenAwarePolicy(DCAwareRoundRobinPolicy())
-    _connect(stage, "edge", driver_cluster(stage.edge.addresses, 9042, edge_policy, "QUORUM"))
-    hub = driver_cluster([stage.hub.address], stage.hub.port, RoundRobinPolicy(), "ONE")
+    edge = driver_cluster(stage.edge.addresses, 9042, edge_policy, "QUORUM", **login)
+    _connect(stage, "edge", edge)
+    hub = driver_cluster([stage.hub.address], stage.hub.port, RoundRobinPolicy(), "ONE", **login)
     _connect(stage, "hub", hub)
 
 
@@ -376,8 +391,39 @@ def _pinned_session(stage: Stage, address: str) -> Any:
     """A session whose every request goes to ``address`` (at ONE)."""
     from cassandra.policies import WhiteListRoundRobinPolicy
 
-    pinned = driver_cluster([address], 9042, WhiteListRoundRobinPolicy([address]), "ONE")
+    policy = WhiteListRoundRobinPolicy([address])
+    login = stage.security.driver_options()
+    pinned = driver_cluster([address], 9042, policy, "ONE", **login)
     return _connect(stage, f"pinned {address}", pinned)
+
+
+def _prepare(console: Console, stage: Stage) -> None:
+    """The schema, and with security the roles (``_demo_security``); then the sessions."""
+    security = stage.security
+    if not security.enabled:
+        _open_sessions(stage)
+        _create_schema(stage.sessions["edge"], stage.sessions["hub"])
+        return
+    from ringflow.cli import _demo_security as secured
+
+    edge_nodes = [(address, 9042) for address in stage.edge.addresses]
+    hub_node = [(stage.hub.address, stage.hub.port)]
+    with (
+        secured.superuser_session(security, edge_nodes) as edge,
+        secured.superuser_session(security, hub_node) as hub,
+    ):
+        _create_schema(edge, hub)
+        secured.secure_roles(security, edge, KEYSPACE, secured.REPLICATOR)
+        secured.secure_roles(security, hub, KEYSPACE, secured.HUB_WRITER)
+    for endpoints, role in ((edge_nodes, secured.REPLICATOR), (hub_node, secured.HUB_WRITER)):
+        for who in (role, secured.SUPERUSER):
+            secured.wait_logins(endpoints, security.driver_options(who))
+    console.print(
+        f"security: TLS everywhere (CA {security.ca}); the job logs in as "
+        f"{secured.REPLICATOR}, the hub sink as {secured.HUB_WRITER}; the superusers' default "
+        f"passwords replaced; passwords in {security.secrets_dir}"
+    )
+    _open_sessions(stage)
 
 
 def _create_schema(edge_session: Any, hub_session: Any) -> None:
@@ -405,14 +451,19 @@ def _workdir(path: Path | None) -> Iterator[Path]:
 
 @dataclass(slots=True)
 class Stage:
-    """Where everything runs."""
+    """Where everything runs, and how it is reached (``security``)."""
 
     workdir: Path
     edge: LocalCluster
     hub: NodeProcess
     postgres: PostgresServer
+    security: DemoSecurity
     sessions: dict[str, Any] = field(default_factory=dict)
     clusters: list[Any] = field(default_factory=list)
+
+    @property
+    def postgres_url(self) -> str:
+        return self.security.postgres_url(self.postgres.url)
 
 
 def _print_places(console: Console, stage: Stage) -> None:
@@ -422,7 +473,14 @@ def _print_places(console: Console, stage: Stage) -> None:
     edge = f"{', '.join(stage.edge.addresses)}  data {stage.edge.data}"
     places.add_row(f"edge cluster ({len(stage.edge.addresses)} nodes, RF 3, CDC on)", edge)
     places.add_row("hub node", f"{stage.hub.endpoint}  data {stage.hub.data_dir}")
-    places.add_row("PostgreSQL", stage.postgres.url)
+    places.add_row("PostgreSQL", stage.postgres_url)
+    security = stage.security
+    places.add_row(
+        "security",
+        f"TLS (CA {security.ca}) and auth on the edge, the hub, PostgreSQL"
+        if security.enabled
+        else "none (--no-security)",
+    )
     places.add_row("Parquet lake", str(stage.workdir / "lake"))
     places.add_row("Spark checkpoints", str(stage.workdir / "checkpoints"))
     console.print(places)
@@ -474,7 +532,7 @@ def verify(stage: Stage, table: Table) -> list[Verdict]:
             )
         ),
         "postgres": lambda: live_rows(
-            read_postgres_live(stage.postgres.url, f"{KEYSPACE}_{TABLE}", table, now_s)
+            read_postgres_live(stage.postgres_url, f"{KEYSPACE}_{TABLE}", table, now_s)
         ),
     }
     verdicts = []
@@ -534,8 +592,7 @@ def _story(console: Console, stage: Stage, arguments: argparse.Namespace) -> boo
     from ringflow.pipeline import print_replica_summary
 
     _print_places(console, stage)
-    _open_sessions(stage)
-    _create_schema(stage.sessions["edge"], stage.sessions["hub"])
+    _prepare(console, stage)
     console.print(f"created {KEYSPACE}.{TABLE} (RF 3, CDC enabled) on the edge and on the hub")
     replica.create_channels(console, stage, f"{KEYSPACE}.{TABLE}")
     with replica.replica_job(console, stage, arguments.master) as running:
@@ -610,6 +667,9 @@ def run(arguments: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     with _workdir(arguments.workdir) as workdir, NodeGroup() as nodes:
         postgres = PostgresServer()
+        security = DemoSecurity(
+            workdir / "edge" / TLS_DIR_NAME, workdir / "secrets", not arguments.no_security
+        )
         try:
             console.print(f"[bold]ringflow demo[/] in {workdir}")
             edge_cluster = LocalCluster(
@@ -617,13 +677,16 @@ def run(arguments: argparse.Namespace) -> int:
                 EDGE_NODES,
                 first_address=arguments.edge_address,
                 num_tokens=NUM_TOKENS,
+                options=security.cluster_options(),
             )
             console.print(f"starting the edge cluster ({EDGE_NODES} nodes) ...")
             edge = nodes.cluster(edge_cluster)
-            hub_args = ("--num-tokens", str(NUM_TOKENS))
+            hub_args = ["--num-tokens", str(NUM_TOKENS)]
+            hub_args += security.hub_arguments(arguments.hub_address)
             hub = nodes.node("hub", arguments.hub_address, workdir / "hub" / "data", *hub_args)
+            postgres.tls = security.postgres_tls()
             postgres.start()
-            stage = Stage(workdir, edge, hub, postgres)
+            stage = Stage(workdir, edge, hub, postgres, security)
             try:
                 ok = _story(console, stage, arguments)
             finally:

@@ -275,8 +275,11 @@ class LocalCluster:
         num_tokens: int = 4,
         gossip_interval_ms: int = 500,
         timeout_s: float = CLUSTER_START_TIMEOUT_S,
+        options: Sequence[str] = (),
     ) -> None:
         self.data = data
+        self.options = tuple(options)
+        """More ``cluster start`` options for the first start (``--tls``, ``--auth``...)."""
         self.addresses = loopback_block(first_address, nodes)
         self.num_tokens = num_tokens
         self.gossip_interval_ms = gossip_interval_ms
@@ -305,6 +308,7 @@ class LocalCluster:
             *("--num-tokens", str(self.num_tokens)),
             *("--gossip-interval-ms", str(self.gossip_interval_ms)),
             *("--timeout", str(self.timeout_s), "--data", str(self.data)),
+            *self.options,
         )
         return self
 

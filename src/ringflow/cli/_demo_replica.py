@@ -47,9 +47,9 @@ CHANNELS = (("hub", 90), ("lake", 50), ("postgres", 30))
 
 def channel_urls(stage: Stage) -> dict[str, str]:
     return {
-        "hub": f"ringflow://{stage.hub.endpoint}?consistency=ONE",
+        "hub": stage.security.hub_url(stage.hub.endpoint),
         "lake": f"parquet:{stage.workdir / 'lake'}",
-        "postgres": stage.postgres.url,
+        "postgres": stage.postgres_url,
     }
 
 
@@ -61,8 +61,9 @@ def create_channels(console: Console, stage: Stage, table: str) -> None:
             *("replication", "channel", "create", name, "--source", stage.edge.contact_points),
             *("--table", table, "--to", urls[name], "--priority", str(priority)),
             *("--slice-width-s", str(SLICE_WIDTH_S), "--slice-count", str(SLICE_COUNT)),
+            *stage.security.edge_arguments(),
         ]
-        shown = " ".join(arguments).replace(stage.postgres.url, "postgresql://...")
+        shown = " ".join(arguments).replace(stage.postgres_url, "postgresql://...")
         console.print(f"[dim]$ ringflow {shown}")
         if cli_main(arguments) != 0:
             raise RuntimeError(f"could not create channel {name}")
@@ -95,7 +96,14 @@ def replica_job(console: Console, stage: Stage, master: str) -> Iterator[Running
         status_view,
     )
 
-    plan = plan_replica_job(stage.edge.contact_points, stage.workdir / "checkpoints", ChannelSpec())
+    security = stage.security
+    plan = plan_replica_job(
+        stage.edge.contact_points,
+        stage.workdir / "checkpoints",
+        ChannelSpec(),
+        login=security.job_login(),
+        tls=security.job_tls(),
+    )
     console.print("[bold]starting Spark[/] (local mode) and the replica-side job ...")
     priorities = [p.channel.priority for p in plan.channels]
     spark = replica_spark(
@@ -107,7 +115,7 @@ def replica_job(console: Console, stage: Stage, master: str) -> Iterator[Running
     log = (stage.workdir / "job.log").open("w")
     job = ReplicaJob(spark, plan, once=False, console=Console(file=log, width=160))
     stop = threading.Event()
-    view = status_view(stage.edge.addresses, 9042)
+    view = status_view(stage.edge.addresses, 9042, edge=security.edge(stage.edge.contact_points))
 
     def run() -> None:
         try:
@@ -154,7 +162,8 @@ def show_status(
     from ringflow.cli._replication_status import print_status
     from ringflow.pipeline import read_status, status_view
 
-    view = status_view(stage.edge.addresses, 9042)
+    edge = stage.security.edge(stage.edge.contact_points)
+    view = status_view(stage.edge.addresses, 9042, edge=edge)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -52,7 +52,7 @@ from ringflow.cli._replicate_replica import (
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
-    from ringflow.pipeline import DriverTls
+    from ringflow.pipeline import ClusterOptions, DriverTls
 
 EXIT_INTERRUPTED = 130  # a --once run stopped by Ctrl-C before its target (as shells report)
 
@@ -169,6 +169,21 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is in [0, 65535], got {port}")
     return port
+
+
+def add_edge_access_options(parser: argparse.ArgumentParser) -> None:
+    """How an edge with auth and TLS is reached: ``--username`` / ``--password-file`` and
+    ``--ssl-ca`` (with ``--ssl-certfile`` / ``--ssl-keyfile``)."""
+    add_login_options(parser)
+    add_ssl_options(parser)
+
+
+def edge_access(arguments: argparse.Namespace, source: str) -> ClusterOptions:
+    """The edge at ``source`` (its ``system_replication`` tables) with the command line's
+    login and TLS (``add_edge_access_options``)."""
+    from ringflow.pipeline import edge_options
+
+    return edge_options(source, source_login(arguments), given_ssl(arguments))
 
 
 def add_login_options(parser: argparse.ArgumentParser) -> None:

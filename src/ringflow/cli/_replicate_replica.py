@@ -115,7 +115,7 @@ def run_replica(arguments: argparse.Namespace) -> int:
     )
     permits = DEFAULT_PERMITS if arguments.permits is None else arguments.permits
     alter = alter_destinations(arguments.alter_destinations)
-    from ringflow.cli._replicate import source_login
+    from ringflow.cli._replicate import given_ssl, source_login
 
     plan = plan_replica_job(
         arguments.source,
@@ -124,6 +124,7 @@ def run_replica(arguments: argparse.Namespace) -> int:
         permits=permits,
         alter_destinations=alter,
         login=source_login(arguments),
+        tls=given_ssl(arguments),
     )
     console.print(f"replica-side replication from {arguments.source}; channels:")
     for channel_plan in plan.channels:

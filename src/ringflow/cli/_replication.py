@@ -41,6 +41,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_OK
+from ringflow.cli._replicate import add_edge_access_options, edge_access, given_ssl
 from ringflow.cli._replication_status import register as register_status
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def _common(parser: argparse.ArgumentParser, *, named: bool) -> None:
     if named:
         parser.add_argument("name", help="the channel's name")
     parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
+    add_edge_access_options(parser)
 
 
 def _channel_options(parser: argparse.ArgumentParser, action: str) -> None:
@@ -129,11 +131,11 @@ def _channel_options(parser: argparse.ArgumentParser, action: str) -> None:
     parser.set_defaults(handler=run_create if required else run_update)
 
 
-def _session(source: str) -> tuple[Any, Any]:
-    from ringflow.pipeline import ClusterOptions, connect_cluster, parse_hosts
+def _session(arguments: argparse.Namespace) -> tuple[Any, Any]:
+    """The edge's cluster and session, with the command line's login and TLS."""
+    from ringflow.pipeline import connect_cluster
 
-    hosts, port = parse_hosts(source, "--source")
-    return connect_cluster(ClusterOptions(tuple(hosts), "system_replication", "channels", port))
+    return connect_cluster(edge_access(arguments, arguments.source))
 
 
 def _slicing(arguments: argparse.Namespace, current: Any = None) -> Any:
@@ -183,7 +185,7 @@ def run_create(arguments: argparse.Namespace) -> int:
         transmission_enabled=not arguments.no_transmission,
         **options,
     )
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         channel = create_channel(cluster, session, channel, inherit_slicing=slicing is None)
     finally:
@@ -196,7 +198,7 @@ def run_update(arguments: argparse.Namespace) -> int:
     from ringflow.pipeline import find_channel, parse_table_name, update_channel
     from ringflow.replication import ChannelOrder
 
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         current = find_channel(session, arguments.name)
         changes: dict[str, object] = {}
@@ -233,7 +235,7 @@ def run_switch(arguments: argparse.Namespace) -> int:
         changes["collection_enabled"] = enabled
     if arguments.transmission or not arguments.collection:
         changes["transmission_enabled"] = enabled
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         update_channel(cluster, session, arguments.name, **changes)
     finally:
@@ -246,7 +248,7 @@ def run_switch(arguments: argparse.Namespace) -> int:
 def run_drop(arguments: argparse.Namespace) -> int:
     from ringflow.pipeline import drop_channel, find_channel
 
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         find_channel(session, arguments.name)
         drop_channel(session, arguments.name)
@@ -259,7 +261,7 @@ def run_drop(arguments: argparse.Namespace) -> int:
 def run_list(arguments: argparse.Namespace) -> int:
     from ringflow.pipeline import channel_table_rows, load_channels
 
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         channels = load_channels(session)
     finally:
@@ -301,7 +303,7 @@ def run_dead_list(arguments: argparse.Namespace) -> int:
 
     from ringflow.pipeline import list_dead_letters
 
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     table = RichTable("failed_at", "id", "table", "reason")
     count = 0
     try:
@@ -335,7 +337,7 @@ def run_dead_replay(arguments: argparse.Namespace) -> int:
         replay_dead_letters,
     )
 
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         stored = _known_channel(session, arguments.channel)
         url, target = arguments.to, None
@@ -350,7 +352,7 @@ def run_dead_replay(arguments: argparse.Namespace) -> int:
         def source_table(keyspace: str, name: str) -> Any:
             return load_table(cluster, keyspace, name)
 
-        with DestinationAppliers(url, source_table, target) as apply:
+        with DestinationAppliers(url, source_table, target, given_ssl(arguments)) as apply:
             report = replay_dead_letters(session, arguments.channel, apply)
     finally:
         cluster.shutdown()
@@ -373,7 +375,7 @@ def run_dead_drop(arguments: argparse.Namespace) -> int:
             before = failed_before(arguments.before)
         except ValueError as error:
             raise PipelineConfigError(f"--before: {error}") from None
-    cluster, session = _session(arguments.source)
+    cluster, session = _session(arguments)
     try:
         _known_channel(session, arguments.channel)
         dropped = drop_dead_letters(session, arguments.channel, before=before)

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from ringflow.cli import EXIT_OK
+from ringflow.cli._replicate import add_edge_access_options, edge_access
 
 if TYPE_CHECKING:
     from ringflow.pipeline import ReplicationStatus
@@ -36,6 +37,7 @@ WIDE = 220  # columns of the tables when the output is not a terminal
 def register(verbs: Any) -> None:
     parser = verbs.add_parser("status", help="backlog per channel, ranks and slices per node")
     parser.add_argument("--source", required=True, help="edge contact point(s): host[,host][:port]")
+    add_edge_access_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--watch", type=_positive, metavar="SECONDS", help="look again every S")
     parser.add_argument("--samples", type=int, help="with --watch: this many looks, then stop")
@@ -134,7 +136,7 @@ def run_status(arguments: argparse.Namespace) -> int:
         raise PipelineConfigError("--samples and --plot need --watch SECONDS")
     hosts, port = parse_hosts(arguments.source, "--source")
     console = Console(width=None if sys.stdout.isatty() else WIDE)  # a pipe gets whole rows
-    view = status_view(hosts, port)
+    view = status_view(hosts, port, edge=edge_access(arguments, arguments.source))
     samples = []
     try:
         while True:

@@ -15,17 +15,19 @@ from ringflow.cql._exec_common import require_keyspace
 
 @dataclass(frozen=True, slots=True)
 class RoleOptions:
-    """``WITH PASSWORD = '..' AND LOGIN = b AND SUPERUSER = b`` (None: not given)."""
+    """``WITH PASSWORD = '..' AND LOGIN = b AND SUPERUSER = b`` (None: not given);
+    ``HASHED PASSWORD = '$2a$..'`` (Cassandra 4.1) gives the bcrypt hash itself."""
 
     password: str | None = None
     login: bool | None = None
     superuser: bool | None = None
     options_given: bool = False
     """``OPTIONS = {..}`` was given: CassandraRoleManager supports none."""
+    hashed_password: str | None = None
 
     @property
     def empty(self) -> bool:
-        given = (self.password, self.login, self.superuser)
+        given = (self.password, self.login, self.superuser, self.hashed_password)
         return all(value is None for value in given) and not self.options_given
 
 

@@ -19,22 +19,30 @@ Implements Cassandra's model (``auth/Permission.java``, ``DataResource``, ``Role
   Cassandra's default cost (``auth_bcrypt_gensalt_log2_rounds`` = 10). bcrypt reads at most
   72 bytes of a password (jBCrypt, which Cassandra uses, ignores the rest too); the library
   refuses longer ones, so they are cut to 72 bytes here, the same for hashing and checking.
+* A hash given as it is (``HASHED PASSWORD``, Cassandra 4.1: the password never crosses the
+  wire) must be a bcrypt hash (``$2a$``, ``$2b$`` or ``$2y$``, what jBCrypt and ``bcrypt``
+  make), at most ``MAX_HASHED_PASSWORD_ROUNDS`` of cost: every login as that role checks it,
+  and a cost of 31 would hold a login worker for days.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import bcrypt
 
 from ringflow.cql._exec_common import Unauthorized
-from ringflow.errors import ClientError, ErrorCode
+from ringflow.errors import ClientError, ErrorCode, InvalidRequest
 
 BCRYPT_ROUNDS = 10
 """Cassandra's ``auth_bcrypt_gensalt_log2_rounds`` default."""
 BCRYPT_MAX_PASSWORD_BYTES = 72
+MAX_HASHED_PASSWORD_ROUNDS = 16
+"""A ``HASHED PASSWORD``'s bcrypt cost at most this (2**16 rounds, ~64 times the default's)."""
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 DEFAULT_SUPERUSER = "cassandra"
 """The role Cassandra creates on first start of an auth-enabled cluster (password the same)."""
 PASSWORD_AUTHENTICATOR = "org.apache.cassandra.auth.PasswordAuthenticator"
@@ -281,6 +289,22 @@ def check_password(password: str, salted_hash: str | None) -> bool:
         return bcrypt.checkpw(_password_bytes(password), salted_hash.encode("ascii"))
     except (ValueError, UnicodeEncodeError):
         return False
+
+
+def checked_hashed_password(
+    salted_hash: str, *, max_rounds: int = MAX_HASHED_PASSWORD_ROUNDS
+) -> str:
+    """``salted_hash`` if it is a bcrypt hash of an acceptable cost (module docstring); else
+    InvalidRequest in Cassandra's words."""
+    match = _BCRYPT_HASH.fullmatch(salted_hash)
+    if match is None or not 4 <= int(match.group(1)) <= 31:
+        raise InvalidRequest("Invalid hashed password value. Please use jBcrypt.")
+    if int(match.group(1)) > max_rounds:
+        raise InvalidRequest(
+            f"Invalid hashed password value: its cost {int(match.group(1))} is above "
+            f"{max_rounds} (every login checks it)"
+        )
+    return salted_hash
 
 
 def incorrect_credentials(username: str) -> AuthenticationFailed:

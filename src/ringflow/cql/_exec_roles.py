@@ -26,12 +26,14 @@ from ringflow.cql._ast_auth import (
     ResourceName,
     RevokePermissionsStatement,
     RevokeRoleStatement,
+    RoleOptions,
 )
 from ringflow.cql._auth_model import (
     AuthorizedUser,
     Permission,
     Resource,
     RoleRecord,
+    checked_hashed_password,
     granted_roles,
     hash_password,
     sorted_permissions,
@@ -127,8 +129,7 @@ class RoleStatements:
                 return VoidResult()
             kind = "User" if statement.user_form else "Role"
             raise InvalidRequest(f"{kind} {statement.role} already exists")
-        if options.password is not None and not options.password:
-            raise InvalidRequest("Password must not be empty")
+        salted_hash = _salted_hash(options)
         timestamp = self.service.next_timestamp_us()
         login = options.login if options.login is not None else statement.user_form
         mutation = role_mutation(
@@ -137,7 +138,7 @@ class RoleStatements:
             timestamp,
             superuser=bool(options.superuser),
             login=login,
-            salted_hash=None if options.password is None else hash_password(options.password),
+            salted_hash=salted_hash,
         )
         self._write([mutation])
         if caller is not None:
@@ -164,15 +165,13 @@ class RoleStatements:
                     "You aren't allowed to alter your own superuser status or that of a role "
                     "granted to you"
                 )
-        if options.password is not None and not options.password:
-            raise InvalidRequest("Password must not be empty")
         mutation = role_mutation(
             self.service.rows.table(ROLES),
             statement.role,
             self.service.next_timestamp_us(),
             superuser=options.superuser,
             login=options.login,
-            salted_hash=None if options.password is None else hash_password(options.password),
+            salted_hash=_salted_hash(options),
         )
         self._write([mutation])
         return VoidResult()
@@ -384,6 +383,17 @@ class RoleStatements:
         return _rows(
             specs, [(role, role, str(res), perm.value) for role, _, _, res, perm in details]
         )
+
+
+def _salted_hash(options: RoleOptions) -> str | None:
+    """The hash to store: of ``PASSWORD``, or ``HASHED PASSWORD`` checked; None: neither."""
+    if options.password is not None and options.hashed_password is not None:
+        raise InvalidRequest("Options 'password' and 'hashed password' are mutually exclusive")
+    if options.hashed_password is not None:
+        return checked_hashed_password(options.hashed_password)
+    if options.password is not None and not options.password:
+        raise InvalidRequest("Password must not be empty")
+    return None if options.password is None else hash_password(options.password)
 
 
 def _table_exists(schema: SchemaState, keyspace: str, table: str) -> bool:

@@ -18,11 +18,9 @@ Rules:
   mutation's latest timestamp and the partition's token, ``cdc$time`` low bits from the random
   generator), so base rows and log rows commit together. Direct writes to CDC log tables and to
   ``system``/``system_schema`` are refused; ``system_distributed*`` tables are writable.
-* Errors: every exception becomes its protocol error (``response_for_error``): SyntaxProblem 0x2000,
-  Invalid 0x2200 (schema, value and CDC rejections included), ConfigurationError 0x2300,
-  AlreadyExists 0x2400 with keyspace/table, Unprepared 0x2500, Unauthorized 0x2100; anything
-  else, our own InternalError included, is ServerError 0x0000, logged with its traceback and
-  counted in ``internal_errors`` (each one is a bug).
+* Errors: every exception becomes its protocol error (``_exec_errors.response_for_error``);
+  anything else than our typed errors, our own InternalError included, is ServerError 0x0000,
+  logged with its traceback and counted in ``internal_errors`` (each one is a bug).
 * One lock serializes requests, so the processor may be shared by the shell's worker threads,
   except for a request's data-plane call: a write is decided under the lock (mutations,
   timestamp, CDC captures) and a SELECT planned there (table, bound values, paging), then the
@@ -66,8 +64,7 @@ from ringflow.cql._ast import (
     UpdateStatement,
     UseStatement,
 )
-from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES, AuthStatement
-from ringflow.cql._auth_rows import PlaneAuthRows
+from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
@@ -80,6 +77,14 @@ from ringflow.cql._bind import (
 from ringflow.cql._cdc_log_rules import cdc_log_base
 from ringflow.cql._describe import DescribePage, describe_context, execute_describe
 from ringflow.cql._exec_auth import AuthService, AuthSettings
+from ringflow.cql._exec_auth_hooks import (
+    check_batch_entry,
+    check_statement,
+    make_auth_service,
+    preload_grants,
+    role_statement_work,
+    schema_change_work,
+)
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
     ExecutorLimits,
@@ -99,7 +104,6 @@ from ringflow.cql._exec_dml import (
     update_mutations,
 )
 from ringflow.cql._exec_errors import response_for_error
-from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
@@ -124,7 +128,6 @@ from ringflow.cql._results import (
     PreparedResult,
     RowsMetadata,
     SchemaChange,
-    SchemaChangeResult,
     SchemaChangeTarget,
     SetKeyspaceResult,
     VoidResult,
@@ -300,9 +303,8 @@ class QueryProcessor:
     def enable_auth(self, settings: AuthSettings, clock_ms: Callable[[], float]) -> AuthService:
         """Check logins and permissions from now on (``_exec_auth``); the roles live in
         ``system_auth``, read and written through this processor's data plane."""
-        rows = PlaneAuthRows(lambda: self._data_plane, self._clock)
-        self.auth = AuthService(
-            rows, settings, clock_ms=clock_ms, next_timestamp_us=self._next_auth_timestamp
+        self.auth = make_auth_service(
+            lambda: self._data_plane, self._clock, settings, clock_ms, self._next_auth_timestamp
         )
         return self.auth
 
@@ -334,13 +336,8 @@ class QueryProcessor:
 
     # --- the four requests ---------------------------------------------------------------------
 
-    def _load_grants(self, session: SessionState) -> None:
-        """Outside the lock (``AuthService.preload``)."""
-        if self.auth is not None and session.user is not None:
-            self.auth.preload(session.user)
-
     def query(self, query: Query, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
 
         def run() -> Response:
             statement = parse_statement(query.query)
@@ -358,7 +355,7 @@ class QueryProcessor:
         return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
 
     def execute(self, execute: Execute, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
 
         def run() -> Response:
             prepared = self._prepared.get(execute.statement_id)
@@ -376,7 +373,7 @@ class QueryProcessor:
         return self._guard(run, execute.parameters.consistency)
 
     def batch(self, batch: Batch, session: SessionState) -> Response:
-        self._load_grants(session)
+        preload_grants(self.auth, session.user)
         return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -438,11 +435,12 @@ class QueryProcessor:
         fingerprint: bytes,
     ) -> Response:
         context = self._context(values, keyspace)
-        auth = self.auth
-        if auth is not None and session.user is not None:
-            auth.authorize_all(session.user, statement, keyspace, self._state)
+        check_statement(self.auth, session.user, statement, keyspace, self._state)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
-            return self._auth_statement(statement, session, keyspace)
+            self._defer(
+                role_statement_work(self.auth, statement, session.user, keyspace, self._state)
+            )
+            return VoidResult()  # replaced by the statement's answer
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
                 raise InvalidRequest("ANY ConsistencyLevel is only supported for writes")
@@ -475,10 +473,9 @@ class QueryProcessor:
             return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
-            if auth is not None and isinstance(response, SchemaChangeResult):
-                work = auth.schema_change_work(session.user, response.change)
-                if work is not None:  # grants of a creator, or on what was dropped
-                    self._defer(work)
+            work = schema_change_work(self.auth, session.user, response)
+            if work is not None:  # grants of a creator, or on what was dropped
+                self._defer(work)
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -487,22 +484,6 @@ class QueryProcessor:
         assert isinstance(statement, InsertStatement | UpdateStatement | DeleteStatement)
         timestamp = self._default_timestamp(params.default_timestamp)
         self._apply(self._mutations(statement, context, timestamp))
-        return VoidResult()
-
-    def _auth_statement(
-        self, statement: AuthStatement, session: SessionState, keyspace: str | None
-    ) -> Response:
-        """A role or permission statement: run once the lock is released (its reads and
-        writes go through the cluster)."""
-        auth = self.auth
-        if auth is None:
-            raise InvalidRequest(
-                "Roles and permissions need an authenticator or authorizer: start the node "
-                "with authenticator: PasswordAuthenticator (ringflow cluster start --auth)"
-            )
-        runner = RoleStatements(auth, self._state)
-        user = session.user
-        self._defer(lambda: runner.execute(statement, user, keyspace))
         return VoidResult()
 
     def _default_timestamp(self, client_timestamp: int | None) -> int:
@@ -598,7 +579,6 @@ class QueryProcessor:
         self._check_batch_size(len(batch.statements))
         timestamp = self._default_timestamp(batch.default_timestamp)
         mutations: list[Mutation] = []
-        auth = self.auth if session.user is not None else None
         for entry in batch.statements:
             if isinstance(entry.statement, bytes):
                 prepared = self._prepared.get(entry.statement)
@@ -613,8 +593,7 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
-            if auth is not None and session.user is not None:
-                auth.authorize(session.user, statement, keyspace, self._state)
+            check_batch_entry(self.auth, session.user, statement, keyspace, self._state)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)

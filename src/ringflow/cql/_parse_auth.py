@@ -3,10 +3,12 @@
 Grammar (CQL.textile "Database Roles", "Database Users", "Data Control"):
 
 * ``CREATE ROLE [IF NOT EXISTS] r [WITH opt = v AND ..]``, options ``PASSWORD = 'p'``,
-  ``LOGIN = bool``, ``SUPERUSER = bool``, ``OPTIONS = {..}``; ``ALTER ROLE r WITH ..``;
+  ``HASHED PASSWORD = '$2a$..'`` (Cassandra 4.1), ``LOGIN = bool``, ``SUPERUSER = bool``,
+  ``OPTIONS = {..}``; ``ALTER ROLE r WITH ..``;
   ``DROP ROLE [IF EXISTS] r``;
-* the legacy user forms cqlsh still sends: ``CREATE USER [IF NOT EXISTS] u [WITH PASSWORD 'p']
-  [SUPERUSER | NOSUPERUSER]``, ``ALTER USER u [WITH PASSWORD 'p'] [SUPERUSER | NOSUPERUSER]``,
+* the legacy user forms cqlsh still sends: ``CREATE USER [IF NOT EXISTS] u [WITH [HASHED]
+  PASSWORD 'p'] [SUPERUSER | NOSUPERUSER]``, ``ALTER USER u [WITH [HASHED] PASSWORD 'p']
+  [SUPERUSER | NOSUPERUSER]``,
   ``DROP USER [IF EXISTS] u``, ``LIST USERS``;
 * ``GRANT r TO r2``, ``REVOKE r FROM r2``; ``GRANT perm | ALL [PERMISSIONS] ON resource TO r``,
   ``REVOKE .. ON resource FROM r``; ``LIST ROLES [OF r] [NORECURSIVE]``;
@@ -61,14 +63,19 @@ def _parse_role_options(cursor: Cursor) -> RoleOptions:
     while True:
         token = cursor.peek()
         word = token.value if token.kind is TokenKind.IDENT else ""
-        if word not in ("password", "login", "superuser", "options"):
-            raise cursor.fail("expected PASSWORD, LOGIN, SUPERUSER or OPTIONS")
+        if word not in ("password", "hashed", "login", "superuser", "options"):
+            raise cursor.fail("expected PASSWORD, HASHED PASSWORD, LOGIN, SUPERUSER or OPTIONS")
+        cursor.advance()
+        if word == "hashed":
+            cursor.expect_word("password")
+            word = "hashed password"
         if word in values:
             raise cursor.fail(f"expected each role option once, but {word.upper()} is repeated")
-        cursor.advance()
         cursor.expect_symbol("=")
         if word == "password":
             values[word] = _parse_string(cursor, "a password string")
+        elif word == "hashed password":
+            values[word] = _parse_string(cursor, "a bcrypt hash string")
         elif word == "options":
             _skip_map(cursor)
             values[word] = True
@@ -81,6 +88,7 @@ def _parse_role_options(cursor: Cursor) -> RoleOptions:
         login=values.get("login"),  # type: ignore[arg-type]
         superuser=values.get("superuser"),  # type: ignore[arg-type]
         options_given="options" in values,
+        hashed_password=values.get("hashed password"),  # type: ignore[arg-type]
     )
 
 
@@ -102,17 +110,22 @@ def _skip_map(cursor: Cursor) -> None:
 
 
 def _parse_user_options(cursor: Cursor) -> RoleOptions:
-    """``[WITH PASSWORD 'p'] [SUPERUSER | NOSUPERUSER]`` of the legacy user statements."""
-    password = None
+    """``[WITH [HASHED] PASSWORD 'p'] [SUPERUSER | NOSUPERUSER]`` of the legacy user
+    statements."""
+    password = hashed = None
     if cursor.accept_word("with"):
-        cursor.expect_word("password")
-        password = _parse_string(cursor, "a password string")
+        if cursor.accept_word("hashed"):
+            cursor.expect_word("password")
+            hashed = _parse_string(cursor, "a bcrypt hash string")
+        else:
+            cursor.expect_word("password")
+            password = _parse_string(cursor, "a password string")
     superuser = None
     if cursor.accept_word("superuser"):
         superuser = True
     elif cursor.accept_word("nosuperuser"):
         superuser = False
-    return RoleOptions(password=password, superuser=superuser)
+    return RoleOptions(password=password, superuser=superuser, hashed_password=hashed)
 
 
 def parse_create_role(cursor: Cursor, word: str) -> CreateRoleStatement:

@@ -48,6 +48,9 @@ Rules:
 TLS (issue 18): given ``tls`` (a ``NativeTls``, the node's ``client_encryption_options``), the
 port is served by ``_tls_listener``: TLS required or optional (the first byte sniffed), the
 handshake bounded, plaintext on a required port answered with a protocol error and closed.
+Logins (an ``authenticator``) run on ``login_worker``, one AUTH_RESPONSE at a time per
+connection; an address with too many failed logins in a window is refused without a password
+check (``_login_throttle``, ``login_limits``; ``stats.throttled_logins``).
 
 Scylla sharding: each connection is told a shard id (round-robin over ``shard_count``) in its
 SUPPORTED options. No shard-aware port is advertised, so the Scylla driver opens connections on
@@ -76,6 +79,7 @@ from ringflow.cql._connection import (
     ServerConnection,
 )
 from ringflow.cql._error_responses import ErrorResponse
+from ringflow.cql._login_throttle import LoginLimits, LoginThrottle
 from ringflow.cql._requests import (
     AuthResponse,
     Batch,
@@ -207,6 +211,7 @@ class CqlServer(Generic[SessionT]):
         tls: NativeTls | None = None,
         authenticator: Authenticator[SessionT] | None = None,
         login_worker: concurrent.futures.Executor | None = None,
+        login_limits: LoginLimits | None = None,
     ) -> None:
         self._backend = backend
         self._tls = tls
@@ -215,6 +220,8 @@ class CqlServer(Generic[SessionT]):
         self._login_worker = login_worker or worker
         """Where logins run (bcrypt costs ~0.1 s of CPU): a single node passes a pool of its own
         so that a flood of logins does not queue its statements behind them."""
+        self.login_throttle = LoginThrottle(login_limits)
+        """Failed logins per client address (``_login_throttle``)."""
         self._worker = worker
         self._host = host
         self._port = port
@@ -603,8 +610,13 @@ class CqlServer(Generic[SessionT]):
             raise LocalProtocolError("AUTH_RESPONSE accepted without an authenticator")
         loop = asyncio.get_running_loop()
         answer: Response
+        refusal = None
         try:
             try:
+                refusal = self.login_throttle.refusal(client.address, loop.time())
+                if refusal is not None:  # too many failures from there: no bcrypt check
+                    self.stats.throttled_logins += 1
+                    raise refusal
                 await loop.run_in_executor(
                     self._login_worker, authenticator.authenticate, client.session, request.token
                 )
@@ -617,6 +629,8 @@ class CqlServer(Generic[SessionT]):
             self.stats.failed_logins += 1
             if error.code == ErrorCode.SERVER_ERROR:
                 self.stats.server_errors += 1
+            elif error.code == ErrorCode.AUTHENTICATION_ERROR and error is not refusal:
+                self.login_throttle.failed(client.address, loop.time())  # a refusal: not one
             answer = _error_of(error)
         except Exception as error:
             self.stats.server_errors += 1

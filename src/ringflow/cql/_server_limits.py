@@ -152,3 +152,6 @@ class ServerStats:
     """Plaintext connections to a port that requires TLS: answered with an error, closed."""
     failed_logins: int = 0
     """AUTH_RESPONSEs answered with an error (bad credentials or a malformed token)."""
+    throttled_logins: int = 0
+    """Of those, the ones refused without a password check: their address had too many failed
+    logins in the window (``_login_throttle``)."""

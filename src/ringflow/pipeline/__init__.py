@@ -169,7 +169,12 @@ if TYPE_CHECKING:
         print_replica_summary,
         replica_spark,
     )
-    from ringflow.pipeline._replica_plan import ChannelSpec, ReplicaJobPlan, plan_replica_job
+    from ringflow.pipeline._replica_plan import (
+        ChannelSpec,
+        ReplicaJobPlan,
+        edge_options,
+        plan_replica_job,
+    )
     from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
     from ringflow.pipeline._replicate import parse_hosts, parse_table_name
     from ringflow.pipeline._replication_status import (
@@ -240,6 +245,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ChannelSpec": ("ringflow.pipeline._replica_plan", "ChannelSpec"),
     "ReplicaJobPlan": ("ringflow.pipeline._replica_plan", "ReplicaJobPlan"),
     "plan_replica_job": ("ringflow.pipeline._replica_plan", "plan_replica_job"),
+    "edge_options": ("ringflow.pipeline._replica_plan", "edge_options"),
     "parse_table_name": ("ringflow.pipeline._replicate", "parse_table_name"),
     "BATCH_SEQ_NO_FIELD": ("ringflow.pipeline._changes", "BATCH_SEQ_NO_FIELD"),
     "CDC_FORMAT": ("ringflow.pipeline._cdc_source", "CDC_FORMAT"),
@@ -457,6 +463,7 @@ __all__ = [
     "driver_tls",
     "drop_channel",
     "drop_dead_letters",
+    "edge_options",
     "failed_before",
     "find_channel",
     "format_duration",

@@ -24,6 +24,8 @@ from cassandra import InvalidRequest as CqlInvalidRequest
 
 from ringflow.errors import ClientError
 from ringflow.pipeline._changes import Change, table_to_json
+from ringflow.pipeline._cluster_client import DriverTls
+from ringflow.pipeline._destinations import hub_access
 from ringflow.pipeline._errors import InvalidChange, PipelineConfigError
 from ringflow.pipeline._hub import HubApplier, hub_options
 from ringflow.pipeline._hub import connect as connect_hub
@@ -62,10 +64,16 @@ class DestinationAppliers:
     sink's, from the change's table); ``load_table`` gives the source table as it is now."""
 
     def __init__(
-        self, url: str, load_table: Callable[[str, str], Table], target: str | None = None
+        self,
+        url: str,
+        load_table: Callable[[str, str], Table],
+        target: str | None = None,
+        default_tls: DriverTls | None = None,
     ) -> None:
         self.destination = check_destination(url)
         self.url = url
+        self.default_tls = default_tls
+        """A hub URL's ``ssl=true`` without ``ca=``: this TLS (the command's ``--ssl-ca``)."""
         self.target = target
         self.load_table = load_table
         self._appliers: dict[tuple[str, str], _Apply] = {}
@@ -108,6 +116,7 @@ class DestinationAppliers:
         keyspace, _, name = (
             destination.table or self.target or f"{table.keyspace}.{table.name}"
         ).partition(".")
+        tls, login = hub_access(self.url, self.default_tls)
         options = hub_options(
             destination.hosts,
             keyspace,
@@ -115,6 +124,8 @@ class DestinationAppliers:
             table,
             port=destination.port or 9042,
             consistency=destination.consistency or "QUORUM",
+            tls=tls,
+            login=login,
         )
         config = parse_hub_options(options)
         cluster, session = connect_hub(config)

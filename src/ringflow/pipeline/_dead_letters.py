@@ -6,7 +6,9 @@ A dead letter is a row of ``system_replication.dead_letters`` (``ringflow.replic
 table): partition ``channel``, clustering ``failed_at`` (a timeuuid of the moment the sink gave
 up on the change), the change's ``keyspace_name`` and ``table_name``, the ``reason`` (the
 destination's error, at most ``MAX_REASON_CHARS``) and ``change``, the change as JSON
-(:func:`change_to_json`). Rows are written and read at QUORUM, as the channels are.
+(:func:`change_to_json`). Rows are written and read at QUORUM, as the channels are. A sink
+reaches the edge as the source's reads do: with its login and over TLS when it has them
+(:data:`DEAD_LETTER_ACCESS_OPTIONS`).
 
 The JSON is self-describing (no table schema is needed to read it back) and exact: every value
 keeps its Python type and value (``bytes``, ``float`` NaN and -0.0, ``Decimal`` exponents,
@@ -46,6 +48,8 @@ from ringflow.cdc import CdcOperation
 from ringflow.pipeline._changes import Change
 from ringflow.pipeline._cluster_client import (
     ClusterOptions,
+    DriverTls,
+    driver_tls,
     forget_session,
     parse_hosts,
     shared_session,
@@ -223,19 +227,46 @@ def dead_letter_settings(options: Mapping[str, str], sink: str) -> tuple[str, st
     return dead_letters, channel
 
 
-DEAD_LETTER_LOGIN_OPTIONS = frozenset({"dead_letters_username", "dead_letters_password"})
-"""A sink's login to an auth-enabled edge for its dead letters (the source's, resolved on the
-driver; Spark redacts option keys with ``password``)."""
+_EDGE_ACCESS_KEYS = ("username", "password", "ssl_ca", "ssl_certfile", "ssl_keyfile")
+DEAD_LETTER_ACCESS_OPTIONS = frozenset(f"dead_letters_{key}" for key in _EDGE_ACCESS_KEYS)
+"""How a sink reaches the edge for its dead letters: the source's login and TLS files
+(``dead_letters_username``/``_password``, ``dead_letters_ssl_ca``/``_ssl_certfile``/
+``_ssl_keyfile``), resolved on the driver; Spark redacts option keys with ``password``."""
 
 
-def dead_letter_login(options: Mapping[str, str]) -> tuple[str | None, str | None]:
+def dead_letter_access_options(
+    username: str | None, password: str | None, tls: DriverTls | None
+) -> dict[str, str]:
+    """The sink options of :data:`DEAD_LETTER_ACCESS_OPTIONS` for an edge reached with this
+    login (both or neither) and TLS (the source's, so dead letters go where the reads come
+    from the same way)."""
+    found: dict[str, str] = {}
+    if username is not None and password is not None:
+        found.update(dead_letters_username=username, dead_letters_password=password)
+    if tls is not None:
+        found.update({f"dead_letters_{k}": v for k, v in tls.as_options().items()})
+    return found
+
+
+def dead_letter_access(
+    options: Mapping[str, str],
+) -> tuple[str | None, str | None, DriverTls | None]:
+    """``(username, password, tls)`` of a sink's :data:`DEAD_LETTER_ACCESS_OPTIONS` (the TLS
+    files are read now: PipelineConfigError for a missing one)."""
     username = str(options.get("dead_letters_username") or "") or None
     password = options.get("dead_letters_password")
-    return username, None if username is None or password is None else str(password)
+    tls = driver_tls(
+        {k: str(options.get(f"dead_letters_{k}") or "") for k in _EDGE_ACCESS_KEYS[2:]}
+    )
+    return username, None if username is None or password is None else str(password), tls
 
 
 def dead_letter_options(
-    hosts: Sequence[str], port: int, username: str | None = None, password: str | None = None
+    hosts: Sequence[str],
+    port: int,
+    username: str | None = None,
+    password: str | None = None,
+    tls: DriverTls | None = None,
 ) -> ClusterOptions:
     """The cluster options of the edge's dead-letter table (QUORUM, as the channels)."""
     return ClusterOptions(
@@ -244,6 +275,7 @@ def dead_letter_options(
         DEAD_LETTERS_TABLE,
         port,
         "QUORUM",
+        tls=tls,
         username=username,
         password=password,
     )

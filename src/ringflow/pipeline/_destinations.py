@@ -26,20 +26,22 @@ columns; one that cannot take the table (:class:`~ringflow.pipeline.DestinationB
 only its channel waits; any other problem raises :class:`PipelineConfigError`.
 
 Rows a destination refuses as invalid (REPLICATION.md decision 8): :func:`plan_replication` gives
-each PostgreSQL sink the edge (the source's contact points) and its channel name, where it keeps
-them as dead letters (``ringflow replication dead-letters list|replay|drop``).
+each PostgreSQL and hub sink the edge (the source's contact points, login and TLS) and its
+channel name, where it keeps them as dead letters (``ringflow replication dead-letters
+list|replay|drop``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ringflow.pipeline._cluster_client import DriverTls, credentials, driver_tls
 from ringflow.pipeline._cluster_client import parse_hosts as parse_hosts
+from ringflow.pipeline._dead_letters import dead_letter_access_options
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
 from ringflow.pipeline._iceberg import parse_location
@@ -74,6 +76,11 @@ class Destination:
     dead_letters: str = ""
     """The edge's ``host[,host...][:port]``: where the sink keeps the rows the destination
     refuses (PostgreSQL), as dead letters of ``channel``; empty: a refused row fails the batch."""
+    dead_letters_access: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """How the sink reaches the edge there: the source's login and TLS files
+    (``DEAD_LETTER_ACCESS_OPTIONS``), kept so a destination rebuilt later keeps them."""
+    default_tls: DriverTls | None = None
+    """The job's TLS for ``ringflow://...?ssl=true`` without ``ca=`` (``--ssl-ca``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,18 @@ def hub_tls(url: str, default: DriverTls | None = None) -> DriverTls | None:
     return driver_tls(given)
 
 
+def hub_access(
+    url: str, default_tls: DriverTls | None = None
+) -> tuple[DriverTls | None, dict[str, str]]:
+    """How a ``ringflow://`` URL's hub is reached: its TLS (``hub_tls``) and its login
+    (``user@`` with ``password_file``, ``hub_login``); the log mode, the replica mode's channels
+    and dead-letter replays read it the same way."""
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    login = hub_login(parts.username, parts.password, query.get("password_file"))
+    return hub_tls(url, default_tls), login
+
+
 def _hub_destination(
     url: str, table: Table, allow_alter: bool, default_tls: DriverTls | None = None
 ) -> tuple[str, Mapping[str, str], str]:
@@ -166,7 +185,7 @@ def _hub_destination(
     if unknown:
         raise PipelineConfigError(f"{redact(url)!r}: unknown parameter(s) {unknown}")
     consistency = query.get("consistency", "QUORUM").upper()
-    login = hub_login(parts.username, parts.password, query.get("password_file"))
+    tls, login = hub_access(url, default_tls)
     options = hub_options(
         hosts,
         keyspace,
@@ -175,7 +194,7 @@ def _hub_destination(
         port=port,
         consistency=consistency,
         allow_alter=allow_alter,
-        tls=hub_tls(url, default_tls),
+        tls=tls,
         login=login,
     )
     return HUB_FORMAT, options, f"{keyspace}.{name}"
@@ -282,14 +301,14 @@ def destination(
     channel: str | None = None,
     dead_letters: str = "",
     default_tls: DriverTls | None = None,
-    dead_letters_login: Mapping[str, str] | None = None,
+    dead_letters_access: Mapping[str, str] | None = None,
 ) -> Destination:
     """One ``--to`` URL checked against its sink for ``table`` (module docstring); the channel
     name is ``channel`` or the kind, with ``-2``, ``-3``... when ``taken`` already has it. A
     destination that cannot take ``table`` (DestinationBehind, SchemaConflict) is returned
     ``blocked``; any other problem raises PipelineConfigError. ``dead_letters``: the edge's
-    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses, logging
-    in with ``dead_letters_login`` (``username``, ``password``: the source's) when given."""
+    ``host[,host...][:port]`` where a PostgreSQL or hub sink keeps the rows it refuses, reached
+    with ``dead_letters_access`` (the source's login and TLS: ``dead_letter_access_options``)."""
     kind, sink_format, build = _KINDS[_scheme(url)]
     channel = channel or channel_name(url, taken)
     display = redact(url)
@@ -310,17 +329,30 @@ def destination(
             allow_alter,
             str(error),
             dead_letters,
+            dict(dead_letters_access or {}),
+            default_tls,
         )
     except PipelineConfigError as error:  # drivers' messages may span lines: one line here
         text = " ".join(str(error).split())
         if kind in ("delta", "iceberg"):
             text = text.replace(f"channel {kind}:", f"channel {channel}:")
         raise PipelineConfigError(text) from None
+    access = dict(dead_letters_access or {})
     if kind in ("postgres", "hub") and dead_letters:
-        options = {**options, "dead_letters": dead_letters, "channel": channel}
-        options.update({f"dead_letters_{k}": v for k, v in (dead_letters_login or {}).items()})
+        options = {**options, "dead_letters": dead_letters, "channel": channel, **access}
     return Destination(
-        channel, kind, display, sink_format, options, target, url, allow_alter, None, dead_letters
+        channel,
+        kind,
+        display,
+        sink_format,
+        options,
+        target,
+        url,
+        allow_alter,
+        None,
+        dead_letters,
+        access,
+        default_tls,
     )
 
 
@@ -339,7 +371,10 @@ def plan_replication(
         raise PipelineConfigError("at least one destination (--to) is required")
     table = source_table(source_options)
     edge = f"{source_options['contact_points']}:{source_options.get('port', DEFAULT_PORT)}"
-    login = {k: source_options[k] for k in ("username", "password") if k in source_options}
+    source_tls = driver_tls(source_options)
+    access = dead_letter_access_options(
+        source_options.get("username"), source_options.get("password"), source_tls
+    )
     destinations: list[Destination] = []
     for url in urls:
         channel = channel_name(url, [d.channel for d in destinations])
@@ -353,8 +388,8 @@ def plan_replication(
                 allow_alter=allowed,
                 channel=channel,
                 dead_letters=edge,
-                default_tls=driver_tls(source_options),
-                dead_letters_login=login,
+                default_tls=source_tls,
+                dead_letters_access=access,
             )
         )
     root = Path(checkpoint).expanduser().absolute()

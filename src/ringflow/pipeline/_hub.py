@@ -106,8 +106,8 @@ from ringflow.pipeline._cluster_client import (
     parse_hosts,
 )
 from ringflow.pipeline._dead_letters import (
-    DEAD_LETTER_LOGIN_OPTIONS,
-    dead_letter_login,
+    DEAD_LETTER_ACCESS_OPTIONS,
+    dead_letter_access,
     dead_letter_options,
     dead_letter_settings,
     record_dead_letters,
@@ -145,7 +145,7 @@ _OPTIONS = frozenset(
     | {"concurrency", "batch_rows", "allow_alter", "grouping", "batch_statements", "batch_bytes"}
     | {"dead_letters", "channel"}
     | set(TLS_OPTIONS)
-    | DEAD_LETTER_LOGIN_OPTIONS
+    | DEAD_LETTER_ACCESS_OPTIONS
     | CREDENTIAL_OPTIONS
 )
 MAX_DEAD_LETTER_CHANGES = 100_000  # changes one task keeps to apply one by one after a refusal
@@ -177,14 +177,15 @@ class HubConfig:
     tls: DriverTls | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    dead_letters_login: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    dead_letters_access: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The edge's login and TLS for the dead letters (``DEAD_LETTER_ACCESS_OPTIONS``)."""
 
     @property
     def dead_letter_options(self) -> ClusterOptions | None:
         if not self.dead_letters:
             return None
         hosts, port = parse_hosts(self.dead_letters, "dead_letters")
-        return dead_letter_options(hosts, port, *dead_letter_login(dict(self.dead_letters_login)))
+        return dead_letter_options(hosts, port, *dead_letter_access(dict(self.dead_letters_access)))
 
     @property
     def table(self) -> Table:
@@ -226,7 +227,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
             f"{HUB_FORMAT}: unknown consistency {consistency!r}; allowed: {allowed}"
         )
     dead_letters, channel = dead_letter_settings(options, HUB_FORMAT)
-    login = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_LOGIN_OPTIONS)
+    access = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_ACCESS_OPTIONS)
     return HubConfig(
         points,
         _bounded_int(options, "port", DEFAULT_PORT, 65535),
@@ -244,7 +245,7 @@ def parse_options(options: Mapping[str, str]) -> HubConfig:
         channel,
         driver_tls(options),
         *credentials(options, HUB_FORMAT + ": option"),
-        login,
+        access,
     )
 
 

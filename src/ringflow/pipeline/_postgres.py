@@ -81,8 +81,8 @@ from ringflow.pipeline._changes import (
 )
 from ringflow.pipeline._cluster_client import ClusterOptions, parse_hosts
 from ringflow.pipeline._dead_letters import (
-    DEAD_LETTER_LOGIN_OPTIONS,
-    dead_letter_login,
+    DEAD_LETTER_ACCESS_OPTIONS,
+    dead_letter_access,
     dead_letter_options,
     dead_letter_settings,
     record_dead_letters,
@@ -133,7 +133,7 @@ LIVE_FETCH_ROWS = 2000  # rows of the live view a server-side cursor fetches at 
 _RETRIES_MAX = 5
 _OPTIONS = frozenset(
     {"url", "table", "schema", "rows_per_transaction", "allow_alter", "dead_letters", "channel"}
-    | DEAD_LETTER_LOGIN_OPTIONS
+    | DEAD_LETTER_ACCESS_OPTIONS
 )
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
@@ -159,7 +159,8 @@ class PostgresConfig:
     dead_letters: str = ""
     """The edge's ``host[,host...][:port]`` where refused rows go; empty: they fail the task."""
     channel: str = ""
-    dead_letters_login: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    dead_letters_access: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The edge's login and TLS for the dead letters (``DEAD_LETTER_ACCESS_OPTIONS``)."""
 
     @property
     def table(self) -> Table:
@@ -170,7 +171,7 @@ class PostgresConfig:
         if not self.dead_letters:
             return None
         hosts, port = parse_hosts(self.dead_letters, "dead_letters")
-        return dead_letter_options(hosts, port, *dead_letter_login(dict(self.dead_letters_login)))
+        return dead_letter_options(hosts, port, *dead_letter_access(dict(self.dead_letters_access)))
 
 
 def parse_options(options: Mapping[str, str]) -> PostgresConfig:
@@ -201,7 +202,7 @@ def parse_options(options: Mapping[str, str]) -> PostgresConfig:
     if allow not in ("true", "false"):
         raise PipelineConfigError(f"allow_alter must be true or false, got {allow!r}")
     dead_letters, channel = dead_letter_settings(options, POSTGRES_FORMAT)
-    login = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_LOGIN_OPTIONS)
+    access = tuple((k, str(v)) for k, v in options.items() if k in DEAD_LETTER_ACCESS_OPTIONS)
     return PostgresConfig(
         url,
         str(options["table"]),
@@ -210,7 +211,7 @@ def parse_options(options: Mapping[str, str]) -> PostgresConfig:
         allow == "true",
         dead_letters,
         channel,
-        login,
+        access,
     )
 
 

@@ -81,7 +81,6 @@ from ringflow.pipeline._replica_plan import (
     ReplicaChannelPlan,
     ReplicaJobPlan,
     channel_destination,
-    edge_hosts,
 )
 from ringflow.pipeline._replica_source import (
     REPLICA_FORMAT,
@@ -399,7 +398,7 @@ class ReplicaJob:
         channel = run.plan.channel
         try:
             destination = channel_destination(
-                channel, run.table, run.plan.allow_alter, edge_hosts(self.plan.source)
+                channel, run.table, run.plan.allow_alter, self.plan.source
             )
         except PipelineConfigError as error:
             run.waiting = None
@@ -444,8 +443,11 @@ class ReplicaJob:
             "schema": table_to_json(run.table),
             "port": str(self.plan.source.port),
         }
-        if self.plan.source.username is not None and self.plan.source.password is not None:
-            source.update(username=self.plan.source.username, password=self.plan.source.password)
+        edge = self.plan.source
+        if edge.username is not None and edge.password is not None:
+            source.update(username=edge.username, password=edge.password)
+        if edge.tls is not None:
+            source.update(edge.tls.as_options())
         if run.ignored_columns:
             source["ignored_columns"] = ",".join(sorted(run.ignored_columns))
         if self.page_rows is not None:

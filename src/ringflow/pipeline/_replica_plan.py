@@ -24,8 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from ringflow.pipeline._channel_store import check_channel, load_channels, save_channel
-from ringflow.pipeline._cluster_client import ClusterOptions, connect, credentials, load_table
-from ringflow.pipeline._destinations import Destination, parse_hosts, parse_table_name
+from ringflow.pipeline._cluster_client import (
+    ClusterOptions,
+    DriverTls,
+    connect,
+    credentials,
+    load_table,
+)
+from ringflow.pipeline._dead_letters import dead_letter_access_options
+from ringflow.pipeline._destinations import (
+    Destination,
+    hub_access,
+    parse_hosts,
+    parse_table_name,
+)
 from ringflow.pipeline._errors import DestinationBehind, PipelineConfigError, SchemaConflict
 from ringflow.pipeline._hub import HUB_FORMAT, hub_options
 from ringflow.pipeline._lake import LAKE_FORMAT, lake_options
@@ -85,29 +97,29 @@ class ReplicaJobPlan:
     permits: int
 
 
-def _login_of(options: ClusterOptions) -> dict[str, str]:
-    if options.username is None or options.password is None:
-        return {}
-    return {"dead_letters_username": options.username, "dead_letters_password": options.password}
+def edge_access(options: ClusterOptions) -> dict[str, str]:
+    """How a sink reaches the edge for its dead letters: as the job does (login, TLS)."""
+    return dead_letter_access_options(options.username, options.password, options.tls)
 
 
 def channel_destination(
-    channel: Channel,
-    table: Table,
-    allow_alter: bool = False,
-    dead_letters: str = "",
-    dead_letters_login: Mapping[str, str] | None = None,
+    channel: Channel, table: Table, allow_alter: bool = False, edge: ClusterOptions | None = None
 ) -> Destination:
     """The channel's sink options, checked by the sink (connects, creates a PostgreSQL target,
     makes the lake directory); PipelineConfigError in one line when that fails. A destination
     that cannot take ``table`` (a new column it may not add, a clashing one: DestinationBehind,
     SchemaConflict, with the statements to run) is returned ``blocked`` with that message.
-    ``dead_letters``: the edge's ``host[,host...][:port]``, where a PostgreSQL or hub sink keeps
-    the changes it refuses as invalid (under the channel's name)."""
+    ``edge``: the edge cluster as the job reaches it, where a PostgreSQL or hub sink keeps the
+    changes it refuses as invalid (under the channel's name), with the job's login and TLS."""
     url = channel.destination_url
+    dead_letters: dict[str, str] = {}
+    if edge is not None:
+        dead_letters = {"dead_letters": edge_hosts(edge), "channel": channel.name}
+        dead_letters.update(edge_access(edge))
     try:
         if url.kind is DestinationKind.HUB:
             keyspace, name = parse_table_name(channel.target)
+            tls, login = hub_access(url.url, None if edge is None else edge.tls)
             options = hub_options(
                 url.hosts,
                 keyspace,
@@ -116,10 +128,10 @@ def channel_destination(
                 port=url.port or 9042,
                 consistency=url.consistency or "QUORUM",
                 allow_alter=allow_alter,
+                tls=tls,
+                login=login,
             )
-            if dead_letters:
-                options = {**options, "dead_letters": dead_letters, "channel": channel.name}
-                options.update(dead_letters_login or {})
+            options = {**options, **dead_letters}
         elif url.kind is DestinationKind.LAKE:
             path = Path(channel.target).expanduser().absolute()
             try:
@@ -129,9 +141,7 @@ def channel_destination(
             options = lake_options(path, table)
         else:
             options = postgres_options(url.url, channel.target, table, allow_alter=allow_alter)
-            if dead_letters:
-                options = {**options, "dead_letters": dead_letters, "channel": channel.name}
-                options.update(dead_letters_login or {})
+            options = {**options, **dead_letters}
     except (DestinationBehind, SchemaConflict) as error:
         kind = url.kind.value
         display = channel.display_destination
@@ -158,9 +168,11 @@ def edge_hosts(source: ClusterOptions) -> str:
     return f"{','.join(source.contact_points)}:{source.port}"
 
 
-def _source_options(source: str, login: Mapping[str, str] | None = None) -> ClusterOptions:
-    """The edge (its channels table) with the source's login (``username`` and ``password``,
-    resolved on the driver), if any."""
+def edge_options(
+    source: str, login: Mapping[str, str] | None = None, tls: DriverTls | None = None
+) -> ClusterOptions:
+    """The edge (its channels table) as the job and ``ringflow replication`` reach it: with the
+    source's login (``username`` and ``password``, resolved on the driver) and TLS, if any."""
     hosts, port = parse_hosts(source, "source")
     username, password = credentials(login or {}, "source")
     return ClusterOptions(
@@ -169,6 +181,7 @@ def _source_options(source: str, login: Mapping[str, str] | None = None) -> Clus
         "channels",
         port,
         consistency="QUORUM",
+        tls=tls,
         username=username,
         password=password,
     )
@@ -237,10 +250,13 @@ def plan_replica_job(
     permits: int = DEFAULT_PERMITS,
     alter_destinations: bool | Collection[str] = False,
     login: Mapping[str, str] | None = None,
+    tls: DriverTls | None = None,
 ) -> ReplicaJobPlan:
     """Check everything (module docstring), save the requested channels, and return the plan.
     ``alter_destinations``: the channels (all when True) whose hub or PostgreSQL target the job
-    may alter to follow the source's new columns (issue 15)."""
+    may alter to follow the source's new columns (issue 15). ``login`` and ``tls``: how the
+    edge is reached (``edge_options``), by the job, its reads of each node and its sinks' dead
+    letters."""
 
     def may_alter(name: str) -> bool:
         return alter_destinations is True or (
@@ -249,7 +265,7 @@ def plan_replica_job(
 
     if type(permits) is not int or not 1 <= permits <= PERMITS_MAX:
         raise PipelineConfigError(f"--permits must be in [1, {PERMITS_MAX}], got {permits!r}")
-    options = _source_options(source, login)
+    options = edge_options(source, login, tls)
     cluster, session = connect(options)
     try:
         existing = load_channels(session)
@@ -260,9 +276,7 @@ def plan_replica_job(
         for channel in wanted:
             check_channel(cluster, channel, merged)
         sinks = {
-            c.name: channel_destination(
-                c, _table(cluster, c), may_alter(c.name), edge_hosts(options), _login_of(options)
-            )
+            c.name: channel_destination(c, _table(cluster, c), may_alter(c.name), options)
             for c in wanted
         }
         for channel in wanted:
@@ -330,7 +344,7 @@ def _channel_plan(
     if sink is not None:
         return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     try:
-        sink = channel_destination(channel, table, allow_alter, edge_hosts(source))
+        sink = channel_destination(channel, table, allow_alter, source)
         return ReplicaChannelPlan(channel, table, sink, allow_alter=allow_alter)
     except PipelineConfigError as error:  # a stored channel's destination away: backs off
         return ReplicaChannelPlan(channel, table, None, str(error), allow_alter)

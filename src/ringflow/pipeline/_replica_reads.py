@@ -15,7 +15,9 @@ handed on are exactly the copy, or :class:`ReplicaReadError` is raised. A copy t
 or a node that is down, is an error too, never fewer rows.
 
 Sessions are kept per node address in each process (at most ``MAX_PINNED_SESSIONS``, the oldest
-shut down first), with no schema or token metadata (a read needs neither).
+shut down first), with no schema or token metadata (a read needs neither). A node of an edge
+with auth and TLS is reached as the job reaches the edge: ``NodeAddress`` carries the login
+(the password out of its repr) and the TLS files (issue 18).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from cassandra.cluster import (
 from cassandra.policies import ExponentialReconnectionPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import tuple_factory
 
-from ringflow.pipeline._cluster_client import auth_provider, prepared
+from ringflow.pipeline._cluster_client import DriverTls, auth_provider, prepared
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.replication import (
     CAPTURED_ROWS_TABLE,
@@ -75,6 +77,8 @@ class NodeAddress:
     request_timeout_s: float = 30.0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    tls: DriverTls | None = None
+    """The edge's TLS (its CA, a client certificate when required): paths, picklable."""
 
 
 class _PinnedSessions:
@@ -104,6 +108,7 @@ def _connect(node: NodeAddress) -> tuple[Cluster, Session]:
         token_metadata_enabled=False,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
         auth_provider=auth_provider(node.username, node.password),
+        ssl_context=None if node.tls is None else node.tls.context(),
     )
     try:
         return cluster, cluster.connect()

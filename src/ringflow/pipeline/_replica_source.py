@@ -47,7 +47,12 @@ from ringflow.pipeline._changes import (
     log_row_converter,
     table_from_json,
 )
-from ringflow.pipeline._cluster_client import credentials, option_float, option_int
+from ringflow.pipeline._cluster_client import (
+    credentials,
+    driver_tls,
+    option_float,
+    option_int,
+)
 from ringflow.pipeline._errors import PipelineConfigError, SourceSchemaChanged
 from ringflow.pipeline._replica_offsets import (
     ReplicaOffset,
@@ -84,6 +89,7 @@ class ReplicaSettings:
         self.connect_timeout_s = option_float(options, "connect_timeout_s", 10.0)
         self.request_timeout_s = option_float(options, "request_timeout_s", 30.0)
         self.username, self.password = credentials(options, REPLICA_FORMAT + ": option")
+        self.tls = driver_tls(options)
 
     def __repr__(self) -> str:
         return f"ReplicaSettings(channel={self.channel!r}, coordinator={self.coordinator_address})"
@@ -96,6 +102,7 @@ class ReplicaSettings:
             self.request_timeout_s,
             self.username,
             self.password,
+            self.tls,
         )
 
 

@@ -149,6 +149,7 @@ class ClusterView:
                     options.request_timeout_s,
                     options.username,
                     options.password,
+                    options.tls,
                 )
         raise ReplicaReadError(f"node {host_id} is not in the edge cluster's ring")
 

@@ -124,6 +124,8 @@ def follow_source(run: ChannelRun, tables: SourceTables) -> str | None:
         allow_alter=old.allow_alter,
         channel=old.channel,
         dead_letters=old.dead_letters,
+        default_tls=old.default_tls,
+        dead_letters_access=old.dead_letters_access,
     )
     run.table = table
     run.waiting = run.destination.blocked

@@ -186,11 +186,16 @@ def _summed(
     }
 
 
-def status_view(hosts: Sequence[str], port: int) -> ClusterView:
-    """The driver's view of the edge cluster the status reads (close it after)."""
-    return ClusterView(
-        ClusterOptions(tuple(hosts), REPLICATION_KEYSPACE, "channels", port, consistency="QUORUM")
-    )
+def status_view(
+    hosts: Sequence[str], port: int, *, edge: ClusterOptions | None = None
+) -> ClusterView:
+    """The driver's view of the edge cluster the status reads (close it after); ``edge``: its
+    options with a login and TLS (``edge_options``), which then name the hosts."""
+    if edge is None:
+        edge = ClusterOptions(
+            tuple(hosts), REPLICATION_KEYSPACE, "channels", port, consistency="QUORUM"
+        )
+    return ClusterView(edge)
 
 
 def plot_status(samples: Sequence[ReplicationStatus], path: Path) -> None:

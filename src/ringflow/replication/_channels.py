@@ -14,7 +14,10 @@ off pauses sending but keeps the data (``channel pause --transmission``).
 
 Destination URLs have the syntax of ``ringflow replicate --to`` (``pipeline._replicate``):
 
-- ``ringflow://host[,host...][:port][/keyspace.table][?consistency=ONE]``: a hub cluster;
+- ``ringflow://[user@]host[,host...][:port][/keyspace.table][?consistency=ONE]``: a hub
+  cluster; with TLS ``ssl=true`` (the job's CA) or ``ca=FILE`` (``certfile``/``keyfile`` for a
+  client certificate), and a login's password in ``password_file=FILE`` (or the job's
+  ``RINGFLOW_PASSWORD``), as ``ringflow replicate --to`` takes them;
 - ``parquet:DIR`` or ``parquet://DIR``: a Parquet change lake;
 - ``postgresql://user@host:port/db`` or ``postgres://...``: PostgreSQL.
 
@@ -155,15 +158,22 @@ def _split(url: str) -> SplitResult:
         raise _fail_url(url, f"not a URL: {error}") from None
 
 
+HUB_PARAMETERS: Final = ("consistency", "ssl", "ca", "certfile", "keyfile", "password_file")
+"""A hub URL's parameters; the TLS files and the password file are read where the sink is
+made (``pipeline._destinations``), never here."""
+
+
 def _parse_hub(url: str) -> DestinationUrl:
     parts = _split(url)
-    hosts, port = _parse_hosts(url, parts.netloc)
+    hosts, port = _parse_hosts(url, parts.netloc.rsplit("@", 1)[-1])  # user@: a login
     path = parts.path.strip("/")
     table = _check_table_name(path, "hub target") if path else None
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(query) - {"consistency"})
+    unknown = sorted(set(query) - set(HUB_PARAMETERS))
     if unknown:
-        raise _fail_url(url, f"unknown parameter(s) {unknown}; allowed: ['consistency']")
+        raise _fail_url(url, f"unknown parameter(s) {unknown}; allowed: {list(HUB_PARAMETERS)}")
+    if query.get("ssl", "true").strip().lower() not in ("true", "false"):
+        raise _fail_url(url, f"ssl must be true or false, got {query['ssl']!r}")
     consistency = query.get("consistency", "QUORUM").strip().upper()
     if consistency not in HUB_CONSISTENCY_LEVELS:
         allowed = sorted(HUB_CONSISTENCY_LEVELS)

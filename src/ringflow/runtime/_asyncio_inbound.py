@@ -8,12 +8,18 @@ and buffer limits and deadlines, and hands each complete frame to its listener; 
 With internode TLS (``AsyncioNetwork(tls=...)``, issue 18) the connection is only made once
 the peer's certificate chained to the cluster's CA, and the hello's claimed host must also be
 one of the certificate's IP SANs: a node holding a valid certificate for one address cannot
-speak for another.
+speak for another. ``TlsAcceptor`` accepts those connections itself so it can bound the
+handshakes in progress in count (``InternodeTls.max_pending_handshakes``: a connection accepted
+beyond them is closed at once, ``NetworkStats.tls_handshakes_refused``) as well as in time
+(``handshake_timeout_s``; a failed or timed-out handshake counts ``tls_handshake_failures``):
+``asyncio``'s own TLS server hands a connection to its protocol only after the handshake, so it
+could neither count nor refuse the ones still shaking hands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -22,7 +28,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from ringflow.errors import InternalError
 from ringflow.runtime._interfaces import Endpoint, EndpointError, parse_endpoint
-from ringflow.runtime._tls import peer_addresses
+from ringflow.runtime._tls import InternodeTls, peer_addresses
 
 if TYPE_CHECKING:
     from ringflow.runtime._asyncio_net import _AsyncioListener
@@ -33,6 +39,8 @@ HELLO_MAGIC: Final = b"RFN1"
 MAX_HELLO_BYTES: Final = 1024
 _LOG_FIRST: Final = 20
 _LOG_EVERY: Final = 1_000
+_ACCEPT_ERROR_PAUSE_S: Final = 0.1
+"""After an accept error (out of descriptors), wait before the next accept."""
 
 
 def _same_address(claimed_host: str, peer_host: str | None) -> bool:
@@ -250,6 +258,78 @@ class InboundProtocol(asyncio.Protocol):
         self._buffer.clear()
         self._account()
         self.close()
+
+
+@final
+class TlsAcceptor:
+    """The accept loop of a TLS listener: each accepted socket runs its handshake in a task of
+    its own, at most ``tls.max_pending_handshakes`` at once (module docstring); a finished
+    handshake hands the connection to an ``InboundProtocol`` of ``listener``."""
+
+    def __init__(self, listener: _AsyncioListener, sock: socket.socket, tls: InternodeTls) -> None:
+        self._listener = listener
+        self._socket = sock
+        self._tls = tls
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self.task = listener.network._loop.create_task(self._accept_loop())
+
+    @property
+    def pending(self) -> int:
+        """Handshakes in progress."""
+        return len(self._handshakes)
+
+    async def _accept_loop(self) -> None:
+        loop = self._listener.network._loop
+        counters = self._listener.network._counters
+        while True:
+            try:
+                conn, _address = await loop.sock_accept(self._socket)
+            except OSError as error:
+                _LOG.warning("internode accept on %s failed: %s", self._listener.endpoint, error)
+                await asyncio.sleep(_ACCEPT_ERROR_PAUSE_S)
+                continue
+            if self._listener.closed or self.pending >= self._tls.max_pending_handshakes:
+                counters.add("tls_handshakes_refused")
+                conn.close()
+                continue
+            conn.setblocking(False)
+            task = loop.create_task(self._handshake(conn))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        """The handshake, bounded by ``connect_accepted_socket``'s timeout (``wait_for`` is the
+        backstop); a failure closes the socket and is counted."""
+        loop = self._listener.network._loop
+        timeout_s = self._tls.handshake_timeout_s
+        try:
+            await asyncio.wait_for(
+                loop.connect_accepted_socket(
+                    lambda: InboundProtocol(self._listener),
+                    conn,
+                    ssl=self._tls.server,
+                    ssl_handshake_timeout=timeout_s,
+                ),
+                timeout_s + 1.0,
+            )
+        except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
+            self._listener.network._counters.add("tls_handshake_failures")
+            _LOG.debug("internode TLS handshake on %s failed: %r", self._listener.endpoint, error)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop accepting and abandon the handshakes in progress."""
+        self.task.cancel()
+        for task in list(self._handshakes):
+            task.cancel()
+        self._socket.close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        for task in list(self._handshakes):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def stream_of(transport: asyncio.BaseTransport) -> asyncio.Transport:

@@ -25,8 +25,10 @@ connection is ``_asyncio_inbound.py``. Theory of operation:
 * **TLS** (``tls=InternodeTls``, issue 18): listener and outbound connections run TLS with
   mutual certificates chained to the cluster's CA; the dialing side checks the peer's IP SAN
   against the address it dials, the listener that the hello's claimed host is one of the
-  peer certificate's IP SANs (``_asyncio_inbound``). The handshake is bounded
-  (``handshake_timeout_s``); a failed one is a failed connect (backoff) or a closed socket.
+  peer certificate's IP SANs (``_asyncio_inbound``). The handshake is bounded in time
+  (``handshake_timeout_s``) and, on the listening side, in count (``max_pending_handshakes``
+  at once, the excess closed at once: ``NetworkStats.tls_handshakes_refused``); a failed one is
+  a failed connect (backoff) or a closed socket (``tls_handshake_failures``).
 * **Read deadlines and inbound limits.** A connection must send its hello within
   ``hello_timeout_ms`` (Cassandra's ``HandshakeProtocol.TIMEOUT_MILLIS``), and a frame must be
   complete within ``frame_read_timeout_ms`` of its first bytes, however slowly they trickle
@@ -78,6 +80,7 @@ from ringflow.runtime._asyncio_inbound import (
     HEADER,
     HELLO_MAGIC,
     InboundProtocol,
+    TlsAcceptor,
     stream_of,
 )
 from ringflow.runtime._interfaces import (
@@ -181,6 +184,11 @@ class NetworkStats:
     read_timeouts: int
     links_evicted: int
     connections_refused: int
+    tls_handshake_failures: int = 0
+    """Inbound TLS handshakes that failed or timed out (``InternodeTls.handshake_timeout_s``)."""
+    tls_handshakes_refused: int = 0
+    """Inbound connections closed at once: ``InternodeTls.max_pending_handshakes`` were
+    already shaking hands."""
 
 
 @final
@@ -278,16 +286,14 @@ class _AsyncioListener:
         """Bytes of incomplete frames held by ``inbound`` (``max_inbound_buffered_bytes``)."""
         self.paused = False
         self.closed = False
-        self._server_task = network._loop.create_task(
-            network._loop.create_server(
-                lambda: InboundProtocol(self),
-                sock=sock,
-                ssl=None if network.tls is None else network.tls.server,
-                ssl_handshake_timeout=(
-                    None if network.tls is None else network.tls.handshake_timeout_s
-                ),
+        self._acceptor: TlsAcceptor | None = None
+        self._server_task: asyncio.Task[asyncio.Server] | None = None
+        if network.tls is not None:  # handshakes bounded in count too (``_asyncio_inbound``)
+            self._acceptor = TlsAcceptor(self, sock, network.tls)
+        else:
+            self._server_task = network._loop.create_task(
+                network._loop.create_server(lambda: InboundProtocol(self), sock=sock)
             )
-        )
 
     @property
     def endpoint(self) -> Endpoint:
@@ -325,17 +331,26 @@ class _AsyncioListener:
             return
         self.closed = True
         self.network._forget_listener(self)
-        if self._server_task.done():
+        if self._acceptor is not None:
+            self._acceptor.close()
+        elif self._server_task is not None and self._server_task.done():
             _close_server(self._server_task)
-        else:
+        elif self._server_task is not None:
             self._server_task.add_done_callback(_close_server)
         for protocol in list(self.inbound):
             protocol.close()
 
     async def wait_closed(self) -> None:
-        if not self._server_task.cancelled():
+        if self._acceptor is not None:
+            await self._acceptor.wait_closed()
+        elif self._server_task is not None and not self._server_task.cancelled():
             server = await self._server_task
             await server.wait_closed()
+
+    @property
+    def pending_handshakes(self) -> int:
+        """TLS handshakes in progress (0 without internode TLS)."""
+        return 0 if self._acceptor is None else self._acceptor.pending
 
 
 def _close_server(task: asyncio.Task[asyncio.Server]) -> None:

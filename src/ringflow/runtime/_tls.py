@@ -38,6 +38,10 @@ from ringflow.errors import ConfigurationError
 INTERNODE_ENCRYPTION = ("none", "all")
 """Cassandra also has ``dc`` and ``rack``; a local cluster has no use for them."""
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_MAX_PENDING_HANDSHAKES = 128
+"""Internode TLS handshakes a listener runs at once: a node has one inbound connection a peer,
+so this leaves room for a cluster's worth of peers reconnecting together while a flood of
+stalled handshakes cannot hold more than this many sockets and TLS states."""
 MAX_PASSWORD_BYTES = 4096
 
 
@@ -249,11 +253,25 @@ class ServerEncryptionOptions:
 @dataclass(frozen=True, slots=True)
 class InternodeTls:
     """The contexts of ``AsyncioNetwork`` with internode TLS: ``server`` requires a client
-    certificate; ``client`` checks the peer's IP SAN against the address it dials."""
+    certificate; ``client`` checks the peer's IP SAN against the address it dials. A listener
+    runs at most ``max_pending_handshakes`` handshakes at once (a connection accepted beyond
+    them is closed at once), each for at most ``handshake_timeout_s``."""
 
     server: ssl.SSLContext
     client: ssl.SSLContext
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
+
+    def __post_init__(self) -> None:
+        if not self.handshake_timeout_s > 0:
+            raise ConfigurationError(
+                f"InternodeTls: handshake_timeout_s must be > 0, got {self.handshake_timeout_s}"
+            )
+        if type(self.max_pending_handshakes) is not int or self.max_pending_handshakes < 1:
+            raise ConfigurationError(
+                "InternodeTls: max_pending_handshakes must be an integer >= 1, got "
+                f"{self.max_pending_handshakes!r}"
+            )
 
 
 _Options = ClientEncryptionOptions | ServerEncryptionOptions

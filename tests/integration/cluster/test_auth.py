@@ -11,7 +11,10 @@ What it proves, with the real Python driver and cqlsh as clients:
 * cqlsh ``-u -p`` logs in and runs statements; with a wrong password it fails;
 * bad input: AUTH_RESPONSE before STARTUP and a QUERY before login are protocol errors;
   malformed SASL tokens (no NUL, empty, null, 1 MiB) are AuthenticationFailed; a flood of failed
-  logins gets typed errors and the node keeps serving a logged-in session (no ServerError);
+  logins gets typed errors, is limited per client address across connections (10 a minute,
+  then refused without a password check, with a message saying so) and the node keeps serving
+  a logged-in session (no ServerError);
+* ``ringflow cluster status`` shows the auth mode every node runs with, and TLS off;
 * a node restarted without auth is kept out of its peers' ring, with a message.
 """
 
@@ -32,6 +35,7 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import NoHostAvailable, Session
 from cassandra.policies import WhiteListRoundRobinPolicy
 
+from ringflow.cli._demo_cluster import random_loopback_address
 from ringflow.cql import (
     Authenticate,
     AuthResponse,
@@ -47,7 +51,7 @@ from ringflow.cql import (
     encode_plain_token,
 )
 from ringflow.errors import ErrorCode
-from tests.integration.cluster.conftest import LocalCluster, started_cluster, wait_until
+from tests.integration.cluster.conftest import LocalCluster, ringflow, started_cluster, wait_until
 
 VALIDITY_S = 2.0
 SOCKET_TIMEOUT_S = 30.0
@@ -180,9 +184,11 @@ def test_cqlsh_logs_in_with_u_and_p(auth_cluster: LocalCluster, tmp_path: Path) 
 # --- bad input on the wire ------------------------------------------------------------------
 
 
-def _socket(address: str) -> socket.socket:
-    sock = socket.create_connection((address, 9042), timeout=SOCKET_TIMEOUT_S)
-    return sock
+def _socket(address: str, source: str | None = None) -> socket.socket:
+    """A connection to ``address``'s native port, from ``source`` (a loopback address) if
+    given: the node limits failed logins per client address."""
+    bind = None if source is None else (source, 0)
+    return socket.create_connection((address, 9042), timeout=SOCKET_TIMEOUT_S, source_address=bind)
 
 
 def _reply(sock: socket.socket, decoder: FrameDecoder) -> object:
@@ -236,22 +242,63 @@ def test_malformed_tokens_are_authentication_failed(
         assert _reply(sock, decoder) == AuthSuccess(None)  # the connection carries on
 
 
-def test_a_flood_of_failed_logins_leaves_the_node_serving(auth_cluster: LocalCluster) -> None:
-    address = auth_cluster.addresses[2]
-    admin = superuser(auth_cluster, 2)
+def _login_reply(address: str, source: str, user: str, password: str) -> object:
+    """The answer to one SASL login from a fresh connection bound to ``source``."""
     decoder = FrameDecoder(expected_version=None)
-    codes: list[int] = []
-    with _socket(address) as sock:
+    with _socket(address, source=source) as sock:
         sock.sendall(STARTUP)
         assert isinstance(_reply(sock, decoder), Authenticate)
-        for attempt in range(40):
-            user = "cassandra" if attempt % 2 else f"nobody{attempt}"
-            sock.sendall(encode_message(AuthResponse(encode_plain_token(user, "bad")), 1))
-            codes.append(_error_code(_reply(sock, decoder)))
-            if attempt % 10 == 0:  # the logged-in session is served meanwhile
-                assert admin.execute("SELECT key FROM system.local").one() is not None
-    assert set(codes) == {ErrorCode.AUTHENTICATION_ERROR}
+        sock.sendall(encode_message(AuthResponse(encode_plain_token(user, password)), 1))
+        return _reply(sock, decoder)
+
+
+def test_a_flood_of_failed_logins_is_limited_per_address_and_the_node_keeps_serving(
+    auth_cluster: LocalCluster,
+) -> None:
+    """40 bad logins from one client address over 4 connections: the first 10 are checked
+    (AuthenticationFailed, bad credentials), the rest refused without a check (AuthenticationFailed
+    naming the address and when to try again, the node's default of 10 a minute); while limited
+    the right password from there is refused too, from another address it logs in; a logged-in
+    session is served throughout. (Before the limit every attempt cost a bcrypt check.)"""
+    address = auth_cluster.addresses[2]
+    flooder, other = (random_loopback_address() for _ in range(2))
+    admin = superuser(auth_cluster, 2)
+    replies: list[object] = []
+    for connection in range(4):
+        decoder = FrameDecoder(expected_version=None)
+        with _socket(address, source=flooder) as sock:
+            sock.sendall(STARTUP)
+            assert isinstance(_reply(sock, decoder), Authenticate)
+            for attempt in range(10):
+                user = "cassandra" if attempt % 2 else f"nobody{connection}{attempt}"
+                sock.sendall(encode_message(AuthResponse(encode_plain_token(user, "bad")), 1))
+                replies.append(_reply(sock, decoder))
+        assert admin.execute("SELECT key FROM system.local").one() is not None
+    assert {_error_code(reply) for reply in replies} == {ErrorCode.AUTHENTICATION_ERROR}
+    messages = [str(getattr(reply, "message", "")) for reply in replies]
+    assert all("and/or password are incorrect" in message for message in messages[:10])
+    limited = f"Too many failed login attempts from {flooder} (10 in 60 s): try again in"
+    assert all(message.startswith(limited) for message in messages[10:]), messages[10]
+    refused = _login_reply(address, flooder, "cassandra", "cassandra")
+    assert _error_code(refused) == ErrorCode.AUTHENTICATION_ERROR
+    assert str(getattr(refused, "message", "")).startswith(limited)
+    assert _login_reply(address, other, "cassandra", "cassandra") == AuthSuccess(None)
     assert admin.execute("SELECT key FROM system.local").one() is not None
+
+
+def test_cluster_status_shows_the_auth_mode_and_that_tls_is_off(
+    auth_cluster: LocalCluster,
+) -> None:
+    """``ringflow cluster status`` of a cluster started with ``--auth`` and without ``--tls``:
+    every running node reports PasswordAuthenticator/CassandraAuthorizer, and the live check
+    of each native port finds plaintext served and no TLS."""
+    status = ringflow("cluster", "status", "--data", str(auth_cluster.data))
+    assert "auth: on (PasswordAuthenticator/CassandraAuthorizer) on 3 running node(s)" in status, (
+        status
+    )
+    for address in auth_cluster.addresses:
+        line = next(x for x in status.splitlines() if x.startswith(f"TLS check {address}:"))
+        assert "TLS not served" in line and line.endswith("plaintext served"), line
 
 
 def test_a_node_with_another_authenticator_is_refused(auth_cluster: LocalCluster) -> None:

@@ -12,14 +12,17 @@ Proves, with the CA and certificates the command made under the cluster's data d
 * internode: a peer whose certificate comes from a foreign CA is refused; a peer with a cluster
   certificate for another address cannot speak as a node (the hello's claimed host must be one
   of the certificate's IP SANs): closed and counted, the cluster stays UP and serving;
-* ``cluster status`` names the CA; keys are 0600.
+* ``cluster status`` names the CA and checks each native port live: plaintext refused, TLS
+  served with a certificate the CA verifies, its expiry shown; keys are 0600.
 
 One cluster for the module (~15 s to start).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import socket
 import ssl
 import stat
@@ -217,6 +220,26 @@ def test_internode_refuses_a_foreign_ca_and_a_certificate_for_another_address(
     status = ringflow("cluster", "status", "--data", str(tls_cluster.data))
     assert status.count(" UN ") >= len(tls_cluster.addresses)
     assert f"CA {ca / 'ca.crt'}" in status
+
+
+def test_cluster_status_checks_that_tls_is_required_and_when_certificates_expire(
+    tls_cluster: LocalCluster,
+) -> None:
+    """``ringflow cluster status`` of a cluster started with ``--tls --tls-client-auth`` and no
+    ``--auth``: auth off; each node's native port, checked live, refuses plaintext and serves
+    TLS with a certificate verified by the cluster's CA, naming its address, with its expiry
+    (``cluster start --tls`` issues certificates for 825 days)."""
+    status = ringflow("cluster", "status", "--data", str(tls_cluster.data))
+    assert "auth: off (AllowAllAuthenticator/AllowAllAuthorizer) on 3 running node(s)" in status
+    today = datetime.datetime.now(datetime.UTC)
+    for address in tls_cluster.addresses:
+        line = next(x for x in status.splitlines() if x.startswith(f"TLS check {address}:"))
+        assert f"certificate CN={address} verified by the cluster CA" in line, line
+        match = re.search(r"TLS required \(TLSv1\.[23]\).*expires (\S+) \((\d+) days\)", line)
+        assert match is not None, line
+        expires = datetime.date.fromisoformat(match.group(1))
+        assert 820 <= (expires - today.date()).days <= 826 and 820 <= int(match.group(2)) <= 826
+        assert "plaintext refused (" in line and "requires TLS" in line, line
 
 
 def test_keys_are_private(tls_cluster: LocalCluster) -> None:

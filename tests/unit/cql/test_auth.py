@@ -166,6 +166,8 @@ def test_statements_parse(text: str, expected: object) -> None:
     [
         "CREATE ROLE r WITH LOGIN = 1",
         "CREATE ROLE r WITH PASSWORD = 'a' AND PASSWORD = 'b'",
+        "CREATE ROLE r WITH HASHED = 'a'",
+        "CREATE ROLE r WITH HASHED PASSWORD = 'a' AND HASHED PASSWORD = 'b'",
         "GRANT SELECT ON ALL FUNCTIONS TO r",
         "LIST FOO",
         "REVOKE r TO x",
@@ -279,6 +281,34 @@ def test_legacy_user_statements(node: ExecNode) -> None:
     assert node.ok("LIST USERS") == [("bob", True), ("cassandra", True)]
     node.ok("DROP USER IF EXISTS bob")
     assert node.ok("LIST USERS") == [("cassandra", True)]
+
+
+def test_hashed_passwords_as_cassandra_4_1(node: ExecNode) -> None:
+    """``HASHED PASSWORD`` stores a bcrypt hash as given (jBCrypt's ``$2a$`` or ``$2b$``), so
+    the password never crosses the wire; Cassandra's messages for a bad hash and for both
+    options; a cost above the limit is refused (each login pays it)."""
+    auth = node.processor.auth
+    assert auth is not None
+    hashed = hash_password("hunter2", rounds=4).replace("$2b$", "$2a$", 1)  # jBCrypt's form
+    bad = node.error("CREATE ROLE h WITH LOGIN = true AND HASHED PASSWORD = 'not_a_hash'")
+    assert bad.code == ErrorCode.INVALID
+    assert bad.message == "Invalid hashed password value. Please use jBcrypt."
+    both = f"CREATE ROLE h WITH LOGIN = true AND PASSWORD = 'x' AND HASHED PASSWORD = '{hashed}'"
+    assert node.error(both).message == (
+        "Options 'password' and 'hashed password' are mutually exclusive"
+    )
+    costly = "$2b$17$" + hashed[7:]
+    refused = node.error(f"CREATE ROLE h WITH LOGIN = true AND HASHED PASSWORD = '{costly}'")
+    assert refused.code == ErrorCode.INVALID and "its cost 17 is above 16" in refused.message
+    node.ok(f"CREATE ROLE h WITH LOGIN = true AND HASHED PASSWORD = '{hashed}'")
+    assert auth.authenticate(encode_plain_token("h", "hunter2")) == "h"
+    node.ok(f"ALTER ROLE h WITH HASHED PASSWORD = '{hash_password('other', rounds=4)}'")
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(encode_plain_token("h", "hunter2"))
+    assert auth.authenticate(encode_plain_token("h", "other")) == "h"
+    node.ok(f"CREATE USER u WITH HASHED PASSWORD '{hashed}' NOSUPERUSER")
+    assert auth.authenticate(encode_plain_token("u", "hunter2")) == "u"
+    assert node.error(f"ALTER USER u WITH HASHED PASSWORD '{costly}'").code == ErrorCode.INVALID
 
 
 def test_without_auth_role_statements_are_invalid(tmp_path: Path) -> None:

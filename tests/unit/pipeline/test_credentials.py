@@ -52,11 +52,44 @@ def test_hub_urls_carry_a_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert hub_login("u", "p%2F1", None) == {"username": "u", "password": "p/1"}
 
 
-def test_sinks_log_in_to_the_edge_for_their_dead_letters() -> None:
-    from ringflow.pipeline._dead_letters import dead_letter_login, dead_letter_options
+def test_sinks_reach_the_edge_for_their_dead_letters_with_its_login_and_tls(
+    tmp_path: Path,
+) -> None:
+    """The source's login and TLS travel to the hub and PostgreSQL sinks as
+    ``dead_letters_*`` options and come back as the edge's cluster options (TLS was dropped
+    before: a sink could not write a dead letter to a TLS-only edge)."""
+    from ringflow.pipeline import table_to_json
+    from ringflow.pipeline._cluster_client import DriverTls
+    from ringflow.pipeline._dead_letters import (
+        dead_letter_access,
+        dead_letter_access_options,
+        dead_letter_options,
+    )
+    from ringflow.pipeline._hub import parse_options as hub_parse
+    from ringflow.pipeline._postgres import parse_options as postgres_parse
+    from ringflow.runtime import make_ca, write_pair
+    from ringflow.schema import INT, Table
 
-    options = {"dead_letters_username": "reader", "dead_letters_password": "pw"}
-    assert dead_letter_login(options) == ("reader", "pw")
-    assert dead_letter_login({}) == (None, None)
-    edge = dead_letter_options(("127.0.0.1",), 9042, *dead_letter_login(options))
-    assert (edge.username, edge.password) == ("reader", "pw") and "pw'" not in repr(edge)
+    ca_file, _ = write_pair(tmp_path, "ca", make_ca())
+    tls = DriverTls(str(ca_file))
+    options = dead_letter_access_options("reader", "pw", tls)
+    assert options == {
+        "dead_letters_username": "reader",
+        "dead_letters_password": "pw",
+        "dead_letters_ssl_ca": str(ca_file),
+    }
+    assert dead_letter_access_options(None, None, None) == {}
+    assert dead_letter_access({}) == (None, None, None)
+    edge = dead_letter_options(("127.0.0.1",), 9042, *dead_letter_access(options))
+    assert (edge.username, edge.password, edge.tls) == ("reader", "pw", tls)
+    assert "pw'" not in repr(edge)
+
+    table = Table.create("ks", "t", partition_key=[("id", INT)], regular=[("v", INT)])
+    common = {"schema": table_to_json(table), "dead_letters": "127.0.0.1:9042", "channel": "c"}
+    hub = hub_parse({"contact_points": "127.0.0.2", "keyspace": "ks", "table": "t", **common,
+                     **options})  # fmt: skip
+    postgres = postgres_parse({"url": "postgresql://u@127.0.0.1/db", "table": "ks_t", **common,
+                               **options})  # fmt: skip
+    for config in (hub, postgres):
+        assert config.dead_letter_options == edge
+        assert "pw'" not in repr(config)

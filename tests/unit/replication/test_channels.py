@@ -38,6 +38,10 @@ def test_the_replicate_to_urls_parse() -> None:
         "hub_ks.t",
         "ONE",
     )
+    secure = parse_destination("ringflow://ops@127.0.0.11/ks.t?ssl=true&password_file=/run/pw")
+    assert (secure.hosts, secure.port, secure.table) == (("127.0.0.11",), 9042, "ks.t")
+    with_ca = parse_destination("ringflow://h?ca=/ca.crt&certfile=/c.crt&keyfile=/c.key")
+    assert with_ca.hosts == ("h",)
     plain = parse_destination("ringflow://127.0.0.11")
     assert (plain.port, plain.table, plain.consistency) == (9042, None, "QUORUM")
     assert parse_destination("parquet:/data/lake").directory == "/data/lake"
@@ -62,6 +66,7 @@ def test_the_replicate_to_urls_parse() -> None:
         ("ringflow://h/ks.t.x", "not keyspace.table"),
         ("ringflow://h?consistency=MOST", "unknown consistency 'MOST'"),
         ("ringflow://h?batch=3", r"unknown parameter\(s\) \['batch'\]"),
+        ("ringflow://h?ssl=yes", "ssl must be true or false"),
         ("ringflow://h /ks.t", "no spaces"),
         ("postgresql://u@h:99999/db", "port"),
         ("postgresql:db", "postgresql://user@host:port/db"),

@@ -213,6 +213,8 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         )
     return {
         "address": node.config.address,
+        "native_port": node.config.native_port,
+        "auth_mode": auth_mode(node.config.auth),
         "host_id": str(node.record.host_id),
         "pid": os.getpid(),
         "load_bytes": _load_bytes(node.config.data_dir),
@@ -235,7 +237,8 @@ def internode_counters(cluster: ClusterNode) -> dict[str, int]:
     if callable(stats):
         snapshot = stats()
         names = ("frames_received", "protocol_violations", "read_timeouts", "handler_errors")
-        for name in (*names, "links_evicted", "connections_refused"):
+        more = ("links_evicted", "connections_refused", "tls_handshake_failures")
+        for name in (*names, *more, "tls_handshakes_refused"):
             value = getattr(snapshot, name, None)
             if isinstance(value, int):
                 counters[f"network_{name}"] = value
