@@ -255,6 +255,7 @@ class Writer:
         return time.time_ns() // 1_000_000
 
 
+@pytest.mark.long  # `make test-long`: 78 s quiet; test_demo kills an edge node in replica mode too
 def test_an_edge_node_killed_mid_transmission_and_restarted_loses_nothing(
     spark: SparkSession, stage: dict[str, Any], edge: LocalCluster, tmp_path: Path
 ) -> None:
