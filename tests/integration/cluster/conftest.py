@@ -7,6 +7,7 @@ always stopped (SIGTERM, then SIGKILL) in teardown. Every wait is bounded.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -155,3 +156,33 @@ def wait_until(condition: object, timeout_s: float, what: str) -> None:
             last = error
         time.sleep(0.3)
     raise AssertionError(f"{what}: not true after {timeout_s} s (last error: {last!r})")
+
+
+CONVICTION_TIMEOUT_S = 60.0
+"""How long a test waits for every node's failure detector to convict (or clear) a node."""
+
+
+def node_views(data: Path) -> dict[str, dict[str, str]]:
+    """``{viewer address: {address: "UN"|"DN"}}`` from each node's ``status.json``."""
+    layout = json.loads((data / "cluster.json").read_text())
+    views: dict[str, dict[str, str]] = {}
+    for node in layout["nodes"]:
+        try:
+            status = json.loads((data / node["dir"] / "status.json").read_text())
+        except (OSError, ValueError):
+            continue
+        views[node["address"]] = {n["address"]: n["state"] for n in status["nodes"]}
+    return views
+
+
+def wait_seen(cluster: LocalCluster, viewers: list[str], states: dict[str, str]) -> None:
+    """Wait until every viewer's failure detector reports ``states`` (bounded)."""
+
+    def seen() -> bool:
+        views = node_views(cluster.data)
+        return all(
+            all(views.get(viewer, {}).get(address) == state for address, state in states.items())
+            for viewer in viewers
+        )
+
+    wait_until(seen, CONVICTION_TIMEOUT_S, f"{viewers} see {states}")

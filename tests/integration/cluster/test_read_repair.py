@@ -9,47 +9,17 @@ alone then returns the new values. A is restarted only at the end.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import SimpleStatement
 
-from tests.integration.cluster.conftest import LocalCluster, wait_until
+from tests.integration.cluster.conftest import LocalCluster, wait_seen
 
 pytestmark = pytest.mark.timeout(300)
 QUORUM = ConsistencyLevel.QUORUM
 ONE = ConsistencyLevel.ONE
 ALL = ConsistencyLevel.ALL
-CONVICTION_TIMEOUT_S = 40.0
-
-
-def node_views(data: Path) -> dict[str, dict[str, str]]:
-    """``{viewer address: {address: "UN"|"DN"}}`` from each node's ``status.json``."""
-    layout = json.loads((data / "cluster.json").read_text())
-    views: dict[str, dict[str, str]] = {}
-    for node in layout["nodes"]:
-        try:
-            status = json.loads((data / node["dir"] / "status.json").read_text())
-        except (OSError, ValueError):
-            continue
-        views[node["address"]] = {n["address"]: n["state"] for n in status["nodes"]}
-    return views
-
-
-def wait_seen(cluster: LocalCluster, viewers: list[str], states: dict[str, str]) -> None:
-    """Wait until every viewer's failure detector reports ``states`` (bounded)."""
-
-    def seen() -> bool:
-        views = node_views(cluster.data)
-        return all(
-            all(views.get(viewer, {}).get(address) == state for address, state in states.items())
-            for viewer in viewers
-        )
-
-    wait_until(seen, CONVICTION_TIMEOUT_S, f"{viewers} see {states}")
 
 
 def _rows(session: Session, level: int) -> dict[int, str]:

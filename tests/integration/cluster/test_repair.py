@@ -29,12 +29,16 @@ from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.query import SimpleStatement
 
-from tests.integration.cluster.conftest import LocalCluster, started_cluster, wait_until
+from tests.integration.cluster.conftest import (
+    LocalCluster,
+    started_cluster,
+    wait_seen,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(600)
 ONE = ConsistencyLevel.ONE
 ALL = ConsistencyLevel.ALL
-CONVICTION_TIMEOUT_S = 40.0
 SHORT_TTL_S = 2
 LONG_TTL_S = 100_000
 
@@ -55,29 +59,6 @@ def tables_of(summary: dict[str, object]) -> dict[str, dict[str, object]]:
     tables = summary["tables"]
     assert isinstance(tables, list)
     return {str(t["table"]): t for t in tables}
-
-
-def node_views(data: Path) -> dict[str, dict[str, str]]:
-    layout = json.loads((data / "cluster.json").read_text())
-    views: dict[str, dict[str, str]] = {}
-    for node in layout["nodes"]:
-        try:
-            status = json.loads((data / node["dir"] / "status.json").read_text())
-        except (OSError, ValueError):
-            continue
-        views[node["address"]] = {n["address"]: n["state"] for n in status["nodes"]}
-    return views
-
-
-def wait_seen(cluster: LocalCluster, viewers: list[str], states: dict[str, str]) -> None:
-    def seen() -> bool:
-        views = node_views(cluster.data)
-        return all(
-            all(views.get(viewer, {}).get(address) == state for address, state in states.items())
-            for viewer in viewers
-        )
-
-    wait_until(seen, CONVICTION_TIMEOUT_S, f"{viewers} see {states}")
 
 
 Rows = dict[tuple[int, int], tuple[str | None, int | None, int | None]]
