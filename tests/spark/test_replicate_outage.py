@@ -9,8 +9,8 @@ equals the edge read at ALL (keys, values, write times). Before this, the job re
 three times and exited, stopping the lake channel with it. The job's Prometheus metrics say it
 meanwhile: the hub unreachable (since when), the lake's rows growing; the hub reachable after.
 
-CI runs a 30 s outage (a backoff that reaches 16 s, so the retry that succeeds comes after a
-long wait); ``RINGFLOW_OUTAGE_S=120`` runs the issue's two minutes.
+CI runs a 15 s outage (a backoff that reaches 8 s, so the retry that succeeds comes after a
+wait longer than the first ones); ``RINGFLOW_OUTAGE_S=120`` runs the issue's two minutes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ringflow.pipeline._job_metrics import metric_name
 from ringflow.pipeline._replicate import cdc_options, source_table
 from tests.spark._replication import Job, check_destinations, committed_watermark, wait_for, write
 
-OUTAGE_S = float(os.environ.get("RINGFLOW_OUTAGE_S", "30"))
+OUTAGE_S = float(os.environ.get("RINGFLOW_OUTAGE_S", "15"))
 CONFIDENCE_MS = 1000
 KEYSPACE = "hub_outage"
 

@@ -110,6 +110,7 @@ def _assert_timestamps_rejected(session: Session) -> None:
         assert reason in str(refused.value).lower(), str(refused.value)
 
 
+@pytest.mark.long  # `make test-long`: 70 s quiet; the topology simulations run both in CI
 def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     base = free_block(5)
     prefix, last = base.rsplit(".", 1)
