@@ -12,9 +12,7 @@ only the coordinator left LOCAL_QUORUM is refused (required 2, alive 1) and LOCA
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from cassandra import ConsistencyLevel, Unavailable
@@ -25,6 +23,7 @@ from cassandra.query import SimpleStatement
 from tests.integration.cluster.conftest import (
     LocalCluster,
     started_cluster,
+    wait_seen,
     wait_until,
 )
 
@@ -32,33 +31,6 @@ pytestmark = pytest.mark.timeout(300)
 CL = ConsistencyLevel
 DC1, DC2 = "dc1", "dc2"
 NODES = 5
-CONVICTION_TIMEOUT_S = 40.0
-
-
-def node_views(data: Path) -> dict[str, dict[str, str]]:
-    """``{viewer address: {address: "UN"|"DN"}}`` from each node's ``status.json``."""
-    layout = json.loads((data / "cluster.json").read_text())
-    views: dict[str, dict[str, str]] = {}
-    for node in layout["nodes"]:
-        try:
-            status = json.loads((data / node["dir"] / "status.json").read_text())
-        except (OSError, ValueError):
-            continue
-        views[node["address"]] = {n["address"]: n["state"] for n in status["nodes"]}
-    return views
-
-
-def wait_seen(data: Path, viewers: list[str], states: dict[str, str]) -> None:
-    """Wait until every viewer's failure detector reports ``states`` (bounded)."""
-
-    def seen() -> bool:
-        views = node_views(data)
-        return all(
-            all(views.get(viewer, {}).get(address) == state for address, state in states.items())
-            for viewer in viewers
-        )
-
-    wait_until(seen, CONVICTION_TIMEOUT_S, f"{viewers} see {states}")
 
 
 class TwoDcCluster(LocalCluster):
@@ -130,7 +102,7 @@ def test_dc2_down_local_quorum_works_and_each_quorum_is_unavailable(
     dc1, dc2 = two_dcs.addresses[:3], two_dcs.addresses[3:]
     for address in dc2:
         two_dcs.kill(address)
-    wait_seen(two_dcs.data, dc1, dict.fromkeys(dc2, "DN"))
+    wait_seen(two_dcs, dc1, dict.fromkeys(dc2, "DN"))
     session = two_dcs.dc_session()
 
     for key, level in enumerate([CL.LOCAL_QUORUM, CL.LOCAL_ONE, CL.QUORUM, CL.ONE]):
@@ -160,7 +132,7 @@ def test_dc2_and_one_dc1_node_down_quorum_is_unavailable(two_dcs: TwoDcCluster) 
     the RFs first, then the quorum) while LOCAL_QUORUM (2 of dc1's 3) still writes and reads."""
     first, second, third = two_dcs.addresses[:3]
     two_dcs.kill(third)
-    wait_seen(two_dcs.data, [first, second], {third: "DN"})
+    wait_seen(two_dcs, [first, second], {third: "DN"})
     session = two_dcs.session(only=first)
     error = _unavailable(lambda: _write(session, 200, "x", CL.QUORUM))
     assert (error.consistency, error.required_replicas, error.alive_replicas) == (CL.QUORUM, 3, 2)
@@ -176,7 +148,7 @@ def test_only_the_coordinator_left_local_quorum_is_unavailable(two_dcs: TwoDcClu
     the whole cluster is restarted and EACH_QUORUM works again."""
     first, second = two_dcs.addresses[:2]
     two_dcs.kill(second)
-    wait_seen(two_dcs.data, [first], {second: "DN"})
+    wait_seen(two_dcs, [first], {second: "DN"})
     session = two_dcs.session(only=first)
     for action in (
         lambda: _write(session, 300, "x", CL.LOCAL_QUORUM),
