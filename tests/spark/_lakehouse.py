@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -13,11 +14,17 @@ import pyarrow as pa
 
 from ringflow.pipeline import Change, change_arrow_schema, change_to_arrow_row
 from ringflow.pipeline._changes import value_columns
+from ringflow.pipeline._delta import DeltaStore
+from ringflow.pipeline._iceberg import IcebergStore, parse_location
 from ringflow.pipeline._lakehouse import (
+    DELTA_FORMAT,
+    ICEBERG_FORMAT,
     LakehouseCommitMessage,
     LakehouseStore,
     _config,
     commit_lakehouse_batch,
+    delta_options,
+    iceberg_options,
 )
 from ringflow.pipeline._lakehouse_state import DELETED_FIELD, write_time_field
 from ringflow.pipeline._materialize import canonical_value, hashable
@@ -48,6 +55,19 @@ def duckdb_read(files: list[str]) -> list[dict[str, Any]]:
     return [{_name(k): v for k, v in row.items()} for row in rows]
 
 
+def destination(kind: str, base: Path, table: Table) -> tuple[str, dict[str, str], LakehouseStore]:
+    """A ``delta`` or ``iceberg`` (SQLite catalog, namespace ``shop``) destination under
+    ``base`` holding ``table``: (sink format, sink options, its store)."""
+    if kind == "delta":
+        path = str(base / "delta")
+        return DELTA_FORMAT, delta_options(path, table), DeltaStore(path)
+    location = parse_location(f"{base / 'catalog.db'}#shop.items")
+    store = IcebergStore(location)
+    if ("shop",) not in store.catalog.list_namespaces():
+        store.catalog.create_namespace("shop")
+    return ICEBERG_FORMAT, iceberg_options(location, table), store
+
+
 def commit_changes(
     sink: str,
     options: Mapping[str, str],
@@ -55,17 +75,20 @@ def commit_changes(
     changes: Sequence[Change],
     app_id: str,
     batch_id: int,
+    now_s: int | None = None,
 ) -> tuple[bool, bool]:
     """The driver-side commit of one batch of ``changes`` (of source version ``table``) as the
-    sink's writer makes it after its tasks sent their rows, without Spark: for tests of what
-    the tables hold (the Spark path itself: ``test_lakehouse``, ``test_replicate_lakehouse``)."""
+    sink's writer makes it after its tasks sent their rows, at ``now_s`` (default: the clock),
+    without Spark: for tests of what the tables hold (the Spark path itself:
+    ``test_lakehouse``, ``test_replicate_lakehouse``)."""
     schema = change_arrow_schema(table)
     data = pa.Table.from_pylist([change_to_arrow_row(table, c) for c in changes], schema=schema)
     sink_buffer = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink_buffer, schema) as stream:
         stream.write_table(data)
     message = LakehouseCommitMessage(app_id, sink_buffer.getvalue().to_pybytes(), data.num_rows)
-    return commit_lakehouse_batch(_config(sink, options, None), [message], app_id, batch_id)
+    config = _config(sink, options, None)
+    return commit_lakehouse_batch(config, [message], app_id, batch_id, now_s)
 
 
 def change_log_rows(store: LakehouseStore) -> list[dict[str, Any]]:

@@ -21,18 +21,10 @@ from pyspark.sql.types import StringType
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline import change_from_row
-from ringflow.pipeline._delta import DeltaStore
-from ringflow.pipeline._iceberg import IcebergStore, parse_location
-from ringflow.pipeline._lakehouse import (
-    DELTA_FORMAT,
-    ICEBERG_FORMAT,
-    LakehouseStore,
-    delta_options,
-    iceberg_options,
-)
+from ringflow.pipeline._lakehouse import LakehouseStore
 from ringflow.pipeline._materialize import materialize
 
-from ._lakehouse import change_log_rows, current_rows
+from ._lakehouse import change_log_rows, current_rows, destination
 from ._schema_evolution import differences, live_rows
 from ._streams import change_stream, forget_commit, run_to_end, write_change_files
 from ._workload import TABLE, shuffled_with_duplicates, workload
@@ -48,12 +40,7 @@ def _fail_once(value):  # type hints would make PySpark guess a pandas UDF
 
 
 def _destination(kind: str, base: Path) -> tuple[str, dict[str, str], LakehouseStore]:
-    if kind == "delta":
-        path = str(base / "delta")
-        return DELTA_FORMAT, delta_options(path, TABLE), DeltaStore(path)
-    location = parse_location(f"{base / 'catalog.db'}#shop.items")
-    IcebergStore(location).catalog.create_namespace("shop")
-    return ICEBERG_FORMAT, iceberg_options(location, TABLE), IcebergStore(location)
+    return destination(kind, base, TABLE)
 
 
 def _snapshot(store: LakehouseStore) -> tuple[Any, Any]:

@@ -25,15 +25,13 @@ from ringflow.pipeline import change_from_row
 from ringflow.pipeline._delta import DeltaStore
 from ringflow.pipeline._iceberg import IcebergStore, parse_location
 from ringflow.pipeline._lakehouse import (
-    DELTA_FORMAT,
     ICEBERG_FORMAT,
     LakehouseStore,
-    delta_options,
     iceberg_options,
 )
 from ringflow.pipeline._materialize import materialize
 
-from ._lakehouse import change_log_rows, commit_changes, current_rows
+from ._lakehouse import change_log_rows, commit_changes, current_rows, destination
 from ._schema_evolution import differences, live_rows
 from ._workload import TABLE, workload
 
@@ -42,14 +40,7 @@ _DIED = 86
 
 
 def _destination(kind: str, base: Path) -> tuple[str, dict[str, str], LakehouseStore]:
-    if kind == "delta":
-        path = str(base / "delta")
-        return DELTA_FORMAT, delta_options(path, TABLE), DeltaStore(path)
-    location = parse_location(f"{base / 'catalog.db'}#shop.items")
-    store = IcebergStore(location)
-    if ("shop",) not in store.catalog.list_namespaces():
-        store.catalog.create_namespace("shop")
-    return ICEBERG_FORMAT, iceberg_options(location, TABLE), store
+    return destination(kind, base, TABLE)
 
 
 def _commit_then_die(kind: str, base: str, part: int, batch_id: int) -> None:

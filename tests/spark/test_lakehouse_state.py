@@ -14,11 +14,12 @@ from ringflow.pipeline import Change
 from ringflow.pipeline._changes import value_columns
 from ringflow.pipeline._lakehouse_state import (
     DELETED_FIELD,
-    PK_FIELD,
+    EXPIRES_AT_FIELD,
     ROW_FIELD,
     STATE_FIELD,
     CurrentStateMerge,
     current_rows_table,
+    selected_states,
     write_time_field,
 )
 from ringflow.pipeline._materialize import canonical_value, hashable, materialize
@@ -28,13 +29,14 @@ from ._workload import NOW_S, TABLE, as_comparable, shuffled_with_duplicates, wo
 
 
 def _merge(table: Table, store: dict[str, dict[str, Any]], batch: list[Change], now_s: int) -> None:
-    """One batch merged through the stored rows :meth:`CurrentStateMerge.wanted` selects."""
+    """One batch merged at ``now_s`` through the stored rows :meth:`CurrentStateMerge.wanted`
+    selects (as the stores select them: :func:`selected_states` over the stored Arrow rows)."""
     merge = CurrentStateMerge(table)
-    whole, rows = (set(found) for found in merge.wanted(batch))
+    wanted = merge.wanted(batch, now_s)
+    whole, rows = set(wanted.partitions), set(wanted.rows)
     assert whole | {r.partition("/")[0] for r in rows} == set(merge.partition_ids(batch))
-    merge.load(
-        r[STATE_FIELD] for r in store.values() if r[PK_FIELD] in whole or r[ROW_FIELD] in rows
-    )
+    if store:
+        merge.load(selected_states(current_rows_table(table, list(store.values())), wanted))
     merge.apply(batch)
     written = merge.rows(now_s)
     assert current_rows_table(table, written).num_rows == len(written)
@@ -136,3 +138,75 @@ def test_a_table_without_statics_loads_touched_rows_only_and_equals_the_oracle(s
         _merge(PLAIN, store, doubled[start : start + size], NOW_S)
         start += size
     assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, changes, NOW_S))
+
+
+def _ttl_workload(size: int, seed: int, start_s: int) -> list[Change]:
+    """Inserts and updates of ``PLAIN`` over 100 s from ``start_s``, a third with TTLs of
+    5-60 s, some row and partition deletes: most TTLs run out within the test's clock."""
+    rng = random.Random(seed)
+    changes = []
+    for index in range(size):
+        pk, ck = rng.randint(0, 5), rng.randint(0, 6)
+        written_us = (start_s + rng.randint(0, 100)) * 1_000_000 + rng.randint(0, 999_999)
+        time = timeuuid_from_micros(written_us, index)
+        roll = rng.random()
+        if roll < 0.03:
+            changes.append(
+                Change("bench", "events", CdcOperation.PARTITION_DELETE, time, {"pk": pk})
+            )
+        elif roll < 0.08:
+            changes.append(
+                Change("bench", "events", CdcOperation.ROW_DELETE, time, {"pk": pk, "ck": ck})
+            )
+        else:
+            op = CdcOperation.INSERT if roll < 0.5 else CdcOperation.UPDATE
+            values: dict[str, object] = {"v": f"v{rng.randint(0, 99)}", "n": rng.randint(0, 9)}
+            if rng.random() < 0.5:
+                del values[rng.choice(["v", "n"])]
+            ttl = rng.randint(5, 60) if rng.random() < 0.35 else None
+            key = {"pk": pk, "ck": ck}
+            changes.append(
+                Change("bench", "events", op, time, key, 0, values, frozenset(), {}, ttl)
+            )
+    return changes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_values_past_their_ttl_leave_the_table_at_the_next_commit(seed: int) -> None:
+    """Batches committed as the clock runs: each commit also merges the rows whose
+    ``_expires_at`` has passed, so after every commit the table equals the oracle at that
+    second, TTL'd values gone, not only the rows the batch touched."""
+    start_s = NOW_S - 200
+    changes = sorted(_ttl_workload(250, seed, start_s), key=lambda c: c.time_us)
+    rng = random.Random(seed)
+    store: dict[str, dict[str, Any]] = {}
+    applied: list[Change] = []
+    now_s = start_s
+    while applied != changes:
+        batch = changes[len(applied) : len(applied) + rng.randint(1, 12)]
+        applied += batch
+        now_s = max(now_s, batch[-1].time_us // 1_000_000 + 1) + rng.randint(0, 3)
+        _merge(PLAIN, store, batch, now_s)
+        assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, now_s))
+    expired_some = False
+    for later in (now_s + 20, now_s + 61):  # commits of batches touching one other row
+        other = Change(
+            "bench",
+            "events",
+            CdcOperation.UPDATE,
+            timeuuid_from_micros(later * 10**6, 0),
+            {"pk": 99, "ck": 0},
+            0,
+            {"n": 1},
+        )
+        applied.append(other)
+        before = {k: v for k, v in _live(PLAIN, store).items() if k != (99, 0)}
+        _merge(PLAIN, store, [other], later)
+        assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, later))
+        after = {k: v for k, v in _live(PLAIN, store).items() if k != (99, 0)}
+        expired_some |= before != after  # rows the batch did not touch changed: TTLs ran out
+    assert expired_some  # the workload made the clock matter
+    for row in store.values():  # what shows has no expiry in the past
+        expiry = row[EXPIRES_AT_FIELD]
+        assert expiry is None or expiry > (now_s + 61) * 1_000_000
+        assert expiry is None or not row[DELETED_FIELD]

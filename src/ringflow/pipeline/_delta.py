@@ -29,7 +29,14 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
-from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD, selected_states
+from ringflow.pipeline._lakehouse_state import (
+    EXPIRES_AT_FIELD,
+    PK_FIELD,
+    ROW_FIELD,
+    STATE_FIELD,
+    Wanted,
+    selected_states,
+)
 from ringflow.schema import Table
 
 TABLE_PROPERTY = "ringflow.table"
@@ -127,15 +134,17 @@ class DeltaStore:
             commit_properties=self._commit(app_id, batch_id),
         )
 
-    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]:
-        """The ``_state`` of the stored rows of ``partition_ids`` and of ``row_ids``."""
-        if not partition_ids and not row_ids:
+    def current_states(self, wanted: Wanted) -> list[str]:
+        """The ``_state`` of the stored rows ``wanted`` names."""
+        if not wanted.partitions and not wanted.rows and wanted.expired_by_us is None:
             return []
         # delta-rs types strings as string_view, which pyarrow's statistics pruning cannot
         # compare yet: the key columns are read whole and filtered here, in Arrow
         dataset = DeltaTable(str(self.current)).to_pyarrow_dataset()
-        found = dataset.to_table(columns=[PK_FIELD, ROW_FIELD, STATE_FIELD])
-        return selected_states(found, partition_ids, row_ids)
+        columns = [PK_FIELD, ROW_FIELD, STATE_FIELD]
+        if EXPIRES_AT_FIELD in dataset.schema.names:  # absent in a table written before it
+            columns.append(EXPIRES_AT_FIELD)
+        return selected_states(dataset.to_table(columns=columns), wanted)
 
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
         table = DeltaTable(str(self.current))

@@ -39,7 +39,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
-from ringflow.pipeline._lakehouse_state import PK_FIELD, ROW_FIELD, STATE_FIELD, selected_states
+from ringflow.pipeline._lakehouse_state import (
+    EXPIRES_AT_FIELD,
+    PK_FIELD,
+    ROW_FIELD,
+    STATE_FIELD,
+    Wanted,
+    expired_ids,
+    selected_states,
+)
 from ringflow.schema import Table
 
 CATALOG_NAME = "ringflow"
@@ -227,23 +235,35 @@ class IcebergStore:
             )
             transaction.set_properties({BATCH_PROPERTY + app_id: str(batch_id)})
 
-    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]:
-        """The ``_state`` of the stored rows of ``partition_ids`` and of ``row_ids``."""
-        if not partition_ids and not row_ids:
-            return []
+    def current_states(self, wanted: Wanted) -> list[str]:
+        """The ``_state`` of the stored rows ``wanted`` names: the expired ones found first
+        (a scan filtered on ``_expires_at``, pruned by the files' statistics), then every row
+        wanted."""
         table = self.catalog.load_table(self.location.current)
-        if len(partition_ids) + len(row_ids) <= _IN_FILTER_MAX:
+        names = {field.name for field in table.schema().fields}
+        if wanted.expired_by_us is not None and EXPIRES_AT_FIELD in names:
+            expired = table.scan(
+                row_filter=_expression(
+                    "LessThanOrEqual", EXPIRES_AT_FIELD, wanted.expired_by_us
+                ),
+                selected_fields=(PK_FIELD, ROW_FIELD, EXPIRES_AT_FIELD),
+            ).to_arrow()
+            partitions, rows = expired_ids(expired, wanted)
+            wanted = Wanted(wanted.partitions + partitions, wanted.rows + rows)
+        if not wanted.partitions and not wanted.rows:
+            return []
+        if len(wanted.partitions) + len(wanted.rows) <= _IN_FILTER_MAX:
             row_filter = _expression(
                 "Or",
-                _expression("In", PK_FIELD, set(partition_ids or [""])),
-                _expression("In", ROW_FIELD, set(row_ids or [""])),
+                _expression("In", PK_FIELD, set(wanted.partitions or [""])),
+                _expression("In", ROW_FIELD, set(wanted.rows or [""])),
             )
         else:  # pyiceberg evaluates big sets slowly: scan, then filter in Arrow
             row_filter = _expression("AlwaysTrue")
         found = table.scan(
             row_filter=row_filter, selected_fields=(PK_FIELD, ROW_FIELD, STATE_FIELD)
         )
-        return selected_states(found.to_arrow(), partition_ids, row_ids)
+        return selected_states(found.to_arrow(), wanted)
 
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
         """Replace the rows with the ``_row`` of ``rows``: an ``In`` filter for a few, else

@@ -60,6 +60,7 @@ from ringflow.pipeline._iceberg import IcebergLocation, IcebergStore, location_o
 from ringflow.pipeline._lake import task_context
 from ringflow.pipeline._lakehouse_state import (
     CurrentStateMerge,
+    Wanted,
     current_arrow_schema,
     current_rows_table,
 )
@@ -85,7 +86,7 @@ class LakehouseStore(Protocol):
     def changes_committed(self, app_id: str) -> int: ...
     def current_committed(self, app_id: str) -> int: ...
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None: ...
-    def current_states(self, partition_ids: list[str], row_ids: list[str]) -> list[str]: ...
+    def current_states(self, wanted: Wanted) -> list[str]: ...
     def write_current(self, rows: Any, app_id: str, batch_id: int) -> None: ...
     def data_files(self) -> tuple[list[str], list[str]]: ...
     def compact(self) -> dict[str, Any]: ...
@@ -227,13 +228,14 @@ def commit_lakehouse_batch(
         appended = True
     if store.current_committed(app_id) < batch_id:
         holds = config.holds
+        now = int(time.time()) if now_s is None else now_s
         with _collector_paused():
             reader = ChangeReader(holds)
             changes = [reader.read(row) for row in data.drop([DATE_FIELD]).to_pylist()]
             merge = CurrentStateMerge(holds)
-            merge.load(store.current_states(*merge.wanted(changes)))
+            merge.load(store.current_states(merge.wanted(changes, now)))
             merge.apply(changes, validated=True)  # the reader validated them
-            rows = merge.rows(int(time.time()) if now_s is None else now_s)
+            rows = merge.rows(now)
         if rows:
             store.write_current(current_rows_table(holds, rows), app_id, batch_id)
             merged = True

@@ -16,13 +16,17 @@ Layout of the table (:func:`current_arrow_schema`), rows keyed by ``_row``:
 - per value column ``c``: ``c`` (its live value, null when dead) and ``_wt_c`` (its write
   timestamp in µs; a non-frozen collection: its newest live element's), as the ``_live`` view;
 - ``_deleted`` (the row shows nothing: ``SELECT *`` would not return it), ``_deleted_at`` (the
-  newest deletion shadowing it: row, range or partition), ``_pk`` (the partition key, for the
-  merge to find a partition's rows), ``_row`` (the row id), ``_state`` (JSON: every cell with its
-  timestamp, tie bytes and expiry, the row marker and tombstones: what the merge needs).
+  newest deletion shadowing it: row, range or partition), ``_expires_at`` (µs: the first second
+  a TTL'd value the row shows, its row marker or a static cell, stops being live; null when
+  none will), ``_pk`` (the partition key, for the merge to find a partition's rows), ``_row``
+  (the row id), ``_state`` (JSON: every cell with its timestamp, tie bytes and expiry, the row
+  marker and tombstones: what the merge needs).
 
-A live value past its TTL shows until the row is merged again (the table is as of its last
-commit); ``_state`` keeps the expiry, readers that care evaluate it. Range-delete bounds are
-paired across batches (a bound whose pair has not arrived waits in the head row's state).
+TTL: the table is as of its last commit. Every commit also merges again the rows whose
+``_expires_at`` has passed (:class:`Wanted`), so a value past its TTL shows until the next
+batch commits; a reader that needs the exact instant filters ``_expires_at``. Range-delete
+bounds are paired across batches (a bound whose pair has not arrived waits in the head row's
+state).
 """
 
 from __future__ import annotations
@@ -70,8 +74,10 @@ PK_FIELD = "_pk"
 ROW_FIELD = "_row"
 DELETED_FIELD = "_deleted"
 DELETED_AT_FIELD = "_deleted_at"
+EXPIRES_AT_FIELD = "_expires_at"
 STATE_FIELD = "_state"
 _NONE = -(2**63)
+_US_PER_SECOND = 1_000_000
 _PARTITION_OPERATIONS = (
     RANGE_START_OPERATIONS | RANGE_END_OPERATIONS | {CdcOperation.PARTITION_DELETE}
 )
@@ -94,6 +100,7 @@ def current_arrow_schema(table: Table) -> Any:
     fields += [
         pa.field(DELETED_FIELD, pa.bool_()),
         pa.field(DELETED_AT_FIELD, pa.int64()),
+        pa.field(EXPIRES_AT_FIELD, pa.int64()),
         pa.field(PK_FIELD, pa.string()),
         pa.field(ROW_FIELD, pa.string()),
         pa.field(STATE_FIELD, pa.string()),
@@ -224,6 +231,20 @@ class _CellCodec:
         return row
 
 
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The stored rows a batch's merge needs (:meth:`CurrentStateMerge.wanted`): every row of
+    ``partitions`` (``_pk``), the ``rows`` (``_row``), and the rows whose ``_expires_at`` is at
+    or before ``expired_by_us`` (a TTL'd value they show has died since they were written) with
+    their partition's head row, or their whole partition when ``expired_whole`` (a table with
+    static columns, whose merge needs whole partitions)."""
+
+    partitions: list[str]
+    rows: list[str]
+    expired_by_us: int | None = None
+    expired_whole: bool = False
+
+
 @dataclass(slots=True)
 class _PartitionEntry:
     """One partition being merged: its key, its pending range bounds and its stored rows."""
@@ -270,11 +291,11 @@ class CurrentStateMerge:
         """The ``_pk`` of every partition ``changes`` touch (to select the stored rows)."""
         return sorted({self._pk_id(where[0]) for _, where in self._located(changes)})
 
-    def wanted(self, changes: Sequence[Change]) -> tuple[list[str], list[str]]:
-        """What to :meth:`load` for ``changes``: (``_pk`` of the partitions to load whole,
-        ``_row`` of the rows to load). A change to one row needs that row and its partition's
-        head (partition deletion, ranges, pending bounds); a partition or range deletion or a
-        table with static columns (a static cell shows in every row) needs the whole partition.
+    def wanted(self, changes: Sequence[Change], now_s: int | None = None) -> Wanted:
+        """What to :meth:`load` for ``changes`` (and, given ``now_s``, for the rows a TTL
+        changed by then). A change to one row needs that row and its partition's head
+        (partition deletion, ranges, pending bounds); a partition or range deletion or a table
+        with static columns (a static cell shows in every row) needs the whole partition.
         Loading only these keeps a batch's work proportional to the batch, not the table."""
         whole: set[str] = set()
         rows: set[str] = set()
@@ -286,7 +307,12 @@ class CurrentStateMerge:
             else:
                 rows.add(row_id(pk_id, None))
                 rows.add(row_id(pk_id, encoded))
-        return sorted(whole), sorted(r for r in rows if r.partition("/")[0] not in whole)
+        return Wanted(
+            sorted(whole),
+            sorted(r for r in rows if r.partition("/")[0] not in whole),
+            None if now_s is None else now_s * _US_PER_SECOND,
+            partition_wide,
+        )
 
     def load(self, states: Iterable[str]) -> None:
         """Load stored ``_state`` JSONs (rows of the partitions to merge)."""
@@ -360,7 +386,7 @@ class CurrentStateMerge:
         result = []
         for pk, entry in self.partitions.items():
             partition = self.state.partition(pk)
-            built = self._partition_rows(entry, partition, live)
+            built = self._partition_rows(entry, partition, live, now_s)
             pk_id = self._pk_id(pk)
             head_id = row_id(pk_id, None)
             head_changed = head_id in built and built[head_id][STATE_FIELD] != entry.stored.get(
@@ -372,7 +398,11 @@ class CurrentStateMerge:
         return result
 
     def _partition_rows(
-        self, entry: _PartitionEntry, partition: _Partition, live: Mapping[Key, LiveRow]
+        self,
+        entry: _PartitionEntry,
+        partition: _Partition,
+        live: Mapping[Key, LiveRow],
+        now_s: int,
     ) -> dict[str, dict[str, object]]:
         pk_id = self._pk_id(entry.pk)
         head = {
@@ -407,17 +437,26 @@ class CurrentStateMerge:
         )
         if empty_head and "row" not in head_part and row_id(pk_id, None) not in entry.stored:
             del parts[row_id(pk_id, None)]  # nothing to keep: no row for it
+        static_expiry = _next_expiry(partition.static, partition.deletion_us, now_s)
         built = {}
         for identity, part in parts.items():
             shadow = partition.deletion_us
+            expiry = static_expiry
             if "row" in part:
                 encoded = bytes.fromhex(part["clustering"])
                 row = partition.rows[encoded]
                 covering = [ts for low, high, ts in partition.ranges if low <= encoded < high]
                 shadow = max(shadow, row.deletion_us, *covering)
+                expiry = _sooner(expiry, _next_expiry(row, shadow, now_s))
             key: Key = part.pop("key")
+            found = live.get(key)
+            expires_us = None if expiry is None or found is None else expiry * _US_PER_SECOND
+            # the expiry is part of the state compared: a row merged again after it passed
+            # is written again (it shows less, and expires later or never)
+            part["expires"] = expires_us
             state = json.dumps({"id": identity, **part}, sort_keys=True)
-            built[identity] = self._output_row(key, live.get(key), shadow, pk_id, identity, state)
+            built[identity] = self._output_row(key, found, shadow, expires_us, pk_id, identity)
+            built[identity][STATE_FIELD] = state
         return built
 
     def _output_row(
@@ -425,9 +464,9 @@ class CurrentStateMerge:
         key: Key,
         found: LiveRow | None,
         shadow_us: int,
+        expires_us: int | None,
         pk_id: str,
         identity: str,
-        state: str,
     ) -> dict[str, object]:
         row: dict[str, object] = {}
         for column, value in zip(self.table.primary_key_columns, key, strict=True):
@@ -440,10 +479,31 @@ class CurrentStateMerge:
             row[write_time_field(column.name)] = times.get(column.name)
         row[DELETED_FIELD] = found is None
         row[DELETED_AT_FIELD] = None if shadow_us == _NONE else shadow_us
+        row[EXPIRES_AT_FIELD] = expires_us
         row[PK_FIELD] = pk_id
         row[ROW_FIELD] = identity
-        row[STATE_FIELD] = state
         return row
+
+
+def _next_expiry(row: _Row, shadow_us: int, now_s: int) -> int | None:
+    """The first second one of ``row``'s live TTL'd cells (marker, cells, collection elements)
+    stops being live at ``now_s`` with ``shadow_us`` covering it; None when none will."""
+    soonest: int | None = None
+    for cell in (row.marker, *row.cells.values()):
+        if cell is not None and cell.expires_s is not None and cell.live(shadow_us, now_s):
+            soonest = _sooner(soonest, cell.expires_s)
+    for collection in row.collections.values():
+        floor = max(shadow_us, collection.tombstone_us)
+        for cell in collection.elements.values():
+            if cell.expires_s is not None and cell.live(floor, now_s):
+                soonest = _sooner(soonest, cell.expires_s)
+    return soonest
+
+
+def _sooner(first: int | None, second: int | None) -> int | None:
+    if first is None:
+        return second
+    return first if second is None else min(first, second)
 
 
 def current_rows_table(table: Table, rows: Sequence[Mapping[str, object]]) -> Any:
@@ -451,15 +511,34 @@ def current_rows_table(table: Table, rows: Sequence[Mapping[str, object]]) -> An
     return pa.Table.from_pylist(list(rows), schema=current_arrow_schema(table))
 
 
-def selected_states(found: Any, partition_ids: list[str], row_ids: list[str]) -> list[str]:
-    """The ``_state`` of the rows of ``found`` (an Arrow table with ``_pk``, ``_row`` and
-    ``_state``) in ``partition_ids`` or ``row_ids``."""
+def selected_states(found: Any, wanted: Wanted) -> list[str]:
+    """The ``_state`` of the rows of ``found`` (an Arrow table with ``_pk``, ``_row``,
+    ``_state`` and, once written, ``_expires_at``) that ``wanted`` names."""
+    partition_ids, row_ids = expired_ids(found, wanted)
     keep = pc.or_(
         pc.is_in(
-            found.column(PK_FIELD).cast(pa.string()), value_set=pa.array(partition_ids, pa.string())
+            found.column(PK_FIELD).cast(pa.string()),
+            value_set=pa.array(wanted.partitions + partition_ids, pa.string()),
         ),
         pc.is_in(
-            found.column(ROW_FIELD).cast(pa.string()), value_set=pa.array(row_ids, pa.string())
+            found.column(ROW_FIELD).cast(pa.string()),
+            value_set=pa.array(wanted.rows + row_ids, pa.string()),
         ),
     )
     return [str(s) for s in found.filter(keep).column(STATE_FIELD).to_pylist()]
+
+
+def expired_ids(found: Any, wanted: Wanted) -> tuple[list[str], list[str]]:
+    """What the rows of ``found`` expired by ``wanted.expired_by_us`` bring in: (``_pk`` of
+    whole partitions, ``_row`` of rows and their heads); none for a table written before
+    ``_expires_at`` existed."""
+    if wanted.expired_by_us is None or EXPIRES_AT_FIELD not in found.column_names:
+        return [], []
+    expired = found.filter(
+        pc.less_equal(found.column(EXPIRES_AT_FIELD), pa.scalar(wanted.expired_by_us, pa.int64()))
+    )
+    partitions = sorted({str(p) for p in expired.column(PK_FIELD).to_pylist()})
+    if wanted.expired_whole:
+        return partitions, []
+    rows = [str(r) for r in expired.column(ROW_FIELD).to_pylist()]
+    return [], rows + [row_id(p, None) for p in partitions]
