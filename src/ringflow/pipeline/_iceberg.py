@@ -243,9 +243,7 @@ class IcebergStore:
         names = {field.name for field in table.schema().fields}
         if wanted.expired_by_us is not None and EXPIRES_AT_FIELD in names:
             expired = table.scan(
-                row_filter=_expression(
-                    "LessThanOrEqual", EXPIRES_AT_FIELD, wanted.expired_by_us
-                ),
+                row_filter=_expression("LessThanOrEqual", EXPIRES_AT_FIELD, wanted.expired_by_us),
                 selected_fields=(PK_FIELD, ROW_FIELD, EXPIRES_AT_FIELD),
             ).to_arrow()
             partitions, rows = expired_ids(expired, wanted)
