@@ -4,11 +4,15 @@ STYLE.md "Errors": a client mistake, a peer's failure, an operator's bad configu
 bug are different things to the person reading the message. Each class carries the native-protocol
 error code (``doc/native_protocol_v4.spec`` §9) it maps to when it crosses the wire, so the CQL
 layer never guesses. An exception reaching the wire as 0x0000 (ServerError) is a bug.
+
+A coordinator's errors (Unavailable, the timeouts, the failures) carry the fields of their ERROR
+bodies, so they live here with the two enums those bodies name (the protocol's consistency levels
+and write types): the cluster raises them, the CQL layer answers them by type.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class ErrorCode(IntEnum):
@@ -33,6 +37,35 @@ class ErrorCode(IntEnum):
     CONFIG_ERROR = 0x2300
     ALREADY_EXISTS = 0x2400
     UNPREPARED = 0x2500
+
+
+class Consistency(IntEnum):
+    """[consistency] codes (spec §3)."""
+
+    ANY = 0x0000
+    ONE = 0x0001
+    TWO = 0x0002
+    THREE = 0x0003
+    QUORUM = 0x0004
+    ALL = 0x0005
+    LOCAL_QUORUM = 0x0006
+    EACH_QUORUM = 0x0007
+    SERIAL = 0x0008
+    LOCAL_SERIAL = 0x0009
+    LOCAL_ONE = 0x000A
+
+
+class WriteType(StrEnum):
+    """<writeType> of Write_timeout and Write_failure (spec §9, plus CAS/VIEW/CDC of v5)."""
+
+    SIMPLE = "SIMPLE"
+    BATCH = "BATCH"
+    UNLOGGED_BATCH = "UNLOGGED_BATCH"
+    COUNTER = "COUNTER"
+    BATCH_LOG = "BATCH_LOG"
+    CAS = "CAS"
+    VIEW = "VIEW"
+    CDC = "CDC"
 
 
 class RingflowError(Exception):
@@ -102,6 +135,100 @@ class PeerError(RingflowError):
     """Another node failed us: unavailable, timed out, or answered nonsense."""
 
     code = ErrorCode.SERVER_ERROR
+
+
+class Unavailable(PeerError):
+    """Too few replicas are alive to even try (0x1000 ``<cl><required><alive>``)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(
+        self, consistency: Consistency, required: int, alive: int, *, datacenter: str | None = None
+    ) -> None:
+        where = "" if datacenter is None else f" in DC {datacenter}"
+        super().__init__(f"Cannot achieve consistency level {consistency.name}{where}")
+        self.consistency = consistency
+        self.required = required
+        self.alive = alive
+        self.datacenter = datacenter
+
+
+class WriteTimeout(PeerError):
+    """Too few replicas acknowledged a write in time (0x1100 ``<cl><received><blockfor><type>``)."""
+
+    code = ErrorCode.WRITE_TIMEOUT
+
+    def __init__(
+        self, consistency: Consistency, received: int, block_for: int, write_type: WriteType
+    ) -> None:
+        super().__init__(f"Operation timed out - received only {received} responses.")
+        self.consistency = consistency
+        self.received = received
+        self.block_for = block_for
+        self.write_type = write_type
+
+
+class ReadTimeout(PeerError):
+    """Too few replicas answered a read in time (0x1200 ``<cl><received><blockfor><data>``)."""
+
+    code = ErrorCode.READ_TIMEOUT
+
+    def __init__(
+        self, consistency: Consistency, received: int, block_for: int, data_present: bool
+    ) -> None:
+        super().__init__(f"Operation timed out - received only {received} responses.")
+        self.consistency = consistency
+        self.received = received
+        self.block_for = block_for
+        self.data_present = data_present
+
+
+class WriteFailure(PeerError):
+    """Too many replicas failed for the level to be met (0x1500 ``<cl><received><blockfor>
+    <numfailures><writeType>``)."""
+
+    code = ErrorCode.WRITE_FAILURE
+
+    def __init__(
+        self,
+        consistency: Consistency,
+        received: int,
+        block_for: int,
+        failure_count: int,
+        write_type: WriteType,
+    ) -> None:
+        super().__init__(
+            f"Operation failed - received {received} responses and {failure_count} failures"
+        )
+        self.consistency = consistency
+        self.received = received
+        self.block_for = block_for
+        self.failure_count = failure_count
+        self.write_type = write_type
+
+
+class ReadFailure(PeerError):
+    """Too many replicas failed for the level to be met (0x1300 ``<cl><received><blockfor>
+    <numfailures><data_present>``)."""
+
+    code = ErrorCode.READ_FAILURE
+
+    def __init__(
+        self,
+        consistency: Consistency,
+        received: int,
+        block_for: int,
+        failure_count: int,
+        data_present: bool,
+    ) -> None:
+        super().__init__(
+            f"Operation failed - received {received} responses and {failure_count} failures"
+        )
+        self.consistency = consistency
+        self.received = received
+        self.block_for = block_for
+        self.failure_count = failure_count
+        self.data_present = data_present
 
 
 class InternalError(RingflowError):

@@ -10,11 +10,8 @@ from ringflow.cluster._consistency import (
     DATACENTER_LOCAL,
     SERIAL_LEVELS,
     ConsistencyLevel,
-    ReadTimeout,
     Replication,
     ResponseTracker,
-    Unavailable,
-    WriteTimeout,
     assure_sufficient_live_replicas,
     block_for,
     block_for_write,
@@ -141,7 +138,6 @@ from ringflow.cluster._messages import (
 )
 from ringflow.cluster._read_path import (
     ReadAction,
-    ReadFailure,
     ReadHandler,
     ReadKind,
     ReadState,
@@ -186,12 +182,12 @@ from ringflow.cluster._write_path import (
     StoreHint,
     TokenReplicas,
     WriteAction,
-    WriteFailure,
     WriteHandler,
     WriteState,
     WriteUnit,
 )
 from ringflow.cql import WriteType
+from ringflow.errors import ReadFailure, ReadTimeout, Unavailable, WriteFailure, WriteTimeout
 
 __all__ = [
     "DATACENTER_LOCAL",

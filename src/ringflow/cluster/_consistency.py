@@ -6,8 +6,10 @@ Owns ``shared/reference/cassandra-core.md`` §5.1 (codes and blockFor, C41
 
 Rules:
 
-* ``ConsistencyLevel`` is the native protocol's [consistency] enum (``ringflow.cql.Consistency``,
-  one noun for one concept); ``WriteType`` likewise is ``ringflow.cql.WriteType``.
+* ``ConsistencyLevel`` is the native protocol's [consistency] enum (``ringflow.errors.Consistency``,
+  one noun for one concept, re-exported by ``ringflow.cql``); ``WriteType`` likewise. The errors
+  (``Unavailable``, ``ReadTimeout``, ``WriteTimeout``) are ``ringflow.errors`` types, answered by
+  type by the CQL layer.
 * QUORUM sums the replication factors first and then takes the quorum:
   ``floor(sum RF / 2) + 1``, never a sum of per-DC quorums. LOCAL_QUORUM is the local DC's
   quorum under NetworkTopologyStrategy and plain QUORUM under any other strategy; EACH_QUORUM is
@@ -29,8 +31,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, final
 
-from ringflow.cql import Consistency, WriteType
-from ringflow.errors import ErrorCode, InvalidRequest, PeerError, invariant
+from ringflow.errors import (
+    Consistency,
+    InvalidRequest,
+    ReadTimeout,
+    Unavailable,
+    WriteTimeout,
+    WriteType,
+    invariant,
+)
 from ringflow.ring import (
     Host,
     NetworkTopologyStrategy,
@@ -48,52 +57,6 @@ DATACENTER_LOCAL: Final = frozenset(
     {Consistency.LOCAL_ONE, Consistency.LOCAL_QUORUM, Consistency.LOCAL_SERIAL}
 )
 SERIAL_LEVELS: Final = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
-
-
-class Unavailable(PeerError):
-    """Too few replicas are alive to even try (0x1000 ``<cl><required><alive>``)."""
-
-    code = ErrorCode.UNAVAILABLE
-
-    def __init__(
-        self, consistency: Consistency, required: int, alive: int, *, datacenter: str | None = None
-    ) -> None:
-        where = "" if datacenter is None else f" in DC {datacenter}"
-        super().__init__(f"Cannot achieve consistency level {consistency.name}{where}")
-        self.consistency = consistency
-        self.required = required
-        self.alive = alive
-        self.datacenter = datacenter
-
-
-class WriteTimeout(PeerError):
-    """Too few replicas acknowledged a write in time (0x1100 ``<cl><received><blockfor><type>``)."""
-
-    code = ErrorCode.WRITE_TIMEOUT
-
-    def __init__(
-        self, consistency: Consistency, received: int, block_for: int, write_type: WriteType
-    ) -> None:
-        super().__init__(f"Operation timed out - received only {received} responses.")
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
-        self.write_type = write_type
-
-
-class ReadTimeout(PeerError):
-    """Too few replicas answered a read in time (0x1200 ``<cl><received><blockfor><data>``)."""
-
-    code = ErrorCode.READ_TIMEOUT
-
-    def __init__(
-        self, consistency: Consistency, received: int, block_for: int, data_present: bool
-    ) -> None:
-        super().__init__(f"Operation timed out - received only {received} responses.")
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
-        self.data_present = data_present
 
 
 # -- validation ----------------------------------------------------------------------------

@@ -43,7 +43,6 @@ from typing import Final, Generic, TypeVar, final
 from ringflow.cluster._consistency import (
     DATACENTER_LOCAL,
     ConsistencyLevel,
-    ReadTimeout,
     ResponseTracker,
     assure_sufficient_live_replicas,
     block_for,
@@ -59,35 +58,17 @@ from ringflow.cluster._read_repair import (
     repair_mutations,
 )
 from ringflow.cluster._write_path import DEFAULT_STORY_LIMIT, InvalidTransition, TokenReplicas
-from ringflow.errors import ErrorCode, InternalError, InvalidRequest, PeerError, invariant
+from ringflow.errors import (
+    InternalError,
+    InvalidRequest,
+    ReadFailure,
+    ReadTimeout,
+    invariant,
+)
 from ringflow.ring import Host, NetworkTopologyStrategy, ReplicationStrategy
 from ringflow.schema import Mutation
 
 ResultT = TypeVar("ResultT", covariant=True)
-
-
-class ReadFailure(PeerError):
-    """Too many replicas failed for the level to be met (0x1300 ``<cl><received><blockfor>
-    <numfailures><data_present>``)."""
-
-    code = ErrorCode.READ_FAILURE
-
-    def __init__(
-        self,
-        consistency: ConsistencyLevel,
-        received: int,
-        block_for: int,
-        failure_count: int,
-        data_present: bool,
-    ) -> None:
-        super().__init__(
-            f"Operation failed - received {received} responses and {failure_count} failures"
-        )
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
-        self.failure_count = failure_count
-        self.data_present = data_present
 
 
 class ReadKind(Enum):

@@ -48,12 +48,17 @@ from ringflow.cdc import CdcCapture
 from ringflow.cluster._consistency import (
     ConsistencyLevel,
     ResponseTracker,
-    WriteTimeout,
     assure_sufficient_live_replicas,
 )
 from ringflow.cluster._messages import Verb
-from ringflow.cql import WriteType
-from ringflow.errors import ErrorCode, InternalError, InvalidRequest, PeerError, invariant
+from ringflow.errors import (
+    InternalError,
+    InvalidRequest,
+    WriteFailure,
+    WriteTimeout,
+    WriteType,
+    invariant,
+)
 from ringflow.replication import Origin
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.schema import Mutation
@@ -71,30 +76,6 @@ class InvalidTransition(InternalError):
         self.state = state
         self.step = step
         self.story = tuple(story)
-
-
-class WriteFailure(PeerError):
-    """Too many replicas failed for the level to be met (0x1500 ``<cl><received><blockfor>
-    <numfailures><writeType>``)."""
-
-    code = ErrorCode.WRITE_FAILURE
-
-    def __init__(
-        self,
-        consistency: ConsistencyLevel,
-        received: int,
-        block_for: int,
-        failure_count: int,
-        write_type: WriteType,
-    ) -> None:
-        super().__init__(
-            f"Operation failed - received {received} responses and {failure_count} failures"
-        )
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
-        self.failure_count = failure_count
-        self.write_type = write_type
 
 
 # -- value objects ---------------------------------------------------------------------------

@@ -133,7 +133,6 @@ from ringflow.cql._error_responses import (
     UnpreparedResponse,
     WriteFailureResponse,
     WriteTimeoutResponse,
-    WriteType,
 )
 from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_common import (
@@ -242,16 +241,8 @@ from ringflow.cql._server import (
 )
 from ringflow.cql._server_limits import ServerLimits, ServerStats
 from ringflow.cql._tls_listener import TLS_HANDSHAKE_RECORD, NativeTls
-from ringflow.cql._wire import (
-    UNSET,
-    Consistency,
-    CqlValue,
-    Inet,
-    LocalProtocolError,
-    Reader,
-    Unset,
-    Writer,
-)
+from ringflow.cql._wire import UNSET, CqlValue, Inet, LocalProtocolError, Reader, Unset, Writer
+from ringflow.errors import Consistency, WriteType
 
 __all__ = [
     "CQL_VERSION",

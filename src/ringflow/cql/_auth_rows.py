@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ringflow.cql._auth_tables import SYSTEM_AUTH_KEYSPACE
 from ringflow.cql._results import VoidResult
-from ringflow.cql._wire import Consistency
+from ringflow.errors import Consistency
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import TEXT, Mutation, Table, serialize
 from ringflow.storage import ResultRow, Store

@@ -17,8 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from ringflow.cql._auth_model import Permission, Resource, RoleRecord
-from ringflow.cql._wire import Consistency
-from ringflow.errors import InternalError
+from ringflow.errors import Consistency, InternalError
 from ringflow.schema import (
     TEXT,
     Cell,

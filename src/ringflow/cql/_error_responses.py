@@ -16,25 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import ClassVar
 
 from ringflow.cql._frame import Opcode
-from ringflow.cql._wire import Consistency, LocalProtocolError, Reader, Writer
-from ringflow.errors import ErrorCode, ProtocolViolation
-
-
-class WriteType(StrEnum):
-    """<writeType> of Write_timeout and Write_failure (spec §9, plus CAS/VIEW/CDC of v5)."""
-
-    SIMPLE = "SIMPLE"
-    BATCH = "BATCH"
-    UNLOGGED_BATCH = "UNLOGGED_BATCH"
-    COUNTER = "COUNTER"
-    BATCH_LOG = "BATCH_LOG"
-    CAS = "CAS"
-    VIEW = "VIEW"
-    CDC = "CDC"
+from ringflow.cql._wire import LocalProtocolError, Reader, Writer
+from ringflow.errors import Consistency, ErrorCode, ProtocolViolation, WriteType
 
 
 def _read_write_type(reader: Reader) -> WriteType:

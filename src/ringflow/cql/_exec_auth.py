@@ -78,7 +78,7 @@ from ringflow.cql._auth_tables import (
 )
 from ringflow.cql._exec_common import LOCAL_KEYSPACES, Unauthorized, require_keyspace
 from ringflow.cql._results import SchemaChange, SchemaChangeTarget, SchemaChangeType
-from ringflow.cql._wire import Consistency
+from ringflow.errors import Consistency
 from ringflow.schema import CDC_LOG_SUFFIX, SchemaState
 
 _log = logging.getLogger(__name__)

@@ -3,15 +3,13 @@
 Rules (native protocol v4 §9; ``ringflow.errors`` codes): each ``RingflowError`` answers its
 code's ERROR body, with the extra fields of AlreadyExists (keyspace, table), Unprepared (the id),
 FunctionFailure (keyspace, function, argument types), and of Unavailable, the timeouts and the
-failures a cluster data plane raises (their figures, read duck-typed off the error:
-``ringflow.cluster`` depends on this package); a local read failure (too many tombstones) is a
-ReadFailure of one replica. Anything else is a ServerError (0x0000) and is reported as internal:
+failures a coordinator raises (``ringflow.errors`` types with their figures, answered by type); a
+local read failure (too many tombstones, a storage error with that code alone) is a ReadFailure
+of one replica. Anything else is a ServerError (0x0000) and is reported as internal:
 a bug, counted by the processor.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from ringflow.cql._error_responses import (
     AlreadyExistsResponse,
@@ -26,8 +24,18 @@ from ringflow.cql._error_responses import (
 )
 from ringflow.cql._exec_common import UnpreparedStatement
 from ringflow.cql._responses import Response
-from ringflow.cql._wire import Consistency
-from ringflow.errors import AlreadyExists, ErrorCode, FunctionFailure, RingflowError
+from ringflow.errors import (
+    AlreadyExists,
+    Consistency,
+    ErrorCode,
+    FunctionFailure,
+    ReadFailure,
+    ReadTimeout,
+    RingflowError,
+    Unavailable,
+    WriteFailure,
+    WriteTimeout,
+)
 from ringflow.schema import SchemaAlreadyExists
 
 _SIMPLE_ERROR_CODES = frozenset(
@@ -71,36 +79,34 @@ def response_for_error(
     return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"), True
 
 
-# Errors a cluster data plane raises, by code: the response type and the error's attribute
-# names giving its fields, in order (duck-typed: ``ringflow.cluster`` depends on this package).
-_COORDINATOR_ERRORS: dict[ErrorCode, tuple[Callable[..., Response], tuple[str, ...]]] = {
-    ErrorCode.UNAVAILABLE: (UnavailableResponse, ("consistency", "required", "alive")),
-    ErrorCode.WRITE_TIMEOUT: (
-        WriteTimeoutResponse,
-        ("consistency", "received", "block_for", "write_type"),
-    ),
-    ErrorCode.READ_TIMEOUT: (
-        ReadTimeoutResponse,
-        ("consistency", "received", "block_for", "data_present"),
-    ),
-    ErrorCode.WRITE_FAILURE: (
-        WriteFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "write_type"),
-    ),
-    ErrorCode.READ_FAILURE: (
-        ReadFailureResponse,
-        ("consistency", "received", "block_for", "failure_count", "data_present"),
-    ),
-}
-
-
 def _coordinator_error_response(error: RingflowError) -> Response | None:
-    """Unavailable, timeouts and failures raised by a cluster data plane, with their fields."""
-    entry = _COORDINATOR_ERRORS.get(error.code)
-    if entry is None:
-        return None
-    response_type, names = entry
-    fields = vars(error)
-    if not all(name in fields for name in names):
-        return None
-    return response_type(str(error), *(fields[name] for name in names))
+    """Unavailable, timeouts and failures raised by a coordinator, with their fields."""
+    if isinstance(error, Unavailable):
+        return UnavailableResponse(str(error), error.consistency, error.required, error.alive)
+    if isinstance(error, WriteTimeout):
+        return WriteTimeoutResponse(
+            str(error), error.consistency, error.received, error.block_for, error.write_type
+        )
+    if isinstance(error, ReadTimeout):
+        return ReadTimeoutResponse(
+            str(error), error.consistency, error.received, error.block_for, error.data_present
+        )
+    if isinstance(error, WriteFailure):
+        return WriteFailureResponse(
+            str(error),
+            error.consistency,
+            error.received,
+            error.block_for,
+            error.failure_count,
+            error.write_type,
+        )
+    if isinstance(error, ReadFailure):
+        return ReadFailureResponse(
+            str(error),
+            error.consistency,
+            error.received,
+            error.block_for,
+            error.failure_count,
+            error.data_present,
+        )
+    return None

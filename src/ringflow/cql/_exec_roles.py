@@ -56,8 +56,7 @@ from ringflow.cql._exec_common import Unauthorized
 from ringflow.cql._exec_system import keyspace_exists, lookup_table
 from ringflow.cql._responses import Response
 from ringflow.cql._results import ColumnSpec, RowsMetadata, RowsResult, VoidResult
-from ringflow.cql._wire import Consistency
-from ringflow.errors import InvalidRequest
+from ringflow.errors import Consistency, InvalidRequest
 from ringflow.schema import BOOLEAN, TEXT, CqlType, MapType, Mutation, SchemaState, serialize
 
 _OPTIONS_TYPE = MapType(TEXT, TEXT)

@@ -132,8 +132,9 @@ from ringflow.cql._results import (
     SetKeyspaceResult,
     VoidResult,
 )
-from ringflow.cql._wire import UNSET, Consistency, CqlValue
+from ringflow.cql._wire import UNSET, CqlValue
 from ringflow.errors import (
+    Consistency,
     InvalidRequest,
     invariant,
 )

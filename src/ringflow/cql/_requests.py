@@ -25,15 +25,8 @@ from enum import IntEnum, IntFlag, StrEnum
 from typing import ClassVar
 
 from ringflow.cql._frame import Opcode
-from ringflow.cql._wire import (
-    LONG_MIN,
-    Consistency,
-    CqlValue,
-    LocalProtocolError,
-    Reader,
-    Writer,
-)
-from ringflow.errors import ProtocolViolation
+from ringflow.cql._wire import LONG_MIN, CqlValue, LocalProtocolError, Reader, Writer
+from ringflow.errors import Consistency, ProtocolViolation
 
 CQL_VERSION_OPTION = "CQL_VERSION"
 COMPRESSION_OPTION = "COMPRESSION"

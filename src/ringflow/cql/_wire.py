@@ -21,11 +21,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from uuid import UUID
 
-from ringflow.errors import InternalError, ProtocolViolation
+from ringflow.errors import Consistency, InternalError, ProtocolViolation
 
 _BYTE = struct.Struct(">B")
 _SIGNED_BYTE = struct.Struct(">b")
@@ -43,22 +43,6 @@ _NULL_LENGTH = _INT.pack(-1)
 
 class LocalProtocolError(InternalError):
     """We were asked to put on the wire something the protocol cannot carry (our bug)."""
-
-
-class Consistency(IntEnum):
-    """[consistency] codes (spec §3)."""
-
-    ANY = 0x0000
-    ONE = 0x0001
-    TWO = 0x0002
-    THREE = 0x0003
-    QUORUM = 0x0004
-    ALL = 0x0005
-    LOCAL_QUORUM = 0x0006
-    EACH_QUORUM = 0x0007
-    SERIAL = 0x0008
-    LOCAL_SERIAL = 0x0009
-    LOCAL_ONE = 0x000A
 
 
 class Unset(Enum):

@@ -1,6 +1,7 @@
 """Coordinator errors reach the client as their own protocol errors, fields included.
 
-A cluster data plane raises Unavailable, timeouts and failures; the executor must answer
+A coordinator raises Unavailable, timeouts and failures (``ringflow.errors`` types, answered by
+type, not by reading fields off whatever carries the code); the executor must answer
 0x1000 / 0x1100 / 0x1200 / 0x1300 / 0x1500 with the figures a driver reads (cassandra-core.md
 §5.2), never ServerError.
 """
@@ -9,17 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from ringflow.cluster import ConsistencyLevel as CL
-from ringflow.cluster import (
+from ringflow.cql import response_for_error
+from ringflow.errors import Consistency as CL
+from ringflow.errors import (
+    ErrorCode,
     ReadFailure,
     ReadTimeout,
+    RingflowError,
     Unavailable,
     WriteFailure,
     WriteTimeout,
     WriteType,
 )
-from ringflow.cql import response_for_error
-from ringflow.errors import ErrorCode, RingflowError
 
 CASES: list[tuple[RingflowError, ErrorCode, dict[str, object]]] = [
     (Unavailable(CL.QUORUM, 2, 1), ErrorCode.UNAVAILABLE, {"required": 2, "alive": 1}),
@@ -56,3 +58,15 @@ def test_coordinator_errors_keep_their_code_and_fields(
     assert response.consistency == error.consistency  # type: ignore[attr-defined]
     for name, value in fields.items():
         assert getattr(response, name) == value
+
+
+def test_an_error_with_a_coordinator_code_but_not_its_type_is_a_server_error() -> None:
+    """Answered by type: a RingflowError that only borrows the code (no figures to send) is a
+    bug, not a half-filled Unavailable."""
+
+    class Borrowed(RingflowError):
+        code = ErrorCode.UNAVAILABLE
+
+    response, internal = response_for_error(Borrowed("no figures"))
+    assert internal
+    assert response.code is ErrorCode.SERVER_ERROR

@@ -18,8 +18,7 @@ from typing import Any
 from ringflow.cdc._log_rows import CdcCapture
 from ringflow.cql._error_responses import WriteTimeoutResponse
 from ringflow.cql._executor import LocalDataPlane
-from ringflow.cql._wire import Consistency
-from ringflow.errors import ErrorCode, RingflowError
+from ringflow.errors import Consistency, WriteTimeout, WriteType
 from ringflow.schema import Mutation
 from ringflow.storage import Store
 from tests.unit.cql._exec_harness import ExecNode, node_with_keyspace
@@ -49,17 +48,6 @@ class GatedPlane(LocalDataPlane):
             self.waiting.set()
             assert self.gate.wait(WAIT_S)
         super().write(batch, captures, consistency, now_us)
-
-
-class _WriteTimedOut(RingflowError):
-    code = ErrorCode.WRITE_TIMEOUT
-
-    def __init__(self) -> None:
-        super().__init__("Operation timed out - received only 1 responses.")
-        self.consistency = Consistency.QUORUM
-        self.received = 1
-        self.block_for = 2
-        self.write_type = "SIMPLE"
 
 
 def _node(tmp_path: Path) -> tuple[ExecNode, GatedPlane]:
@@ -92,11 +80,11 @@ def test_statements_run_while_a_write_waits_for_its_data_plane(tmp_path: Path) -
     node.close()
 
 
-def test_a_deferred_write_failure_is_the_error_its_code_says(tmp_path: Path) -> None:
+def test_a_deferred_write_timeout_is_answered_as_one(tmp_path: Path) -> None:
     node, plane = _node(tmp_path)
 
     def timed_out(*args: object, **kwargs: object) -> None:
-        raise _WriteTimedOut()
+        raise WriteTimeout(Consistency.QUORUM, 1, 2, WriteType.SIMPLE)
 
     plane.write = timed_out  # type: ignore[method-assign]
     response = node.raw("INSERT INTO t (k, v) VALUES (3, 'x')", consistency=Consistency.QUORUM)

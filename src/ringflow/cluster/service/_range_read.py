@@ -25,15 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ringflow.cluster._consistency import (
-    ConsistencyLevel,
-    ReadTimeout,
-    assure_sufficient_live_replicas,
-)
+from ringflow.cluster._consistency import ConsistencyLevel, assure_sufficient_live_replicas
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster._messages import Verb
-from ringflow.cluster._read_path import ReadFailure, select_contacts
+from ringflow.cluster._read_path import select_contacts
 from ringflow.cluster.service import _codec
+from ringflow.errors import ReadFailure, ReadTimeout
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import Mutation, merge_mutations
