@@ -39,6 +39,7 @@ from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._topology_change import choose_tokens
+from ringflow.cluster.service import CdcGeneration, is_published, load_local_generation
 from ringflow.cluster.service._bootstrap import (
     Phase,
     TopologyService,
@@ -52,7 +53,6 @@ from ringflow.cluster.service._cdc_generations import (
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cql._exec_system import ensure_system_tables
-from ringflow.node._startup import CdcGeneration, is_published, load_local_generation
 from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import Runtime

@@ -38,11 +38,6 @@ LAYERS = (
 UPWARD_KNOWN = frozenset(
     {
         ("cluster/service/_bootstrap.py", "node"),
-        ("cluster/service/_capture.py", "node"),
-        ("cluster/service/_cdc_expiry.py", "node"),
-        ("cluster/service/_cdc_generations.py", "node"),
-        ("cluster/service/_cdc_rewrite.py", "node"),
-        ("cluster/service/_cdc_tables.py", "node"),
         ("cluster/service/_process.py", "node"),
     }
 )

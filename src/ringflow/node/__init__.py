@@ -6,6 +6,13 @@ publishes the first CDC generation and runs the CQL server until SIGTERM/SIGINT.
 modules are private; everything public is re-exported here.
 """
 
+from ringflow.cluster.service import (
+    CdcGeneration,
+    is_published,
+    load_local_generation,
+    publish_generation,
+    read_generation_v2_rows,
+)
 from ringflow.node._config import (
     AUTHENTICATORS,
     AUTHORIZERS,
@@ -38,17 +45,12 @@ from ringflow.node._config import (
     server_limits,
 )
 from ringflow.node._startup import (
-    CdcGeneration,
     Node,
     ProcessorBackend,
     create_first_generation,
     ensure_cdc_generation,
-    is_published,
-    load_local_generation,
     load_or_create_record,
     open_node,
-    publish_generation,
-    read_generation_v2_rows,
     run_node,
     system_clock_us,
     write_local_row,

@@ -37,6 +37,7 @@ from ringflow.cdc import (
 )
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
+from ringflow.cluster.service import STREAMS_TABLE, TIMESTAMPS_TABLE, load_local_generation
 from ringflow.cluster.service._cdc_generations import (
     Activate,
     Announce,
@@ -62,7 +63,6 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._membership import local_endpoint_state
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.errors import RingflowError
-from ringflow.node._startup import STREAMS_TABLE, TIMESTAMPS_TABLE, load_local_generation
 from ringflow.schema import Mutation
 from ringflow.storage import Store
 

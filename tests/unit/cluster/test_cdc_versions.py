@@ -32,6 +32,14 @@ from ringflow.cdc import (
 from ringflow.cdc._generation_id import GenerationId
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
+from ringflow.cluster.service import (
+    STREAMS_TABLE,
+    STREAMS_V1_TABLE,
+    TIMESTAMPS_TABLE,
+    V1_GENERATION_TABLE,
+    load_local_generation,
+    local_generation_id,
+)
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CDC_GENERATIONS_V2_FEATURE,
@@ -56,14 +64,6 @@ from ringflow.cluster.service._cdc_rewrite import (
 from ringflow.cluster.service._cdc_tables import live_rows, partition_deletion
 from ringflow.cluster.service._membership import local_endpoint_state
 from ringflow.cql._exec_system import ensure_system_tables
-from ringflow.node._startup import (
-    STREAMS_TABLE,
-    STREAMS_V1_TABLE,
-    TIMESTAMPS_TABLE,
-    V1_GENERATION_TABLE,
-    load_local_generation,
-    local_generation_id,
-)
 from ringflow.schema._system_rows import table_mutation
 from ringflow.storage import Store
 

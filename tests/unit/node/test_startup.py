@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.cluster.service import STREAMS_TABLE, TIMESTAMPS_TABLE
 from ringflow.cql import Consistency, Query, QueryParameters, SchemaChangeResult, VoidResult
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.cql._executor import SessionState
@@ -30,7 +31,6 @@ from ringflow.node import (
     load_record,
     open_node,
 )
-from ringflow.node._startup import STREAMS_TABLE, TIMESTAMPS_TABLE
 from ringflow.schema import TEXT, DeletionTime, Mutation, serialize
 from ringflow.storage import Store
 

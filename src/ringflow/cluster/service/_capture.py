@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from ringflow.cdc import CdcMetadata, TopologyDescription, description_from_generation_v2_rows
+from ringflow.cluster.service._cdc_local import read_generation_v2_rows
 from ringflow.errors import RingflowError
-from ringflow.node import read_generation_v2_rows
 from ringflow.replication import SealedSlice, StreamRanges
 from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import TimerHandle

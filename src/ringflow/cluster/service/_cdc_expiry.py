@@ -26,6 +26,13 @@ from ringflow.cdc import datetime_from_ms
 from ringflow.cdc._expiry import ExpiryPlan, plan_expiry
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._cdc_generations import cluster_ready, member_views
+from ringflow.cluster.service._cdc_local import (
+    GENERATION_TABLE,
+    STREAMS_V1_TABLE,
+    TIMESTAMPS_KEY,
+    TIMESTAMPS_TABLE,
+    V1_GENERATION_TABLE,
+)
 from ringflow.cluster.service._cdc_rewrite import cdc_table_ttls
 from ringflow.cluster.service._cdc_tables import (
     RowValues,
@@ -36,13 +43,6 @@ from ringflow.cluster.service._cdc_tables import (
     write_in_order,
 )
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.node._startup import (
-    GENERATION_TABLE,
-    STREAMS_V1_TABLE,
-    TIMESTAMPS_KEY,
-    TIMESTAMPS_TABLE,
-    V1_GENERATION_TABLE,
-)
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import table_mutation
 from ringflow.storage import Store

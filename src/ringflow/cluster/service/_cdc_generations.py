@@ -79,17 +79,7 @@ from ringflow.cdc._description_tables import datetime_from_ms
 from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
-from ringflow.cluster.service._cdc_tables import (
-    read_partition_rows,
-    v1_description,
-    v1_generation_mutations,
-    v1_publication_mutations,
-    write_in_order,
-)
-from ringflow.cluster.service._membership import peer_info
-from ringflow.cluster.service._node import ClusterNode
-from ringflow.errors import RingflowError
-from ringflow.node._startup import (
+from ringflow.cluster.service._cdc_local import (
     GENERATION_TABLE,
     ROWS_PER_WRITE_MAX,
     STREAMS_TABLE,
@@ -100,6 +90,16 @@ from ringflow.node._startup import (
     is_published,
     read_generation_v2_rows,
 )
+from ringflow.cluster.service._cdc_tables import (
+    read_partition_rows,
+    v1_description,
+    v1_generation_mutations,
+    v1_publication_mutations,
+    write_in_order,
+)
+from ringflow.cluster.service._membership import peer_info
+from ringflow.cluster.service._node import ClusterNode
+from ringflow.errors import RingflowError
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import Mutation
 from ringflow.schema._system_rows import cdc_local_row, table_mutation

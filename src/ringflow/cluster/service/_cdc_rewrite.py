@@ -43,6 +43,15 @@ from ringflow.cdc._description_tables import CdcLocalRow, rewritten_marker_row
 from ringflow.cdc._rewrite import RewritePlan, rewrite_candidates
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._cdc_generations import RetryPolicy, cluster_ready, member_views
+from ringflow.cluster.service._cdc_local import (
+    CDC_LOCAL_TABLE,
+    ROWS_PER_WRITE_MAX,
+    STREAMS_TABLE,
+    STREAMS_V1_TABLE,
+    TIMESTAMPS_KEY,
+    TIMESTAMPS_TABLE,
+    V1_GENERATION_TABLE,
+)
 from ringflow.cluster.service._cdc_tables import (
     RowValues,
     ms_of,
@@ -52,15 +61,6 @@ from ringflow.cluster.service._cdc_tables import (
     write_in_order,
 )
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.node._startup import (
-    CDC_LOCAL_TABLE,
-    ROWS_PER_WRITE_MAX,
-    STREAMS_TABLE,
-    STREAMS_V1_TABLE,
-    TIMESTAMPS_KEY,
-    TIMESTAMPS_TABLE,
-    V1_GENERATION_TABLE,
-)
 from ringflow.schema import TEXT, Mutation, SchemaState, Table, serialize
 from ringflow.schema._system_rows import cdc_rewritten_row, table_mutation
 from ringflow.storage import Store

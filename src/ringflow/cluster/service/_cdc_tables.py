@@ -30,8 +30,8 @@ from ringflow.cdc import (
     streams_description_v1_row,
 )
 from ringflow.cluster._consistency import ConsistencyLevel
+from ringflow.cluster.service._cdc_local import STREAMS_V1_TABLE, V1_GENERATION_TABLE
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.node._startup import STREAMS_V1_TABLE, V1_GENERATION_TABLE
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import Cell, DeletionTime, Mutation, Row, Table, deserialize, serialize
 from ringflow.schema._system_rows import table_mutation

@@ -55,6 +55,7 @@ from ringflow.cluster.service._cdc_generations import (
     SynchronizedCdcMetadata,
     encode_features,
 )
+from ringflow.cluster.service._cdc_local import local_generation_id
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
@@ -79,12 +80,7 @@ from ringflow.cql import (
 from ringflow.cql._executor import SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
 from ringflow.node import NodeConfig, auth_mode, internode_tls, native_tls, open_node
-from ringflow.node._startup import (
-    Node,
-    ProcessorBackend,
-    local_generation_id,
-    write_local_row,
-)
+from ringflow.node._startup import Node, ProcessorBackend, write_local_row
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
 
