@@ -14,11 +14,14 @@ process (so it does not share this process's GIL with the driver):
 2. 50 clients, each from its own loopback address, each sending STARTUP then an OPTIONS frame
    announcing and carrying 100 MB (``--quick``: 20 clients).
 
-Phases, in one run: baseline (driver alone, ``--baseline-s``), flood (driver during the
-flood, until the flood ends), baseline again. Printed: p50/p99 per phase, the ratio of the
-flood p99 to the baseline p99 (target at most 2x), the node's peak VmRSS growth (sampled every
-20 ms from ``/proc/<pid>/status``) against ``2 x budget + 64 MiB``, what each hostile client
-got (answered / refused / closed), and the flood's duration. A measurement, not a test.
+Phases, in one run: baseline (driver alone, ``--baseline-s``), ``--floods`` floods (the
+driver timed during each, from the hostile process being told to start until it reports the
+flood over, its idle connections closed; ``--pause-s`` apart, untimed), baseline again. The
+hostile process is started (its imports done) before the first baseline and floods when told
+to: its interpreter's start-up is not part of a flood. Printed: p50/p99 per phase, the ratio of
+the flood p99 to the baseline p99 (target at most 2x), the node's peak VmRSS growth (sampled
+every 20 ms from ``/proc/<pid>/status``) against ``2 x budget + 64 MiB``, what each hostile
+client got (answered / refused / closed), and each flood's duration. A measurement, not a test.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cassandra.cluster import Session
 
@@ -101,10 +105,12 @@ def _big_frame(address: str, port: int, source: str, size: int, outcomes: list[s
         outcomes.append(f"failed {type(error).__name__}")
 
 
-def run_flood(address: str, port: int, clients: int, size: int, idle: int) -> None:
-    """The hostile process: idle connections from one address, then big frames from others."""
+def _flood(address: str, port: int, clients: int, size: int, idle: int) -> dict[str, object]:
+    """One flood: idle connections from one address, then big frames from others; the idle
+    connections closed at its end (inside the flood)."""
     prefix = ".".join(address.split(".")[:3])
     idle_source = f"{prefix}.250" if not address.endswith(".250") else f"{prefix}.251"
+    start = time.monotonic()
     held = []
     for _ in range(idle):
         try:
@@ -118,16 +124,28 @@ def run_flood(address: str, port: int, clients: int, size: int, idle: int) -> No
         for s in sources
         if s != address
     ]
-    start = time.monotonic()
+    frames_start = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    print(
-        json.dumps({"outcomes": outcomes, "seconds": time.monotonic() - start, "idle": len(held)})
-    )
+    frames_s = time.monotonic() - frames_start
     for sock in held:
         sock.close()
+    return {
+        "outcomes": outcomes,
+        "seconds": frames_s,
+        "total_seconds": time.monotonic() - start,
+        "idle": len(held),
+    }
+
+
+def run_flood(address: str, port: int, clients: int, size: int, idle: int) -> None:
+    """The hostile process: says ``ready``, then floods once per line on stdin (a JSON report
+    on stdout after each) until stdin closes."""
+    print("ready", flush=True)
+    while sys.stdin.readline():
+        print(json.dumps(_flood(address, port, clients, size, idle)), flush=True)
 
 
 # --- the bench ---------------------------------------------------------------------------------
@@ -167,6 +185,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--default-limits", action="store_true")
     parser.add_argument("--baseline-s", type=float, default=15.0)
+    parser.add_argument("--floods", type=int, default=3, help="floods in the flood phase")
+    parser.add_argument("--pause-s", type=float, default=3.0, help="pause after each flood")
     parser.add_argument("--flood", nargs=5, metavar=("ADDRESS", "PORT", "N", "SIZE", "IDLE"))
     arguments = parser.parse_args()
     if arguments.flood:
@@ -186,18 +206,6 @@ def main() -> int:
         pid = node.process.pid  # type: ignore[union-attr]
         cluster = make_cluster(node)
         session = cluster.connect()
-        latencies_ms(session, time.monotonic() + 2)  # warm up
-        baseline_rss = rss(pid)
-        before = latencies_ms(session, time.monotonic() + arguments.baseline_s)
-        peak = [baseline_rss]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.02):
-                peak[0] = max(peak[0], rss(pid))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
         flood = subprocess.Popen(
             [
                 sys.executable,
@@ -209,14 +217,45 @@ def main() -> int:
                 str(100 * 1000 * 1000),
                 "2000",
             ],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ},
         )
-        waiter = threading.Thread(target=lambda: (flood.wait(), done.set()), daemon=True)
-        waiter.start()
-        during = latencies_ms(session, done)
-        report = json.loads(flood.stdout.read() if flood.stdout else "{}")  # type: ignore[arg-type]
+        assert flood.stdin is not None and flood.stdout is not None
+        if flood.stdout.readline().strip() != "ready":
+            raise RuntimeError("the hostile process did not start")
+        latencies_ms(session, time.monotonic() + 2)  # warm up
+        baseline_rss = rss(pid)
+        before = latencies_ms(session, time.monotonic() + arguments.baseline_s)
+        peak = [baseline_rss]
+        done = threading.Event()  # the sampler's end
+
+        def sample() -> None:
+            while not done.wait(0.02):
+                peak[0] = max(peak[0], rss(pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        during: list[float] = []
+        reports: list[dict[str, Any]] = []
+        for _ in range(arguments.floods):
+            ended = threading.Event()
+            found: list[str] = []
+
+            def report(into: list[str] = found, ended: threading.Event = ended) -> None:
+                into.append(flood.stdout.readline())  # type: ignore[union-attr]
+                ended.set()
+
+            flood.stdin.write("go\n")
+            flood.stdin.flush()
+            threading.Thread(target=report, daemon=True).start()
+            during += latencies_ms(session, ended)
+            reports.append(json.loads(found[0] or "{}"))
+            time.sleep(arguments.pause_s)  # the refused connections' waits run out
+        flood.stdin.close()
+        flood.wait()
+        done.set()
         after = latencies_ms(session, time.monotonic() + arguments.baseline_s)
         cluster.shutdown()
     settings = (
@@ -236,12 +275,14 @@ def main() -> int:
         f"  node RSS: baseline {baseline_rss / MIB:.0f} MiB, peak growth {growth / MIB:.0f} MiB "
         f"(bound 2 x budget + 64 MiB = {(2 * BUDGET + 64 * MIB) / MIB:.0f} MiB)"
     )
-    outcomes = report.get("outcomes", [])
-    counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
-    print(
-        f"  hostile: {counts}, flood {report.get('seconds', 0):.1f} s, "
-        f"{report.get('idle')} idle connections opened"
-    )
+    for number, flooded in enumerate(reports, 1):
+        outcomes = flooded.get("outcomes", [])
+        counts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes))}
+        print(
+            f"  flood {number}: hostile {counts}, {flooded.get('idle')} idle connections "
+            f"opened, frames {flooded.get('seconds', 0):.1f} s, flood "
+            f"{flooded.get('total_seconds', 0):.1f} s"
+        )
     return 0
 
 

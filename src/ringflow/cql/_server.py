@@ -103,7 +103,7 @@ from ringflow.cql._responses import (
 )
 from ringflow.cql._results import SchemaChange, SchemaChangeResult
 from ringflow.cql._server_limits import ServerLimits, ServerStats
-from ringflow.cql._tls_listener import NativeTls, TlsListener
+from ringflow.cql._tls_listener import NativeTls, TlsListener, listening_socket
 from ringflow.cql._wire import LocalProtocolError
 from ringflow.errors import ConfigurationError, ErrorCode, RingflowError
 
@@ -122,9 +122,12 @@ by ``READ_CHUNK_BYTES``), in fewer, larger steps."""
 _REFUSAL_WAIT_S = 2.0
 """How long a refused connection may take to send the request its refusal answers."""
 _LISTEN_BACKLOG = 128
-"""asyncio accepts up to ``backlog`` pending connections in one callback and starts a task for
-each in the next loop step: a storm of 2,000 connections at backlog 1,024 stalled every other
-client for ~200 ms (bench_hostile, p99 7.4x); at 64 the p99 was 1.4x the baseline."""
+"""The kernel's queue of connections waiting to be accepted."""
+_ACCEPTS_PER_STEP = 8
+"""How many waiting connections one loop step accepts. asyncio accepts up to its ``backlog``
+in one callback and sets up each in the next step (a transport, a reader and a task apiece):
+a storm of 2,000 connections at 1,024 a step stalled every other client for ~200 ms
+(bench_hostile, p99 7.4x). The listening socket keeps the deeper kernel queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,14 +273,13 @@ class CqlServer(Generic[SessionT]):
                 listener.start(self._host, self._port, _LISTEN_BACKLOG)
                 self._tls_listener = listener
                 return
+            sock = listening_socket(self._host, self._port, _LISTEN_BACKLOG)
+            # asyncio's backlog is both listen()'s and the accepts per step: it gets the
+            # latter, then the socket is given its kernel queue back
             self._server = await asyncio.start_server(
-                self._accept,
-                self._host,
-                self._port,
-                reuse_address=True,
-                limit=READ_CHUNK_BYTES,
-                backlog=_LISTEN_BACKLOG,
+                self._accept, sock=sock, limit=READ_CHUNK_BYTES, backlog=_ACCEPTS_PER_STEP
             )
+            sock.listen(_LISTEN_BACKLOG)
         except OSError as error:
             raise ConfigurationError(
                 f"cannot listen on {self._host}:{self._port}: {error.strerror or error}"

@@ -105,6 +105,21 @@ async def _streams(
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking socket bound to ``host:port`` (address reuse on) and listening with a
+    kernel queue of ``backlog``; OSError when the address cannot be bound."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class TlsListener:
     """Accepts on ``host:port`` and hands each connection, TLS or (when allowed) plaintext, to
     ``serve``; plaintext on a required port goes to ``refuse_plaintext``."""
@@ -137,15 +152,7 @@ class TlsListener:
 
     def start(self, host: str, port: int, backlog: int) -> None:
         """Bind and listen now (OSError if the address cannot be bound); accept on the loop."""
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(backlog)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
+        sock = listening_socket(host, port, backlog)
         self._socket = sock
         self._accepting = asyncio.get_running_loop().create_task(self._accept_loop(sock))
 
