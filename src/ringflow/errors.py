@@ -153,7 +153,20 @@ class Unavailable(PeerError):
         self.datacenter = datacenter
 
 
-class WriteTimeout(PeerError):
+class _ReplicaShortfall(PeerError):
+    """Fewer replicas answered than the level needs: the fields every timeout and failure body
+    starts with (``<cl><received><blockfor>``)."""
+
+    def __init__(
+        self, message: str, consistency: Consistency, received: int, block_for: int
+    ) -> None:
+        super().__init__(message)
+        self.consistency = consistency
+        self.received = received
+        self.block_for = block_for
+
+
+class WriteTimeout(_ReplicaShortfall):
     """Too few replicas acknowledged a write in time (0x1100 ``<cl><received><blockfor><type>``)."""
 
     code = ErrorCode.WRITE_TIMEOUT
@@ -161,14 +174,12 @@ class WriteTimeout(PeerError):
     def __init__(
         self, consistency: Consistency, received: int, block_for: int, write_type: WriteType
     ) -> None:
-        super().__init__(f"Operation timed out - received only {received} responses.")
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
+        message = f"Operation timed out - received only {received} responses."
+        super().__init__(message, consistency, received, block_for)
         self.write_type = write_type
 
 
-class ReadTimeout(PeerError):
+class ReadTimeout(_ReplicaShortfall):
     """Too few replicas answered a read in time (0x1200 ``<cl><received><blockfor><data>``)."""
 
     code = ErrorCode.READ_TIMEOUT
@@ -176,14 +187,16 @@ class ReadTimeout(PeerError):
     def __init__(
         self, consistency: Consistency, received: int, block_for: int, data_present: bool
     ) -> None:
-        super().__init__(f"Operation timed out - received only {received} responses.")
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
+        message = f"Operation timed out - received only {received} responses."
+        super().__init__(message, consistency, received, block_for)
         self.data_present = data_present
 
 
-class WriteFailure(PeerError):
+def _failed(received: int, failure_count: int) -> str:
+    return f"Operation failed - received {received} responses and {failure_count} failures"
+
+
+class WriteFailure(_ReplicaShortfall):
     """Too many replicas failed for the level to be met (0x1500 ``<cl><received><blockfor>
     <numfailures><writeType>``)."""
 
@@ -197,17 +210,12 @@ class WriteFailure(PeerError):
         failure_count: int,
         write_type: WriteType,
     ) -> None:
-        super().__init__(
-            f"Operation failed - received {received} responses and {failure_count} failures"
-        )
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
+        super().__init__(_failed(received, failure_count), consistency, received, block_for)
         self.failure_count = failure_count
         self.write_type = write_type
 
 
-class ReadFailure(PeerError):
+class ReadFailure(_ReplicaShortfall):
     """Too many replicas failed for the level to be met (0x1300 ``<cl><received><blockfor>
     <numfailures><data_present>``)."""
 
@@ -221,12 +229,7 @@ class ReadFailure(PeerError):
         failure_count: int,
         data_present: bool,
     ) -> None:
-        super().__init__(
-            f"Operation failed - received {received} responses and {failure_count} failures"
-        )
-        self.consistency = consistency
-        self.received = received
-        self.block_for = block_for
+        super().__init__(_failed(received, failure_count), consistency, received, block_for)
         self.failure_count = failure_count
         self.data_present = data_present
 
