@@ -142,6 +142,7 @@ from ringflow.cql._exec_common import (
     UnpreparedStatement,
 )
 from ringflow.cql._exec_errors import response_for_error
+from ringflow.cql._exec_select import RowReader
 from ringflow.cql._exec_system import (
     DISTRIBUTED_TABLES,
     ensure_system_tables,
@@ -392,6 +393,7 @@ __all__ = [
     "Result",
     "ResultKind",
     "RoleRecord",
+    "RowReader",
     "RowsMetadata",
     "RowsResult",
     "SchemaChange",

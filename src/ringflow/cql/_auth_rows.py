@@ -1,9 +1,9 @@
 """``AuthRows`` over the processor's data plane: ``system_auth`` reads and writes go where the
 statement's would (the local store on a single node, the coordinator on a cluster node).
 
-Reads use the plane's ``read`` with a closure over the store it hands out (a cluster node's
-coordinated scratch store), so a role read at QUORUM is a coordinated read with read repair like
-any SELECT's; writes are one ``DataPlane.write`` without CDC.
+Reads use the plane's ``read`` with a closure over the rows it hands out (a cluster node's
+coordinated reader), so a role read at QUORUM is a coordinated read with read repair like any
+SELECT's; writes are one ``DataPlane.write`` without CDC.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from ringflow.cql._results import VoidResult
 from ringflow.errors import Consistency
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import TEXT, Mutation, Table, serialize
-from ringflow.storage import ResultRow, Store
+from ringflow.storage import ResultRow
 
 if TYPE_CHECKING:
+    from ringflow.cql._exec_select import RowReader
     from ringflow.cql._executor import DataPlane
 
 SCAN_PAGE_ROWS = 1000
@@ -40,8 +41,8 @@ class PlaneAuthRows:
         found: list[ResultRow] = []
         now_s = self._clock_us() // 1_000_000
 
-        def run(store: Store) -> VoidResult:
-            found.extend(store.read_partition(table, [serialize(TEXT, key)], now_s=now_s))
+        def run(rows: RowReader) -> VoidResult:
+            found.extend(rows.read_partition(table, [serialize(TEXT, key)], now_s=now_s))
             return VoidResult()
 
         self._plane().read(consistency, run)
@@ -51,10 +52,10 @@ class PlaneAuthRows:
         found: list[ResultRow] = []
         now_s = self._clock_us() // 1_000_000
 
-        def run(store: Store) -> VoidResult:
+        def run(rows: RowReader) -> VoidResult:
             state: bytes | None = None
             while len(found) < MAX_SCAN_ROWS:
-                page = store.scan(
+                page = rows.scan(
                     table,
                     MIN_TOKEN,
                     MIN_TOKEN,

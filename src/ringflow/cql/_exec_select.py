@@ -81,8 +81,9 @@ ORDER_BY_PAGING_MESSAGE = (
 
 
 class RowReader(Protocol):
-    """Where a SELECT's rows come from: a ``Store`` (the local one, or a cluster node's view
-    filled through the coordinator), or the node-local virtual tables (``_exec_virtual``)."""
+    """Where a SELECT's rows come from: a ``Store`` (the local one), a cluster node's reader of
+    the coordinator's reconciled partitions, or the node-local virtual tables
+    (``_exec_virtual``)."""
 
     @property
     def limits(self) -> StoreLimits: ...
@@ -92,11 +93,11 @@ class RowReader(Protocol):
         table: Table,
         partition_key: Sequence[bytes],
         *,
-        start: ClusteringBound,
-        end: ClusteringBound,
-        columns: Sequence[str] | None,
-        reverse: bool,
-        limit: int | None,
+        start: ClusteringBound = ...,
+        end: ClusteringBound = ...,
+        columns: Sequence[str] | None = ...,
+        reverse: bool = ...,
+        limit: int | None = ...,
         now_s: int,
     ) -> list[ResultRow]: ...
 
@@ -107,8 +108,8 @@ class RowReader(Protocol):
         end_token_inclusive: int,
         *,
         page_size: int,
-        paging_state: bytes | None,
-        columns: Sequence[str] | None,
+        paging_state: bytes | None = ...,
+        columns: Sequence[str] | None = ...,
         now_s: int,
     ) -> ScanPage: ...
 

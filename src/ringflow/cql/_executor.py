@@ -195,9 +195,9 @@ class DataPlane(Protocol):
         """Apply ``batch`` (with ``captures`` by index) at ``consistency``; raises on failure."""
         ...
 
-    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
-        """Run a SELECT's reads: ``run`` with the store it reads at ``consistency`` (the local
-        one, or a view filled through the coordinator)."""
+    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
+        """Run a SELECT's reads: ``run`` with the rows it reads at ``consistency`` (the local
+        store, or the coordinator's reconciled partitions)."""
         ...
 
 
@@ -216,7 +216,7 @@ class LocalDataPlane:
     ) -> None:
         self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
 
-    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
+    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
         return run(self._store)
 
 

@@ -3,7 +3,9 @@
 ``Store`` applies batches of mutations (base, CDC log and system writes) in one transaction,
 building CDC log rows with pre/post-images read inside that transaction; reads partitions and
 rows with Cassandra's reconcile semantics, scans token ranges page by page, purges data past
-gc_grace, and keeps hints. The private modules hold the pure parts: key encoding (``_keys``),
+gc_grace, and keeps hints. ``HeldTable`` answers the same reads from raw partitions held in
+memory (a coordinator's reconciled reads), with the same functions (``_held``). The private
+modules hold the pure parts: key encoding (``_keys``),
 validation and flattening (``_write``), row assembly and reconcile on read (``_read``), the SQL
 layout (``_sqlite_layout``), limits (``_limits``), the mutation byte encoding shared with the
 cluster layer (``_mutation_codec``). ``Store.capture`` is the replica-side capture of seed 002
@@ -42,6 +44,7 @@ from ringflow.storage._errors import (
     TooManyTombstones,
     UnknownTable,
 )
+from ringflow.storage._held import HeldPartition, HeldTable
 from ringflow.storage._hints import Hint
 from ringflow.storage._limits import StoreLimits, mutation_size
 from ringflow.storage._mutation_codec import (
@@ -66,6 +69,8 @@ __all__ = [
     "CapturedRow",
     "CapturedSlice",
     "CompactionResult",
+    "HeldPartition",
+    "HeldTable",
     "Hint",
     "HintBacklogFull",
     "InvalidMutation",

@@ -21,14 +21,14 @@ for queries without clustering restrictions).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, groupby
 from operator import itemgetter
 
 import msgpack
 
-from ringflow.errors import InternalError
+from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import (
     NO_DELETION_TIME,
     Cell,
@@ -46,8 +46,9 @@ from ringflow.schema import (
 )
 from ringflow.schema._codec import serialized_collection_from_cells
 from ringflow.storage._catalog import TableInfo
-from ringflow.storage._errors import MutationDecodeError, TooManyTombstones
+from ringflow.storage._errors import MutationDecodeError, ResultTooLarge, TooManyTombstones
 from ringflow.storage._keys import STATIC_CK, split_partition_key
+from ringflow.storage._limits import StoreLimits
 from ringflow.storage._mutation_codec import UniformRow, decode_row, decode_uniform_row
 from ringflow.storage._sqlite_layout import (
     KIND_CELL,
@@ -215,7 +216,7 @@ def _build_row(
     if packed:
         versions = [_unpacked(info, ck, value, known) for value in packed]
         for version in versions:
-            tombstones += _row_tombstones(version, now_s)
+            tombstones += row_tombstones(version, now_s)
         row = _merged(versions, Row(clustering, liveness, deletion, cells) if per_cell else None)
     else:
         row = Row(clustering, liveness, deletion, cells)
@@ -230,6 +231,23 @@ def _build_row(
         raise InternalError(message)  # the message is built only when it fails
     canonical = (len(packed) == 1 and not per_cell) if info.packed_rows else not packed
     return StoredRow(ck, row, canonical)
+
+
+def stored_row_of(info: TableInfo, ck: bytes, row: Row) -> StoredRow:
+    """``row`` of a raw partition held in memory (a coordinator's reconciled read) as
+    :func:`_build_row` would have read it back from the store: only the table's columns of its
+    kind (static or regular), without the cells of dropped columns; InternalError for a
+    clustering of the wrong arity."""
+    known = info.static_columns if ck == STATIC_CK else info.regular_columns
+    if not all(name in known for name in row.cells):
+        cells = {name: data for name, data in row.cells.items() if name in known}
+        row = Row(row.clustering, row.liveness, row.deletion, cells)
+    if info.dropped_at_us:
+        row = _without_dropped_cells(row, info.dropped_at_us)
+    if len(row.clustering) != (0 if ck == STATIC_CK else info.clustering_arity):
+        message = f"table {info.qualified_name}: row {ck!r} has clustering {row.clustering!r}"
+        raise InternalError(message)
+    return StoredRow(ck, row)
 
 
 def _without_dropped_cells(row: Row, dropped_at_us: Mapping[str, int]) -> Row:
@@ -282,7 +300,7 @@ def _merged(versions: list[Row], per_cell: Row | None) -> Row:
     return merged
 
 
-def _row_tombstones(row: Row, now_s: int) -> int:
+def row_tombstones(row: Row, now_s: int) -> int:
     """Tombstones in a packed row, counted as the per-cell form would count them."""
     count = 0 if row.deletion is None else 1
     for data in row.cells.values():
@@ -399,6 +417,50 @@ class RowRequest:
     columns: frozenset[str] | None
     now_s: int
     allow_static_only: bool
+
+
+def row_request(
+    info: TableInfo, columns: Sequence[str] | None, now_s: int, unrestricted: bool
+) -> RowRequest:
+    """A read's request, checked: ``now_s`` an int, ``columns`` (None: all) of the table;
+    ``unrestricted`` (no clustering restriction) lets a static-only row be returned."""
+    if type(now_s) is not int:
+        raise InvalidRequest(f"now_s must be an int, got {now_s!r}")
+    if columns is None:
+        return RowRequest(None, now_s, unrestricted)
+    for name in columns:
+        if not info.table.has_column(name):
+            raise InvalidRequest(f"table {info.qualified_name} has no column {name!r}")
+    return RowRequest(frozenset(columns), now_s, unrestricted)
+
+
+def row_cap(limits: StoreLimits, limit: int | None) -> int:
+    """How many rows a partition read collects: ``limit``, at most one past the result limit
+    (so that :func:`checked_result` can tell it was passed)."""
+    cap = limits.max_result_rows + 1
+    if limit is None:
+        return cap
+    if type(limit) is not int or limit <= 0:
+        raise InvalidRequest(f"limit must be a positive int, got {limit!r}")
+    return min(limit, cap)
+
+
+def checked_result(info: TableInfo, rows: list[ResultRow], limits: StoreLimits) -> list[ResultRow]:
+    """``rows``, or ResultTooLarge past ``max_result_rows``."""
+    if len(rows) > limits.max_result_rows:
+        raise ResultTooLarge(
+            f"read of {info.qualified_name} returns more than {limits.max_result_rows} "
+            "rows; pass a limit or page with scan()"
+        )
+    return rows
+
+
+def checked_page_size(limits: StoreLimits, page_size: int) -> int:
+    """``page_size``, or InvalidRequest unless it is in 1..``max_page_size_rows``."""
+    maximum = limits.max_page_size_rows
+    if type(page_size) is not int or not 0 < page_size <= maximum:
+        raise InvalidRequest(f"page_size must be in 1..{maximum}, got {page_size!r}")
+    return page_size
 
 
 def _project(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 import msgpack
@@ -114,7 +114,7 @@ def decode_paging_state(kind: str, scan: ScanRange, data: bytes) -> Position:
     return token, pk, ck
 
 
-def _first_segment(segments: list[tuple[int, int]], resume: Position | None) -> int:
+def first_segment(segments: list[tuple[int, int]], resume: Position | None) -> int:
     if resume is None:
         return 0
     for index, (low, high) in enumerate(segments):
@@ -179,6 +179,31 @@ def _segment_rows(
         partition_atoms.close()
 
 
+SegmentRows = Callable[[int, Position], Generator[tuple[Position, ResultRow], None, None]]
+"""The rows of one non-wrapping segment up to its high token, strictly after a position, each
+with its position."""
+
+
+def paged_rows(
+    scan: ScanRange, page_size: int, resume: Position | None, segment_rows: SegmentRows
+) -> ScanPage:
+    """One page of at most ``page_size`` rows of ``scan`` after ``resume`` (or from the start),
+    the segments read by ``segment_rows``."""
+    segments = scan.segments()
+    first = first_segment(segments, resume)
+    rows: list[ResultRow] = []
+    for index in range(first, len(segments)):
+        low, high = segments[index]
+        after = resume if index == first and resume is not None else (low + 1, b"", b"")
+        found = segment_rows(high, after)
+        for position, row in found:
+            rows.append(row)
+            if len(rows) >= page_size:
+                found.close()
+                return ScanPage(rows, encode_paging_state(_ROWS, scan, position))
+    return ScanPage(rows, None)
+
+
 def scan_rows(
     connection: sqlite3.Connection,
     info: TableInfo,
@@ -189,19 +214,11 @@ def scan_rows(
     budget: TombstoneBudget,
 ) -> ScanPage:
     """One page of at most ``page_size`` live rows after ``resume`` (or from the start)."""
-    segments = scan.segments()
-    first = _first_segment(segments, resume)
-    rows: list[ResultRow] = []
-    for index in range(first, len(segments)):
-        low, high = segments[index]
-        after = resume if index == first and resume is not None else (low + 1, b"", b"")
-        found = _segment_rows(connection, info, high, after, resume, request, budget)
-        for position, row in found:
-            rows.append(row)
-            if len(rows) >= page_size:
-                found.close()
-                return ScanPage(rows, encode_paging_state(_ROWS, scan, position))
-    return ScanPage(rows, None)
+
+    def segment_rows(high: int, after: Position) -> Generator[tuple[Position, ResultRow]]:
+        return _segment_rows(connection, info, high, after, resume, request, budget)
+
+    return paged_rows(scan, page_size, resume, segment_rows)
 
 
 def scan_partitions(
@@ -214,7 +231,7 @@ def scan_partitions(
     """The ``(token, pk)`` of at most ``page_size`` stored partitions after ``resume``, and the
     paging state of the page (None when the range is exhausted)."""
     segments = scan.segments()
-    first = _first_segment(segments, resume)
+    first = first_segment(segments, resume)
     found: list[tuple[int, bytes]] = []
     for index in range(first, len(segments)):
         low, high = segments[index]

@@ -46,7 +46,6 @@ from ringflow.storage._compaction import CompactionResult, compact_partition
 from ringflow.storage._errors import (
     BatchTooLarge,
     MutationTooLarge,
-    ResultTooLarge,
     StorageFailure,
     TableAlreadyRegistered,
     UnknownTable,
@@ -56,13 +55,16 @@ from ringflow.storage._limits import StoreLimits
 from ringflow.storage._read import (
     PartitionTombstones,
     ResultRow,
-    RowRequest,
     StoredRow,
     TombstoneBudget,
     assemble_rows,
+    checked_page_size,
+    checked_result,
     live_rows,
     raw_mutation,
     result_rows,
+    row_cap,
+    row_request,
 )
 from ringflow.storage._scan import (
     PARTITIONS_KIND,
@@ -472,26 +474,6 @@ class Store:
     def _image_reader(self, info: TableInfo, now_s: int) -> ImageReader:
         return _ImageReader(self, info, now_s)
 
-    def _row_cap(self, limit: int | None) -> int:
-        cap = self.limits.max_result_rows + 1
-        if limit is None:
-            return cap
-        if type(limit) is not int or limit <= 0:
-            raise InvalidRequest(f"limit must be a positive int, got {limit!r}")
-        return min(limit, cap)
-
-    def _request(
-        self, info: TableInfo, columns: Sequence[str] | None, now_s: int, unrestricted: bool
-    ) -> RowRequest:
-        if type(now_s) is not int:
-            raise InvalidRequest(f"now_s must be an int, got {now_s!r}")
-        if columns is None:
-            return RowRequest(None, now_s, unrestricted)
-        for name in columns:
-            if not info.table.has_column(name):
-                raise InvalidRequest(f"table {info.qualified_name} has no column {name!r}")
-        return RowRequest(frozenset(columns), now_s, unrestricted)
-
     def read_partition(
         self,
         table: Table | tuple[str, str],
@@ -510,10 +492,10 @@ class Store:
         with self._lock:
             info = self._info_of(table)
             token, pk = partition_position(info, tuple(partition_key))
-            cap = self._row_cap(limit)
+            cap = row_cap(self.limits, limit)
             self._settle_for(info)
             unrestricted = start.is_unbounded and end.is_unbounded
-            request = self._request(info, columns, now_s, unrestricted)
+            request = row_request(info, columns, now_s, unrestricted)
             low = start_key(info.encode_clustering, start)
             high = end_key(info.encode_clustering, end)
             budget = TombstoneBudget(self.limits.max_tombstones_per_read)
@@ -532,12 +514,7 @@ class Store:
                         break
             finally:
                 cursor.close()
-        if len(rows) > self.limits.max_result_rows:
-            raise ResultTooLarge(
-                f"read of {info.qualified_name} returns more than {self.limits.max_result_rows} "
-                "rows; pass a limit or page with scan()"
-            )
-        return rows
+        return checked_result(info, rows, self.limits)
 
     def read_row(
         self,
@@ -598,12 +575,6 @@ class Store:
 
     # --- scans ---------------------------------------------------------------------------------
 
-    def _page_size(self, page_size: int) -> int:
-        maximum = self.limits.max_page_size_rows
-        if type(page_size) is not int or not 0 < page_size <= maximum:
-            raise InvalidRequest(f"page_size must be in 1..{maximum}, got {page_size!r}")
-        return page_size
-
     def scan(
         self,
         table: Table | tuple[str, str],
@@ -620,13 +591,13 @@ class Store:
         ``paging_state`` back for the next page until it is None."""
         with self._lock:
             info = self._info_of(table)
-            page_size = self._page_size(page_size)
+            page_size = checked_page_size(self.limits, page_size)
             self._settle_for(info)
             scan = ScanRange(info.table.id, start_token_exclusive, end_token_inclusive)
             resume = None
             if paging_state is not None:
                 resume = decode_paging_state(ROWS_KIND, scan, paging_state)
-            request = self._request(info, columns, now_s, True)
+            request = row_request(info, columns, now_s, True)
             budget = TombstoneBudget(self.limits.max_tombstones_per_read)
             return scan_rows(self._connection, info, scan, page_size, resume, request, budget)
 
@@ -643,7 +614,7 @@ class Store:
         state (:meth:`read_mutation`), in token order; for streaming and repair."""
         with self._lock:
             info = self._info_of(table)
-            page_size = self._page_size(page_size)
+            page_size = checked_page_size(self.limits, page_size)
             self._settle_for(info)
             scan = ScanRange(info.table.id, start_token_exclusive, end_token_inclusive)
             resume = None
@@ -673,7 +644,7 @@ class Store:
             raise InvalidRequest(f"now_s must be an int, got {now_s!r}")
         with self._lock:
             info = self._info_of(table)
-            page = self._page_size(partitions_per_transaction)
+            page = checked_page_size(self.limits, partitions_per_transaction)
             self._settle_for(info)
             gc_before_s = now_s - info.table.options.gc_grace_seconds
             scan = ScanRange(info.table.id, MIN_TOKEN, MIN_TOKEN)

@@ -1,8 +1,8 @@
 """Range reads in cluster mode: the requested token range is cut by the ring (wrap-around
 unwrapped) into pieces in scan order, neighbours with the same replicas are joined, the
 replicas' answers are merged per partition and cut where a short answer stops, the RANGE_READ
-payloads round-trip, and the coordinated read store pages a range chunk by chunk to exactly
-the rows of the range."""
+payloads round-trip, and the coordinated reader pages a range chunk by chunk to exactly the
+rows of the range."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ringflow.errors import InvalidRequest
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, TokenRange
 from ringflow.schema import INT, TEXT, Cell, ClusteringOrder, Mutation, Row, Table
 from ringflow.schema._codec import serialize
-from ringflow.storage import Store
+from ringflow.storage import HeldTable, Store
 
 RING = (-100, 0, 100)
 TABLE = Table.create(
@@ -164,6 +164,9 @@ class _FakePlane:
     def coordinated(self, keyspace: str) -> bool:
         return keyspace == "ks"
 
+    def held_table(self, table: Table) -> HeldTable:
+        return HeldTable(table, self.source.limits)
+
     def read_range(
         self, table: Table, left: int, right: int, consistency: Consistency, limit: int
     ) -> tuple[list[Mutation], int | None]:
@@ -206,7 +209,6 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     _fill(source, range(60))
     local.register_table(TABLE)
     plane = _FakePlane(source)
-    reader = _plane.CoordinatedReadStore(tmp_path / "scratch.sqlite", plane, local)  # type: ignore[arg-type]
     expected = []
     state: bytes | None = None
     while True:
@@ -218,7 +220,8 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     got = []
     state = None
     for _statement in range(10_000):
-        reader.begin(Consistency.QUORUM)  # every page a statement of its own: chunks re-read
+        # every page a statement of its own, with a reader of its own: chunks are read again
+        reader = _plane.CoordinatedReader(plane, local, Consistency.QUORUM)  # type: ignore[arg-type]
         page = reader.scan(TABLE, left, right, page_size=page_size, paging_state=state, now_s=2)
         assert len(page.rows) <= page_size
         got.extend(page.rows)
@@ -230,7 +233,20 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     ]
     assert got == expected
     assert plane.calls > 1
+    per_statement_calls, plane.calls = plane.calls, 0
+    # one statement reading every page: each chunk is read once and kept while it is paged
+    reader = _plane.CoordinatedReader(plane, local, Consistency.QUORUM)  # type: ignore[arg-type]
+    again: list[object] = []
+    state = None
+    for _page in range(10_000):
+        page = reader.scan(TABLE, left, right, page_size=page_size, paging_state=state, now_s=2)
+        again.extend(page.rows)
+        state = page.paging_state
+        if state is None:
+            break
+    assert again == expected
+    assert plane.calls < per_statement_calls
     with pytest.raises(InvalidRequest):
         reader.scan(TABLE, left, right, page_size=5, paging_state=b"junk", now_s=2)
-    for store in (reader, local, source):
+    for store in (local, source):
         store.close()

@@ -8,7 +8,9 @@ overwrites, static cells, a fake clock moving forward, gc_grace compaction and s
 The same machine runs on a ``packed_rows`` table, where each write is one packed atom.
 After every step every partition must read the same in both (values, write times, TTLs), at the
 current second and a little later; slices, reverse reads and a paged full-ring scan are checked
-by rules.
+by rules. Each read is also answered by ``HeldTable`` from the partition's raw state
+(``Store.read_mutation`` of the slice, what a coordinator reconciles): it must return exactly the
+store's rows, with any column subset.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from hypothesis import settings
@@ -40,7 +44,7 @@ from ringflow.schema import (
     TableOptions,
 )
 from ringflow.schema._codec import serialize
-from ringflow.storage import ResultRow, Store
+from ringflow.storage import HeldPartition, HeldTable, ResultRow, ScanPage, Store, StoreLimits
 from tests.unit.storage._model import STATIC, Bound, ModelRow, TableModel, inside
 
 GC_GRACE_S = 6
@@ -55,7 +59,12 @@ TABLE = Table.create(
     table_id=uuid.UUID(int=77),
 )
 
+HELD = HeldTable(TABLE, StoreLimits())
+UNBOUNDED = ClusteringBound()
 partitions = st.integers(0, 1)
+column_sets = st.none() | st.lists(
+    st.sampled_from(["s", "v", "n", "tags"]), unique=True, min_size=1
+)
 clusterings = st.integers(0, 3)
 timestamps = st.integers(1, 6)
 ttls = st.none() | st.integers(1, 12)
@@ -224,12 +233,23 @@ class StoreMachine(RuleBasedStateMachine):
 
     # --- checks ---------------------------------------------------------------------------------
 
+    def _held(
+        self,
+        pk: int,
+        start: ClusteringBound = UNBOUNDED,
+        end: ClusteringBound = UNBOUNDED,
+    ) -> HeldPartition | None:
+        raw = self.store.read_mutation(TABLE, (i32(pk),), start=start, end=end)
+        return None if raw is None else HELD.hold(raw)
+
     @invariant()
     def partitions_read_like_the_model(self) -> None:
         for pk in (0, 1):
+            held = self._held(pk)
             for now_s in (self.now_s, self.now_s + 5):
                 stored = self.store.read_partition(TABLE, (i32(pk),), now_s=now_s)
                 assert [_as_model(row) for row in stored] == self.model.read(pk, now_s), (pk, now_s)
+                assert HELD.read_partition(held, now_s=now_s) == stored
 
     @rule(
         pk=partitions,
@@ -237,9 +257,16 @@ class StoreMachine(RuleBasedStateMachine):
         end=bounds,
         reverse=st.booleans(),
         limit=st.none() | st.integers(1, 3),
+        columns=column_sets,
     )
     def slice_reads_like_the_model(
-        self, pk: int, start: Bound, end: Bound, reverse: bool, limit: int | None
+        self,
+        pk: int,
+        start: Bound,
+        end: Bound,
+        reverse: bool,
+        limit: int | None,
+        columns: list[str] | None,
     ) -> None:
         expected = [
             row
@@ -262,9 +289,27 @@ class StoreMachine(RuleBasedStateMachine):
             now_s=self.now_s,
         )
         assert [_as_model(row) for row in stored] == expected
+        low, high = _bound(start), _bound(end)
+        readers = (
+            partial(self.store.read_partition, TABLE, (i32(pk),)),
+            partial(HELD.read_partition, self._held(pk, low, high)),
+        )
+        for chosen in (None, columns):
+            wanted, found = (
+                read(
+                    start=low,
+                    end=high,
+                    columns=chosen,
+                    reverse=reverse,
+                    limit=limit,
+                    now_s=self.now_s,
+                )
+                for read in readers
+            )
+            assert found == wanted
 
-    @rule(page_size=st.integers(1, 4))
-    def scan_reads_like_the_model(self, page_size: int) -> None:
+    @rule(page_size=st.integers(1, 4), columns=column_sets)
+    def scan_reads_like_the_model(self, page_size: int, columns: list[str] | None) -> None:
         expected = []
         for pk in sorted((0, 1), key=lambda pk: murmur3_token(i32(pk))):
             expected += self.model.read(pk, self.now_s)
@@ -284,6 +329,33 @@ class StoreMachine(RuleBasedStateMachine):
             if state is None:
                 break
         assert [_as_model(row) for row in found] == expected
+        held = [p for p in (self._held(0), self._held(1)) if p is not None]
+        for chosen in (None, columns):
+            wanted = _pages(partial(self.store.scan, TABLE), page_size, chosen, self.now_s)
+            got = _pages(partial(HELD.scan, held), page_size, chosen, self.now_s)
+            assert got == wanted
+
+
+def _pages(
+    scan: Callable[..., ScanPage], page_size: int, columns: list[str] | None, now_s: int
+) -> list[list[ResultRow]]:
+    """Every page of a full-ring scan (so that page boundaries are compared too)."""
+    pages: list[list[ResultRow]] = []
+    state = None
+    for _ in range(100):
+        page = scan(
+            MIN_TOKEN,
+            MIN_TOKEN,
+            page_size=page_size,
+            paging_state=state,
+            columns=columns,
+            now_s=now_s,
+        )
+        pages.append(page.rows)
+        state = page.paging_state
+        if state is None:
+            return pages
+    raise AssertionError("the scan did not end in 100 pages")
 
 
 class PackedRowsMachine(StoreMachine):

@@ -7,32 +7,32 @@
 timeout plus a margin). Store work of the node runs on other threads, so a blocked statement
 never holds up the replica verbs it waits for.
 
-Reads: ``read`` runs a SELECT over a ``CoordinatedReadStore`` of its own (a pool of at most
-``SCRATCH_READERS``), a scratch ``Store`` (a file of its own in the data directory) whose
-``read_partition`` first reads the partition's clustering slice (the read's ``start`` .. ``end``,
-with the static row and every tombstone of the partition) through the coordinator (data + digests
-at the statement's level, blocking read repair), writes the reconciled raw slice into the scratch
-store, then answers from it with the storage layer's own slicing, paging and reconciliation. Only
-the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``)
-costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a natural
-replica of the partition reads its own copy straight from its store (Cassandra's local read; the
-coordinated read would pick this node first anyway), with no scratch copy. Only user keyspaces and
-``system_distributed`` are coordinated; the other ``system*`` keyspaces are read and written
-locally (each node keeps its own ``system.local``/``system.peers``).
+Reads: ``read`` runs a SELECT over a ``CoordinatedReader`` of its own, whose ``read_partition``
+reads the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and
+every tombstone of the partition) through the coordinator (data + digests at the statement's
+level, blocking read repair) and answers from the reconciled raw slice held in memory with the
+storage layer's own slicing, paging and reconciliation functions (``ringflow.storage.HeldTable``:
+the same rows the store would return after applying that slice). Only the slice travels: a window
+read of a CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the
+window, not of the stream. At ONE or LOCAL_ONE a node that is a natural replica of the partition
+reads its own copy straight from its store (Cassandra's local read; the coordinated read would
+pick this node first anyway). Only user keyspaces, ``system_distributed``, ``system_replication``
+and ``system_auth`` are coordinated; the other ``system*`` keyspaces are read and written locally
+(each node keeps its own ``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
 chunk: a chunk is at most ``RANGE_CHUNK_PARTITIONS`` reconciled partitions from the chunk's
-first token on, written into the scratch store, then scanned there (rows, columns, paging).
-The paging state this store hands out is its own, ``[chunk low, chunk high, scratch paging state,
-last chunk]``; a page resumed by a later statement reads its chunk again (the scratch store is
-cleared per statement).
+first token on, held in memory and scanned there (rows, columns, paging). The paging state this
+reader hands out is its own, ``[chunk low, chunk high, paging state within the chunk, last
+chunk]``; a page resumed by a later statement reads its chunk again. A reader holds one slice and
+one chunk at a time: what a read holds in memory is bounded by the chunk's partitions, which the
+replicas' answers (each within the internode frame limit) bound.
 
 Schema changes reach the nodes one after the other (seed 004), so a replica may hold columns the
 statement's table does not have (added there first, or not dropped there yet): a partition read
-names the statement's columns and the replicas send those only (``_point_requests``); a range
-read's partitions are cut to them here, before they go into the scratch store, which has the
-statement's table and would refuse a cell of another column.
+names the statement's columns and the replicas send those only (``_point_requests``); the cells
+of other columns in a range read's partitions are left out when they are held.
 
 Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` blocks the
 statement thread (polling the node on the event loop, never blocking the loop) until every live
@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Final
 
 import msgpack
@@ -57,15 +56,15 @@ from ringflow.cdc import CdcCapture
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone, WriteDone
-from ringflow.cql import Consistency, Response
+from ringflow.cql import Consistency, Response, RowReader
 from ringflow.cql._exec_common import (
     SYSTEM_AUTH_KEYSPACE,
     SYSTEM_DISTRIBUTED_KEYSPACE,
     SYSTEM_REPLICATION_KEYSPACE,
 )
 from ringflow.errors import InternalError, InvalidRequest
-from ringflow.schema import ClusteringBound, ComplexColumn, Mutation, Table, restrict_columns
-from ringflow.storage import ResultRow, ScanPage, Store
+from ringflow.schema import ClusteringBound, Mutation, Table
+from ringflow.storage import HeldPartition, HeldTable, ResultRow, ScanPage, Store, StoreLimits
 
 _MARGIN_S = 2.0
 _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
@@ -73,13 +72,12 @@ _AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
 """At most this many partitions per range read of the coordinator (one chunk)."""
-SCRATCH_READERS: Final = 4
-"""At most this many SELECTs of one node read through the coordinator at once, each with a
-scratch store (a file) of its own."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
 _FetchKey = tuple[str, str, tuple[bytes, ...], ClusteringBound, ClusteringBound]
-"""A slice fetched into the scratch store: keyspace, table, partition key, start, end."""
+"""A slice read through the coordinator: keyspace, table, partition key, start, end."""
+_ChunkKey = tuple[str, str, int, int]
+"""A chunk of a range read: keyspace, table, low token (exclusive), high token (inclusive)."""
 
 
 def value_column_names(table: Table) -> tuple[str, ...]:
@@ -115,15 +113,11 @@ class ClusterDataPlane:
         node: ClusterNode,
         loop: asyncio.AbstractEventLoop,
         local: Store,
-        scratch_path: Path,
     ) -> None:
         self._node = node
         self._loop = loop
         self._local = local
-        self._scratch_path = scratch_path
-        self._idle: list[CoordinatedReadStore] = []  # scratch stores not in use
-        self._made = 0
-        self._readers = threading.Condition()
+        self._held: dict[tuple[str, str], HeldTable] = {}
 
     def write(
         self,
@@ -239,35 +233,18 @@ class ClusterDataPlane:
         partitions, covered = result
         return partitions, covered
 
-    def read(self, consistency: Consistency, run: Callable[[Store], Response]) -> Response:
-        """A SELECT's reads: ``run`` over a scratch store of its own (at most
-        ``SCRATCH_READERS`` SELECTs at once; more wait for one to finish)."""
-        reader = self._take_reader()
-        try:
-            reader.begin(consistency)
-            return run(reader)
-        finally:
-            with self._readers:
-                self._idle.append(reader)
-                self._readers.notify()
+    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
+        """A SELECT's reads: ``run`` over a :class:`CoordinatedReader` of its own."""
+        return run(CoordinatedReader(self, self._local, consistency))
 
-    def _take_reader(self) -> CoordinatedReadStore:
-        with self._readers:
-            while not self._idle and self._made >= SCRATCH_READERS:
-                self._readers.wait()
-            if self._idle:
-                return self._idle.pop()
-            index, self._made = self._made, self._made + 1
-        path = self._scratch_path
-        if index:
-            path = path.with_name(f"{path.stem}-{index}{path.suffix}")
-        try:
-            return CoordinatedReadStore(path, self, self._local)
-        except BaseException:
-            with self._readers:
-                self._made -= 1
-                self._readers.notify()
-            raise
+    def held_table(self, table: Table) -> HeldTable:
+        """The reads of ``table``'s partitions held in memory (one per table, made again when
+        a schema change gives the statement another version of it)."""
+        key = (table.keyspace, table.name)
+        found = self._held.get(key)
+        if found is None or found.table is not table:
+            found = self._held[key] = HeldTable(table, self._local.limits)
+        return found
 
     def schema_disagreement(self) -> dict[str, str | None]:
         """``ClusterNode.schema_disagreement``, asked on the event loop (statement thread)."""
@@ -306,51 +283,29 @@ class ClusterDataPlane:
         return agreement_warning(timeout_ms, disagreeing) if disagreeing else None
 
     def close(self) -> None:
-        with self._readers:
-            idle, self._idle = self._idle, []
-        for reader in idle:
-            reader.close()
+        """Nothing to release: a coordinated read holds its partitions in memory only."""
+        self._held.clear()
 
 
-class CoordinatedReadStore(Store):
-    """A scratch store filled, partition by partition, by coordinated reads (module docstring).
+class CoordinatedReader:
+    """A SELECT's rows, read through the coordinator (module docstring): one per statement,
+    used by its statement thread alone. It holds at most one fetched partition slice and one
+    range chunk at a time."""
 
-    Used by one SELECT at a time (``ClusterDataPlane.read`` hands it out); ``begin`` starts a
-    statement.
-    """
-
-    def __init__(self, path: Path, plane: ClusterDataPlane, local: Store) -> None:
-        super().__init__(path, synchronous="NORMAL", limits=local.limits)
+    def __init__(self, plane: ClusterDataPlane, local: Store, consistency: Consistency) -> None:
         self._plane = plane
         self._local = local
-        self._consistency = Consistency.ONE
-        self._fetched: set[_FetchKey] = set()
-        self._cleared: set[tuple[str, str]] = set()
-        self._chunks: set[tuple[str, str, int, int]] = set()
-        self._owner = threading.Lock()
-
-    def begin(self, consistency: Consistency) -> None:
         self._consistency = consistency
-        self._fetched.clear()
-        self._cleared.clear()
-        self._chunks.clear()
+        self._slice: tuple[_FetchKey, HeldPartition | None] | None = None
+        self._chunk: tuple[_ChunkKey, list[HeldPartition]] | None = None
 
-    def _prepare_table(self, table: Table) -> None:
-        key = (table.keyspace, table.name)
-        if key in self._cleared:
-            return
-        try:
-            known = self.table(*key)
-        except Exception:
-            known = None
-        if known is not None:
-            self.drop_table(*key)
-        self.register_table(table)
-        self._cleared.add(key)
+    @property
+    def limits(self) -> StoreLimits:
+        return self._local.limits
 
     def read_partition(
         self,
-        table: Table | tuple[str, str],
+        table: Table,
         partition_key: Sequence[bytes],
         *,
         start: ClusteringBound = _NO_BOUND,
@@ -360,48 +315,41 @@ class CoordinatedReadStore(Store):
         limit: int | None = None,
         now_s: int,
     ) -> list[ResultRow]:
-        if not isinstance(table, Table):
-            table = self._local.table(*table)
         # at ONE a coordinator that is a replica reads its own copy alone (as Cassandra does)
-        local = not self._plane.coordinated(table.keyspace) or (
+        read: Callable[..., list[ResultRow]]
+        if not self._plane.coordinated(table.keyspace) or (
             self._consistency in _ONE and self._plane.serves_locally(table, partition_key)
-        )
-        if not local:
-            self._fetch(table, tuple(partition_key), start, end, now_s)
-        source: Store = self._local if local else self
-        return Store.read_partition(  # the base class's read (``self.read_partition`` is this)
-            source,
-            table,
-            partition_key,
-            start=start,
-            end=end,
-            columns=columns,
-            reverse=reverse,
-            limit=limit,
-            now_s=now_s,
+        ):
+            read = functools.partial(self._local.read_partition, table, partition_key)
+        else:
+            held = self._plane.held_table(table)
+            found = self._fetch(held, tuple(partition_key), start, end)
+            read = functools.partial(held.read_partition, found)
+        return read(
+            start=start, end=end, columns=columns, reverse=reverse, limit=limit, now_s=now_s
         )
 
     def _fetch(
         self,
-        table: Table,
+        held: HeldTable,
         partition_key: tuple[bytes, ...],
         start: ClusteringBound,
         end: ClusteringBound,
-        now_s: int,
-    ) -> None:
-        """The partition's slice, read through the coordinator, into the scratch store."""
+    ) -> HeldPartition | None:
+        """The partition's slice, read through the coordinator (the last one is kept: a
+        statement may read the same slice again)."""
+        table = held.table
         key = (table.keyspace, table.name, partition_key, start, end)
-        with self._owner:
-            if key not in self._fetched:
-                self._prepare_table(table)
-                found = self._plane.read_partition(table, key[2], self._consistency, start, end)
-                if found is not None:
-                    self.apply([found], now_s=now_s)
-                self._fetched.add(key)
+        if self._slice is not None and self._slice[0] == key:
+            return self._slice[1]
+        found = self._plane.read_partition(table, partition_key, self._consistency, start, end)
+        partition = None if found is None else held.hold(found)
+        self._slice = (key, partition)
+        return partition
 
     def scan(
         self,
-        table: Table | tuple[str, str],
+        table: Table,
         start_token_exclusive: int,
         end_token_inclusive: int,
         *,
@@ -410,8 +358,6 @@ class CoordinatedReadStore(Store):
         columns: Sequence[str] | None = None,
         now_s: int,
     ) -> ScanPage:
-        if not isinstance(table, Table):
-            table = self._local.table(*table)
         if not self._plane.coordinated(table.keyspace):
             return self._local.scan(
                 table,
@@ -422,33 +368,36 @@ class CoordinatedReadStore(Store):
                 columns=columns,
                 now_s=now_s,
             )
-        with self._owner:
-            self._prepare_table(table)
-            if paging_state is None:
-                low, high, inner, last = start_token_exclusive, None, None, False
-            else:
-                low, high, inner, last = _decode_state(paging_state)
-            if high is None:
-                limit = max(MIN_RANGE_CHUNK_PARTITIONS, min(page_size, RANGE_CHUNK_PARTITIONS))
-                found, covered = self._plane.read_range(
-                    table, low, end_token_inclusive, self._consistency, limit
-                )
-                if found:
-                    self._apply_partitions(_restricted(table, found), now_s)
-                last = covered is None or covered == end_token_inclusive
-                high = end_token_inclusive if last or covered is None else covered
-                self._chunks.add((table.keyspace, table.name, low, high))
-            elif (table.keyspace, table.name, low, high) not in self._chunks:
-                self._fetch_chunk(table, low, high, now_s)
-            page = super().scan(
-                table,
-                low,
-                high,
-                page_size=page_size,
-                paging_state=inner,
-                columns=columns,
-                now_s=now_s,
+        held = self._plane.held_table(table)
+        if paging_state is None:
+            low, high, inner, last = start_token_exclusive, None, None, False
+        else:
+            low, high, inner, last = _decode_state(paging_state)
+        if high is None:
+            limit = max(MIN_RANGE_CHUNK_PARTITIONS, min(page_size, RANGE_CHUNK_PARTITIONS))
+            found, covered = self._plane.read_range(
+                table, low, end_token_inclusive, self._consistency, limit
             )
+            last = covered is None or covered == end_token_inclusive
+            high = end_token_inclusive if last or covered is None else covered
+            self._chunk = (
+                (table.keyspace, table.name, low, high),
+                [held.hold(partition) for partition in found],
+            )
+        elif self._chunk is None or self._chunk[0] != (table.keyspace, table.name, low, high):
+            self._chunk = (
+                (table.keyspace, table.name, low, high),
+                self._read_chunk(held, low, high),
+            )
+        page = held.scan(
+            self._chunk[1],
+            low,
+            high,
+            page_size=page_size,
+            paging_state=inner,
+            columns=columns,
+            now_s=now_s,
+        )
         if page.paging_state is not None:
             state: bytes | None = _encode_state(low, high, page.paging_state, last)
         elif last:
@@ -457,55 +406,18 @@ class CoordinatedReadStore(Store):
             state = _encode_state(high, None, None, False)
         return ScanPage(page.rows, state)
 
-    def _apply_partitions(self, partitions: list[Mutation], now_s: int) -> None:
-        """A chunk's partitions into the scratch store, in batches within the store's
-        ``max_batch_cells`` (a chunk of 1,000 wide partitions holds more: issue 17's diff hit
-        it); a partition over the limit alone is refused as it would be written."""
-        budget = max(1, self.limits.max_batch_cells // 2)  # headroom over the estimate
-        batch: list[Mutation] = []
-        cells = 0
-        for partition in partitions:
-            size = _cells_estimate(partition)
-            if batch and cells + size > budget:
-                self.apply(batch, now_s=now_s)
-                batch, cells = [], 0
-            batch.append(partition)
-            cells += size
-        if batch:
-            self.apply(batch, now_s=now_s)
-
-    def _fetch_chunk(self, table: Table, low: int, high: int, now_s: int) -> None:
+    def _read_chunk(self, held: HeldTable, low: int, high: int) -> list[HeldPartition]:
         """Read a chunk again, whole, for a page resumed inside it."""
+        partitions: list[HeldPartition] = []
         cursor = low
         while True:
             found, covered = self._plane.read_range(
-                table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
+                held.table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
             )
-            if found:
-                self._apply_partitions(_restricted(table, found), now_s)
+            partitions.extend(held.hold(partition) for partition in found)
             if covered is None or covered == high:
-                break
+                return partitions
             cursor = covered
-        self._chunks.add((table.keyspace, table.name, low, high))
-
-
-def _cells_estimate(partition: Mutation) -> int:
-    """About the cells ``partition`` flattens to: a row marker, deletion and value cells per
-    row, each element of a collection, each tombstone."""
-    rows = (*(() if partition.static_row is None else (partition.static_row,)), *partition.rows)
-    count = 1 + len(partition.range_tombstones)
-    for row in rows:
-        count += 2
-        for data in row.cells.values():
-            count += len(data.cells) + 1 if isinstance(data, ComplexColumn) else 1
-    return count
-
-
-def _restricted(table: Table, partitions: list[Mutation]) -> list[Mutation]:
-    """``partitions`` with only the cells of ``table``'s columns (the module docstring)."""
-    columns = frozenset(value_column_names(table))
-    restricted = [restrict_columns(partition, columns) for partition in partitions]
-    return [partition for partition in restricted if not partition.is_empty]
 
 
 def _encode_state(low: int, high: int | None, inner: bytes | None, last: bool) -> bytes:

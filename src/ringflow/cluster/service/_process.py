@@ -88,7 +88,9 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 STATUS_FILE_NAME = "status.json"
-SCRATCH_FILE_NAME = "coordinator-scratch.db"
+OLD_SCRATCH_FILES = "coordinator-scratch*.db*"
+"""Scratch stores earlier versions read coordinated SELECTs through (with their -wal and
+-shm files): removed at start, nothing reads them any more."""
 STATEMENT_THREADS = 32
 """Threads running CQL statements: how many coordinated writes may wait for replicas at once
 (the ``CqlServer``'s ``max_pending_requests`` still bounds what is queued for them)."""
@@ -396,7 +398,9 @@ async def _serve(
         remembered=remembered,
         v2_enabled=settings.cdc_generations_v2,
     )
-    plane = ClusterDataPlane(cluster, loop, node.store, config.data_dir / SCRATCH_FILE_NAME)
+    for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
+        stale.unlink(missing_ok=True)
+    plane = ClusterDataPlane(cluster, loop, node.store)
     backend.plane = plane
     node.processor.use_data_plane(plane)
 
