@@ -338,3 +338,41 @@ def test_concurrent_create_of_the_same_table(seed: int) -> None:
     assert cluster.ddl("n1", TABLE)
     assert cluster.ddl("n3", TABLE)
     assert_converged(cluster, {"t"}, migrations=3)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_wait_for_agreement_ends_when_gossip_brings_it_or_at_its_deadline(seed: int) -> None:
+    """What a DDL's answer waits on (``ClusterNode.await_schema_agreement``), without polling:
+    answered at the first event after which every live node gossips the new version (every
+    node is then on it, and it was not yet when the wait began), long before the deadline; a
+    node cut off from the others keeps a second wait until its deadline, which then names that
+    node and the version it still gossips."""
+    cluster = boot(seed)
+    sim, n1 = cluster.sim, cluster.nodes["n1"]
+    answers: list[tuple[int, dict[str, str | None], set[str]]] = []
+
+    def done(disagreeing: dict[str, str | None]) -> None:
+        versions = {str(cluster.nodes[name].processor.schema_version) for name in NAMES}
+        answers.append((sim.now_ms(), disagreeing, versions))
+
+    assert cluster.ddl("n1", TABLE)
+    started = sim.now_ms()
+    assert n1.schema_disagreement(), "the peers cannot have the new version yet"
+    n1.await_schema_agreement(30_000, done)
+    assert cluster.run_until(lambda: bool(answers), timeout_ms=40_000), sim.describe()
+    answered_at, disagreeing, versions = answers[0]
+    assert disagreeing == {}
+    assert versions == {str(n1.processor.schema_version)}
+    assert answered_at - started < 10_000  # gossip every second: a few rounds, not the deadline
+
+    old_version = str(n1.processor.schema_version)
+    sim.partition(["n1", "n2"], ["n3"])
+    assert cluster.ddl("n1", "ALTER TABLE ks.t ADD w text")
+    started = sim.now_ms()
+    n1.await_schema_agreement(3_000, done)
+    assert cluster.run_until(lambda: len(answers) == 2, timeout_ms=10_000), sim.describe()
+    answered_at, disagreeing, _versions = answers[1]
+    assert answered_at - started == 3_000
+    assert list(disagreeing.values()) == [old_version]  # n3, still on the old version
+    sim.heal()
+    sim.close()

@@ -355,19 +355,23 @@ class ClusterNode:
 
     def _run_gossip(self, actions: Sequence[GossipAction]) -> None:
         now_ms = self.clock.now_ms()
-        ring_changed = False
+        ring_changed = agreement_may_change = False
         for action in actions:
             if isinstance(action, Send):
                 envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
                 self._send_envelope(action.to, envelope)
             elif isinstance(action, NodeUp | NodeDown):
+                agreement_may_change = True
                 self._on_liveness(action.endpoint, isinstance(action, NodeUp), now_ms)
             elif isinstance(action, StateChanged):
                 ring_changed = True
                 if action.app_state is ApplicationState.SCHEMA:
+                    agreement_may_change = True
                     self.schema_sync.on_peer_schema(action.endpoint, action.value, now_ms)
         if ring_changed:
             self._refresh_ring()
+        if agreement_may_change:
+            self.schema_sync.settle()
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
         self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
@@ -511,6 +515,13 @@ class ClusterNode:
         """The live nodes gossiping another schema version than ours (or none yet): their
         address (RPC address when known) and the version they gossip."""
         return self.schema_sync.disagreement()
+
+    def await_schema_agreement(
+        self, timeout_ms: int, done: Callable[[dict[str, str | None]], None]
+    ) -> None:
+        """Tell ``done`` the live nodes still disagreeing (empty: agreement) as soon as every
+        live node gossips our schema version, or after ``timeout_ms`` (``SchemaSync``)."""
+        self.schema_sync.await_agreement(timeout_ms, done)
 
     def on_local_schema_change(self) -> None:
         """After a DDL here: gossip the new version and push our schema to every live peer."""

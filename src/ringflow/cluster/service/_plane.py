@@ -34,9 +34,10 @@ statement's table does not have (added there first, or not dropped there yet): a
 names the statement's columns and the replicas send those only (``_point_requests``); the cells
 of other columns in a range read's partitions are left out when they are held.
 
-Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` blocks the
-statement thread (polling the node on the event loop, never blocking the loop) until every live
-node gossips this node's schema version, or ``schema_agreement_timeout_ms``; the DDL is answered
+Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` waits (the
+statement thread; the node answers from its event loop as soon as gossip brings agreement,
+nothing polls) until every live node gossips this node's schema version, or
+``schema_agreement_timeout_ms``; the DDL is answered
 either way, with ``agreement_warning`` attached to the answer when some node still disagrees
 (native protocol v4 warning; the drivers show it, e.g. ``ResponseFuture.warnings``).
 """
@@ -46,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -68,7 +68,6 @@ from ringflow.storage import HeldPartition, HeldTable, ResultRow, ScanPage, Stor
 
 _MARGIN_S = 2.0
 _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
-_AGREEMENT_POLL_S = 0.05
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
 """At most this many partitions per range read of the coordinator (one chunk)."""
@@ -246,34 +245,25 @@ class ClusterDataPlane:
             found = self._held[key] = HeldTable(table, self._local.limits)
         return found
 
-    def schema_disagreement(self) -> dict[str, str | None]:
-        """``ClusterNode.schema_disagreement``, asked on the event loop (statement thread)."""
+    def await_schema_agreement(self, timeout_ms: int | None = None) -> dict[str, str | None]:
+        """Wait (the statement thread) until every live node agrees on this node's schema
+        version, at most ``timeout_ms`` (default: the node's ``schema_agreement_timeout_ms``);
+        the nodes still disagreeing then (empty: agreement). The node answers as soon as
+        gossip brings agreement (``ClusterNode.await_schema_agreement``): nothing polls."""
+        if timeout_ms is None:
+            timeout_ms = self._node.settings.schema_agreement_timeout_ms
         future: concurrent.futures.Future[object] = concurrent.futures.Future()
 
-        def probe() -> None:
+        def begin() -> None:
             try:
-                future.set_result(self._node.schema_disagreement())
+                self._node.await_schema_agreement(timeout_ms, future.set_result)
             except Exception as error:
                 future.set_exception(error)
 
-        self._loop.call_soon_threadsafe(probe)
-        found = _wait(future, _MARGIN_S + 8.0, "schema agreement probe")
+        self._loop.call_soon_threadsafe(begin)
+        found = _wait(future, timeout_ms / 1000 + _MARGIN_S, "schema agreement")
         assert isinstance(found, dict)
         return found
-
-    def await_schema_agreement(self, timeout_ms: int | None = None) -> dict[str, str | None]:
-        """Block (the statement thread) until every live node agrees on this node's schema
-        version, at most ``timeout_ms`` (default: the node's ``schema_agreement_timeout_ms``);
-        the nodes still disagreeing then (empty: agreement)."""
-        if timeout_ms is None:
-            timeout_ms = self._node.settings.schema_agreement_timeout_ms
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            disagreeing = self.schema_disagreement()
-            remaining = deadline - time.monotonic()
-            if not disagreeing or remaining <= 0:
-                return disagreeing
-            time.sleep(min(_AGREEMENT_POLL_S, remaining))
 
     def schema_agreement_warning(self) -> str | None:
         """After a DDL: wait for agreement (``await_schema_agreement``); the warning for the

@@ -13,8 +13,11 @@ Rules:
 * Partitions merge by timestamp, so pushes from several nodes commute; the processor then
   reloads its schema from the store, and a changed schema is gossiped and told to the hint
   manager.
-* ``disagreement`` names the live nodes gossiping another version (a DDL answer waits until
-  there are none, ``ClusterDataPlane.await_schema_agreement``). Each migration stays in the
+* ``disagreement`` names the live nodes gossiping another version. A DDL answer waits until
+  there are none (``await_agreement``, used by ``ClusterDataPlane.await_schema_agreement``):
+  no polling; the waiters are answered when what agreement depends on changes (a peer gossips
+  a schema version, a node goes up or down, our own version changes: ``settle``), or at their
+  deadline with the nodes still disagreeing. Each migration stays in the
   chain of the node that ran it (``system.schema_migrations``); peers take its rows.
 * A push or pull answer carrying anything but ``system_schema`` partitions is refused whole
   (issue 16: a peer's push could write any table, ``system`` included).
@@ -33,6 +36,7 @@ from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Verb
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._settings import Offload
+from ringflow.runtime import TimerHandle
 from ringflow.schema import SYSTEM_SCHEMA_KEYSPACE_NAME, SYSTEM_SCHEMA_TABLE_NAMES, Mutation
 
 if TYPE_CHECKING:
@@ -61,6 +65,9 @@ class SchemaStep(enum.Enum):
     """The merged rows are persisted; the schema is not reloaded nor gossiped yet."""
 
 
+AgreementDone = Callable[[dict[str, str | None]], None]
+"""Told the live nodes still disagreeing (empty: agreement) when a wait for agreement ends."""
+
 SchemaObserver = Callable[[SchemaStep, str], None]
 """Told ``(step, detail)`` at every ``SchemaStep``, on the node's thread (or its schema
 offload, for MERGED)."""
@@ -82,6 +89,8 @@ class SchemaSync:
         self._on_schema_merged = on_schema_merged
         self._observer = observer
         self._last_pull_ms: dict[str, int] = {}
+        self._waiters: dict[int, tuple[AgreementDone, TimerHandle]] = {}
+        self._next_waiter = 0
 
     def _observe(self, step: SchemaStep, detail: str = "") -> None:
         if self._observer is not None:
@@ -102,6 +111,31 @@ class SchemaSync:
                 found[address] = None if versioned is None else versioned.value
         return found
 
+    def await_agreement(self, timeout_ms: int, done: AgreementDone) -> None:
+        """Tell ``done`` the nodes still disagreeing: at once when there are none (or
+        ``timeout_ms`` is not positive), else as soon as :meth:`settle` finds agreement, or
+        when ``timeout_ms`` has passed. At most one waiter per DDL in flight."""
+        found = self.disagreement()
+        if not found or timeout_ms <= 0:
+            done(found)
+            return
+        key, self._next_waiter = self._next_waiter, self._next_waiter + 1
+
+        def expire() -> None:
+            if self._waiters.pop(key, None) is not None:
+                done(self.disagreement())
+
+        self._waiters[key] = (done, self._node.clock.call_later(timeout_ms, expire))
+
+    def settle(self) -> None:
+        """What agreement depends on may have changed: answer the waiters if it now holds."""
+        if not self._waiters or self.disagreement():
+            return
+        waiters, self._waiters = self._waiters, {}
+        for done, timer in waiters.values():
+            timer.cancel()
+            done({})
+
     def on_local_schema_change(self) -> None:
         """After a DDL here: gossip the new version and push our schema to every live peer."""
         node = self._node
@@ -109,6 +143,7 @@ class SchemaSync:
         version = node.processor.schema_version
         node.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
         node.hints.set_local_schema_version(version)
+        self.settle()
         targets = node.gossiper.live_endpoints()
 
         def send(mutations: list[Mutation] | None, error: BaseException | None) -> None:
@@ -172,6 +207,7 @@ class SchemaSync:
                 version = node.processor.schema_version
                 node.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
                 node.hints.set_local_schema_version(version)
+                self.settle()
 
         self._schema_offload(work, done)
 
