@@ -10,6 +10,7 @@ event loop on real loopback sockets (127.0.0.x, ephemeral ports), every wait wit
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -74,10 +75,16 @@ class SimNetHarness:
 
 
 class AsyncioNetHarness:
-    name = "asyncio"
+    """The real network on asyncio's event loop, or on uvloop's (``loop="uvloop"``: what node
+    processes run on when it is installed)."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, loop: str = "asyncio") -> None:
+        self.name = loop
+        if loop == "uvloop":
+            uvloop = importlib.import_module("uvloop")
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        else:
+            self.loop = asyncio.new_event_loop()
         config = AsyncioNetworkConfig(
             max_frame_bytes=MAX_FRAME_BYTES,
             max_queued_messages=MAX_QUEUED,

@@ -1,4 +1,5 @@
-"""Fixtures parametrizing every conformance test over the simulated and the real implementation."""
+"""Fixtures parametrizing every conformance test over the simulated and the real implementation
+(the network on asyncio's loop and on uvloop's)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from tests.conformance._harness import (
 )
 
 
-@pytest.fixture(params=["sim", "asyncio"])
+@pytest.fixture(params=["sim", "asyncio", "uvloop"])
 def net(request: pytest.FixtureRequest) -> Iterator[NetHarness]:
-    harness: NetHarness = SimNetHarness() if request.param == "sim" else AsyncioNetHarness()
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    harness: NetHarness = (
+        SimNetHarness() if request.param == "sim" else AsyncioNetHarness(request.param)
+    )
     try:
         yield harness
     finally:

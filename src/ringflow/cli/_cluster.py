@@ -31,7 +31,6 @@ expires (``_security_status``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import json
 import logging
@@ -91,6 +90,7 @@ from ringflow.ring import (
     ownership_report,
     replication_strategy,
 )
+from ringflow.runtime import run_event_loop
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -731,7 +731,7 @@ def run_cluster_node_command(arguments: argparse.Namespace) -> int:
     def announce(line: str) -> None:
         print(line, flush=True)
 
-    asyncio.run(
+    run_event_loop(
         run_cluster_node(
             config,
             seeds=seeds,

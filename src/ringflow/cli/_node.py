@@ -19,7 +19,6 @@ connections-per-ip 256``, ``--native-transport-idle-timeout 30s``, ... see ``_na
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -43,6 +42,7 @@ from ringflow.cli._native_options import (
 from ringflow.cli._tls_options import add_node_tls_options, given_node_tls
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, run_node
+from ringflow.runtime import run_event_loop
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands
@@ -120,7 +120,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         from ringflow.cluster.service._process import run_cluster_node
         from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
 
-        asyncio.run(
+        run_event_loop(
             run_cluster_node(
                 config,
                 seeds=seeds,
@@ -130,6 +130,6 @@ def run_start(arguments: argparse.Namespace) -> int:
             )
         )
     else:
-        asyncio.run(run_node(config, on_ready=announce))
+        run_event_loop(run_node(config, on_ready=announce))
     print("ringflow node stopped", file=sys.stderr, flush=True)
     return EXIT_OK

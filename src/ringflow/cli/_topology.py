@@ -23,7 +23,6 @@ add|decommission``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import json
 import logging
@@ -39,6 +38,7 @@ from ringflow.cli import _cluster as cluster_cli
 from ringflow.cli._tls_options import add_node_tls_options, given_node_tls, node_tls_arguments
 from ringflow.errors import ConfigurationError
 from ringflow.node import node_config, prepare_data_dir
+from ringflow.runtime import run_event_loop
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands  # noqa: F401
@@ -134,7 +134,7 @@ def run_join_node(arguments: argparse.Namespace) -> int:
     def announce(line: str) -> None:
         print(line, flush=True)
 
-    asyncio.run(
+    run_event_loop(
         run_cluster_node(
             config,
             seeds=seeds,

@@ -27,6 +27,7 @@ from ringflow.runtime._certificates import (
     write_pem,
 )
 from ringflow.runtime._clock import SystemClock
+from ringflow.runtime._event_loop import EVENT_LOOP_ENV, event_loop_name, run_event_loop
 from ringflow.runtime._interfaces import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_QUEUED_MESSAGES,
@@ -74,6 +75,7 @@ from ringflow.runtime._tls import (
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_QUEUED_MESSAGES",
+    "EVENT_LOOP_ENV",
     "HELLO_MAGIC",
     "INTERNODE_ENCRYPTION",
     "MAX_HELLO_BYTES",
@@ -120,6 +122,7 @@ __all__ = [
     "client_context",
     "encode_frame",
     "encode_hello",
+    "event_loop_name",
     "format_endpoint",
     "format_option_map",
     "issue_certificate",
@@ -129,6 +132,7 @@ __all__ = [
     "parse_option_map",
     "peer_addresses",
     "reconnect_delay_ms",
+    "run_event_loop",
     "write_pair",
     "write_pem",
 ]

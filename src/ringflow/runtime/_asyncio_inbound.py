@@ -24,7 +24,7 @@ import ipaddress
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 from ringflow.errors import InternalError
 from ringflow.runtime._interfaces import Endpoint, EndpointError, parse_endpoint
@@ -332,10 +332,17 @@ class TlsAcceptor:
                 await task
 
 
+_STREAM_METHODS = ("write", "writelines", "pause_reading", "resume_reading", "is_closing", "abort")
+
+
 def stream_of(transport: asyncio.BaseTransport) -> asyncio.Transport:
-    if not isinstance(transport, asyncio.Transport):
+    """``transport`` as a stream transport: asyncio's, or one with the same methods (uvloop's
+    transports implement the API without subclassing asyncio's classes)."""
+    if isinstance(transport, asyncio.Transport):
+        return transport
+    if not all(callable(getattr(transport, name, None)) for name in _STREAM_METHODS):
         raise InternalError(f"expected a stream transport, got {transport!r}")
-    return transport
+    return cast(asyncio.Transport, transport)
 
 
 def set_nodelay(transport: asyncio.Transport) -> None:

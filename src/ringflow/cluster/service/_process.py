@@ -215,6 +215,7 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         "auth_mode": auth_mode(node.config.auth),
         "host_id": str(node.record.host_id),
         "pid": os.getpid(),
+        "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
         "load_bytes": _load_bytes(node.config.data_dir),
         "schema_version": str(node.processor.schema_version),
         "schema_agreement": cluster.schema_agreement(),
