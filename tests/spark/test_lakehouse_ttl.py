@@ -1,6 +1,8 @@
 """TTL in the lakehouse current-state table (issue 19): a value past its TTL leaves the Delta and
 Iceberg tables at the next commit, whatever rows that commit's batch touches, and each shown
-row says when its next TTL runs out (``_expires_at``); read back by DuckDB."""
+row says when its next TTL runs out (``_expires_at``); read back by DuckDB. Iceberg also with
+every read and write taking its whole-scan path (the one past ``_IN_FILTER_MAX`` ids, where the
+expired rows are picked in the same scan)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.cdc import CdcOperation
-from ringflow.pipeline import Change
+from ringflow.pipeline import Change, _iceberg
 from ringflow.pipeline._lakehouse_state import DELETED_FIELD, EXPIRES_AT_FIELD
 from ringflow.schema import INT, TEXT, ClusteringOrder, Table, timeuuid_from_micros
 
@@ -32,10 +34,13 @@ def _write(second: int, seq: int, pk: int, values: dict[str, object], ttl: int |
     return Change("shop", "items", CdcOperation.INSERT, time, key, 0, values, frozenset(), {}, ttl)
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "iceberg", "iceberg, whole scans"])
 def test_a_value_past_its_ttl_leaves_the_table_at_the_next_commit(
-    kind: str, tmp_path: Path
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if kind == "iceberg, whole scans":  # every read and write past the In-filter limit
+        monkeypatch.setattr(_iceberg, "_IN_FILTER_MAX", 0)
+        kind = "iceberg"
     sink, options, store = destination(kind, tmp_path, TABLE)
     first = [
         _write(T0_S, 0, 1, {"v": "short", "n": 1}, 30),  # the whole row dies at T0 + 30

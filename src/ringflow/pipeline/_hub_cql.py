@@ -63,6 +63,7 @@ from ringflow.pipeline._changes import (
     validate_change,
 )
 from ringflow.pipeline._errors import InvalidChange
+from ringflow.pipeline._materialize import US_PER_SECOND
 from ringflow.pipeline._spark_types import cql_sort_key
 from ringflow.schema import (
     TIMEUUID,
@@ -79,7 +80,6 @@ from ringflow.schema import (
     UserType,
 )
 
-_US_PER_SECOND = 1_000_000
 _FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 
@@ -392,7 +392,7 @@ _EXPIRED_MARKER_TTL_S = 1
 def _remaining_ttl(change: Change, now_s: int) -> int | None:
     if not change.ttl_s:
         return None
-    return change.time_us // _US_PER_SECOND + change.ttl_s - now_s
+    return change.time_us // US_PER_SECOND + change.ttl_s - now_s
 
 
 def expired_as_tombstones(table: Table, change: Change) -> Change:

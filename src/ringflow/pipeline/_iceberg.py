@@ -236,11 +236,18 @@ class IcebergStore:
             transaction.set_properties({BATCH_PROPERTY + app_id: str(batch_id)})
 
     def current_states(self, wanted: Wanted) -> list[str]:
-        """The ``_state`` of the stored rows ``wanted`` names: the expired ones found first
-        (a scan filtered on ``_expires_at``, pruned by the files' statistics), then every row
-        wanted."""
+        """The ``_state`` of the stored rows ``wanted`` names. Past ``_IN_FILTER_MAX`` ids, one
+        whole scan filtered in Arrow; else the expired rows found first (a scan filtered on
+        ``_expires_at``, pruned by the files' statistics), then every row wanted (an ``In``
+        filter, or a whole scan when the expired ones take it past the limit)."""
         table = self.catalog.load_table(self.location.current)
         names = {field.name for field in table.schema().fields}
+        if len(wanted.partitions) + len(wanted.rows) > _IN_FILTER_MAX:
+            # a whole scan anyway (pyiceberg evaluates big sets slowly): one pass, the expired
+            # rows picked in Arrow by ``selected_states`` with the rest
+            expiry = (EXPIRES_AT_FIELD,) if EXPIRES_AT_FIELD in names else ()
+            fields = (PK_FIELD, ROW_FIELD, STATE_FIELD, *expiry)
+            return selected_states(table.scan(selected_fields=fields).to_arrow(), wanted)
         if wanted.expired_by_us is not None and EXPIRES_AT_FIELD in names:
             expired = table.scan(
                 row_filter=_expression("LessThanOrEqual", EXPIRES_AT_FIELD, wanted.expired_by_us),

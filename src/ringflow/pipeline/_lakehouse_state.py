@@ -49,6 +49,7 @@ from ringflow.pipeline._changes import (
     value_columns,
 )
 from ringflow.pipeline._materialize import (
+    US_PER_SECOND,
     Key,
     LiveRow,
     TableState,
@@ -77,7 +78,6 @@ DELETED_AT_FIELD = "_deleted_at"
 EXPIRES_AT_FIELD = "_expires_at"
 STATE_FIELD = "_state"
 _NONE = -(2**63)
-_US_PER_SECOND = 1_000_000
 _PARTITION_OPERATIONS = (
     RANGE_START_OPERATIONS | RANGE_END_OPERATIONS | {CdcOperation.PARTITION_DELETE}
 )
@@ -310,7 +310,7 @@ class CurrentStateMerge:
         return Wanted(
             sorted(whole),
             sorted(r for r in rows if r.partition("/")[0] not in whole),
-            None if now_s is None else now_s * _US_PER_SECOND,
+            None if now_s is None else now_s * US_PER_SECOND,
             partition_wide,
         )
 
@@ -450,13 +450,14 @@ class CurrentStateMerge:
                 expiry = _sooner(expiry, _next_expiry(row, shadow, now_s))
             key: Key = part.pop("key")
             found = live.get(key)
-            expires_us = None if expiry is None or found is None else expiry * _US_PER_SECOND
+            expires_us = None if expiry is None or found is None else expiry * US_PER_SECOND
             # the expiry is part of the state compared: a row merged again after it passed
             # is written again (it shows less, and expires later or never)
             part["expires"] = expires_us
             state = json.dumps({"id": identity, **part}, sort_keys=True)
-            built[identity] = self._output_row(key, found, shadow, expires_us, pk_id, identity)
-            built[identity][STATE_FIELD] = state
+            built[identity] = self._output_row(
+                key, found, shadow, expires_us, pk_id, identity, state
+            )
         return built
 
     def _output_row(
@@ -467,6 +468,7 @@ class CurrentStateMerge:
         expires_us: int | None,
         pk_id: str,
         identity: str,
+        state: str,
     ) -> dict[str, object]:
         row: dict[str, object] = {}
         for column, value in zip(self.table.primary_key_columns, key, strict=True):
@@ -482,6 +484,7 @@ class CurrentStateMerge:
         row[EXPIRES_AT_FIELD] = expires_us
         row[PK_FIELD] = pk_id
         row[ROW_FIELD] = identity
+        row[STATE_FIELD] = state
         return row
 
 

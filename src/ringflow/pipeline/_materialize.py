@@ -64,7 +64,7 @@ from ringflow.schema import (
     serialize,
 )
 
-_US_PER_SECOND = 1_000_000
+US_PER_SECOND = 1_000_000
 _LDT_OFFSET = 2**63
 _TTL_MAX = 2**32 - 1
 
@@ -76,9 +76,9 @@ def cell_order(timestamp_us: int, value: bytes | None, ttl_s: int | None) -> byt
     """Tie bytes of a cell (``value`` None = tombstone): at equal timestamps the greater wins."""
     tombstone = value is None
     if tombstone:
-        has_ldt, ldt = 1, timestamp_us // _US_PER_SECOND
+        has_ldt, ldt = 1, timestamp_us // US_PER_SECOND
     elif ttl_s:
-        has_ldt, ldt = 1, timestamp_us // _US_PER_SECOND + ttl_s
+        has_ldt, ldt = 1, timestamp_us // US_PER_SECOND + ttl_s
     else:
         has_ldt, ldt = 0, 0
     escaped = (value or b"").replace(b"\x00", b"\x00\xff") + b"\x00\x00"
@@ -88,7 +88,7 @@ def cell_order(timestamp_us: int, value: bytes | None, ttl_s: int | None) -> byt
 
 def expiry_s(timestamp_us: int, ttl_s: int | None) -> int | None:
     """The second a value written at ``timestamp_us`` with ``ttl_s`` stops being live."""
-    return None if not ttl_s else timestamp_us // _US_PER_SECOND + ttl_s
+    return None if not ttl_s else timestamp_us // US_PER_SECOND + ttl_s
 
 
 @dataclass(frozen=True, slots=True)
