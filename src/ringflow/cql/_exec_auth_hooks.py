@@ -8,7 +8,7 @@ the executor reads the same with auth on or off:
   and written through the processor's data plane (``PlaneAuthRows``);
 * ``preload_grants``: before the processor's lock, a role's grants loaded into the cache (a
   miss reads ``system_auth`` through the cluster, which must not hold up other statements);
-* ``check_statement`` / ``check_batch_entry``: Unauthorized (0x2100) unless the role may run
+* ``check_statement``: Unauthorized (0x2100) unless the role may run
   the statement (``AuthService.authorize_all`` / ``authorize``, ``CassandraAuthorizer``
   semantics);
 * ``role_statement_work``: a role or permission statement (``_exec_roles``), to run once the
@@ -63,21 +63,10 @@ def check_statement(
     keyspace: str | None,
     schema: SchemaState,
 ) -> None:
-    """Unauthorized unless ``user`` may run ``statement`` (each statement of a text batch)."""
+    """Unauthorized unless ``user`` may run ``statement`` (each statement of a text batch; a
+    statement of a BATCH message is checked alone the same way)."""
     if auth is not None and user is not None:
         auth.authorize_all(user, statement, keyspace, schema)
-
-
-def check_batch_entry(
-    auth: AuthService | None,
-    user: str | None,
-    statement: Statement,
-    keyspace: str | None,
-    schema: SchemaState,
-) -> None:
-    """Unauthorized unless ``user`` may run one statement of a BATCH message."""
-    if auth is not None and user is not None:
-        auth.authorize(user, statement, keyspace, schema)
 
 
 def role_statement_work(

@@ -78,7 +78,6 @@ from ringflow.cql._cdc_log_rules import cdc_log_base
 from ringflow.cql._describe import DescribePage, describe_context, execute_describe
 from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_auth_hooks import (
-    check_batch_entry,
     check_statement,
     make_auth_service,
     preload_grants,
@@ -594,7 +593,7 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
-            check_batch_entry(self.auth, session.user, statement, keyspace, self._state)
+            check_statement(self.auth, session.user, statement, keyspace, self._state)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)
