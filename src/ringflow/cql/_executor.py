@@ -39,6 +39,7 @@ Rules:
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
 import random
@@ -200,6 +201,16 @@ class DataPlane(Protocol):
         ...
 
 
+SubmitWrite = Callable[
+    [Sequence[Mutation], Mapping[int, CdcCapture], Consistency, int],
+    "concurrent.futures.Future[None]",
+]
+"""Queues a statement's write (batch, captures by index, consistency, timestamp µs); its future
+is done once the write is durable, or fails with the error that refused it."""
+PendingWrite = tuple["concurrent.futures.Future[None]", Consistency]
+"""A request's queued write and the consistency its error answers at."""
+
+
 class LocalDataPlane:
     """The single-node data plane: one local ``Store.apply`` per write, local reads."""
 
@@ -246,8 +257,9 @@ class QueryProcessor:
         self._list_paths = ListPaths(rng)
         self._prepared = PreparedCache(limits)
         self._data_plane: DataPlane = LocalDataPlane(store)
+        self._submit_write: SubmitWrite | None = None
         self._consistency = Consistency.ONE
-        self._warnings: list[str] = []
+        self._request = threading.local()  # the running request's own state, per thread
         self.batch_size_warnings = 0
         self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
         """The data centers a keyspace's replication may name (the cluster sets its own)."""
@@ -312,10 +324,28 @@ class QueryProcessor:
         with self._lock:
             return self._timestamps.next()
 
-    def use_data_plane(self, data_plane: DataPlane) -> None:
-        """Route writes and reads through ``data_plane`` from now on (a cluster node)."""
+    def use_data_plane(
+        self, data_plane: DataPlane, submit_write: SubmitWrite | None = None
+    ) -> None:
+        """Route writes and reads through ``data_plane`` from now on (a cluster node). With
+        ``submit_write``, a statement's write is queued there instead of waited for: the
+        request then leaves a pending write for its caller (:meth:`take_pending`), which
+        answers once it is done (a single node's group commit)."""
         with self._lock:
             self._data_plane = data_plane
+            self._submit_write = submit_write
+
+    def take_pending(self) -> PendingWrite | None:
+        """The write this thread's last request queued (``use_data_plane``'s
+        ``submit_write``) and its consistency, or None; then forgotten. Its answer is to be
+        sent once the future is done, or :meth:`error_response` of the future's error."""
+        pending: PendingWrite | None = getattr(self._request, "pending", None)
+        self._request.pending = None
+        return pending
+
+    def error_response(self, error: Exception, consistency: Consistency) -> Response:
+        """The protocol error answering ``error`` (a bug counted and logged as such)."""
+        return self._error_response(error, consistency)
 
     def reload_schema(self) -> bool:
         """Re-read the schema from the store's ``system_schema`` rows (a cluster node merged a
@@ -384,6 +414,7 @@ class QueryProcessor:
         """Run a request under the lock; its data-plane read or write (if any) runs after the
         lock is released, so a cluster node's other statements go on while this one waits for
         its replicas."""
+        self._request.pending = None
         with self._lock:
             self._consistency = consistency
             self._deferred = None
@@ -613,9 +644,18 @@ class QueryProcessor:
             self._warnings.append(warning)
         self._apply(mutations)
 
+    @property
+    def _warnings(self) -> list[str]:
+        """The warnings of the request running on this thread: statements run on several
+        threads at once, and each answer carries its own."""
+        found: list[str] | None = getattr(self._request, "warnings", None)
+        if found is None:
+            found = self._request.warnings = []
+        return found
+
     def take_warnings(self) -> tuple[str, ...]:
-        """The protocol warnings of the last request (then forgotten): the server sends them
-        with its answer (Cassandra's ``ClientWarn``)."""
+        """The protocol warnings of this thread's last request (then forgotten): the server
+        sends them with its answer (Cassandra's ``ClientWarn``)."""
         warnings = tuple(self._warnings)
         self._warnings.clear()
         return warnings
@@ -637,8 +677,15 @@ class QueryProcessor:
             table = lookup_table(self._state, mutation.keyspace, mutation.table)
             if table.options.cdc.enabled:
                 captures[index] = self._capture(table, mutation, now_us)
-        plane, consistency = self._data_plane, self._consistency
-        self._defer(lambda: plane.write(batch, captures, consistency, now_us))
+        plane, consistency, submit = self._data_plane, self._consistency, self._submit_write
+        if submit is None:
+            self._defer(lambda: plane.write(batch, captures, consistency, now_us))
+            return
+
+        def queue_write() -> None:  # after the lock: the answer waits for the write's future
+            self._request.pending = (submit(batch, captures, consistency, now_us), consistency)
+
+        self._defer(queue_write)
 
     def _defer(self, work: Callable[[], Response | None]) -> None:
         """Run ``work`` (the request's data-plane read or write) once the lock is released;

@@ -63,9 +63,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -139,6 +140,10 @@ class Handled:
     response: Response
     schema_changes: tuple[SchemaChange, ...] = ()
     warnings: tuple[str, ...] = ()
+    pending: Callable[[], Awaitable[Response]] | None = None
+    """The statement's write still in progress (a single node's group commit): the server
+    awaits it on the event loop, no thread waiting, and sends what it returns instead of
+    ``response`` (the answer, or the error that refused the write)."""
 
 
 class Backend(Protocol[SessionT]):
@@ -655,6 +660,8 @@ class CqlServer(Generic[SessionT]):
                 handled = await loop.run_in_executor(
                     self._worker, self._execute, client.session, statement
                 )
+                if handled.pending is not None:  # the request's slot is held until it is done
+                    handled = await self._finish(handled, handled.pending)
             finally:
                 pending.release()
             await self._send(client, handled.response, stream_id, handled.warnings)
@@ -664,6 +671,19 @@ class CqlServer(Generic[SessionT]):
             self.stats.connection_failures += 1
             _log.exception("bug: answering stream %d from %s failed", stream_id, client.peer)
             client.writer.close()
+
+    async def _finish(
+        self, handled: Handled, pending: Callable[[], Awaitable[Response]]
+    ) -> Handled:
+        """``handled`` with the answer its pending write gives (a ServerError if awaiting it
+        fails unexpectedly: a bug, counted)."""
+        try:
+            response = await pending()
+        except Exception as error:
+            self.stats.server_errors += 1
+            _log.exception("bug: a pending write failed outside its answer")
+            response = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
+        return dataclasses.replace(handled, response=response, pending=None)
 
     def _execute(self, session: SessionT, statement: Statement) -> Handled:
         """Runs on the worker thread: the backend's answer, or the ERROR for its exception."""

@@ -33,7 +33,9 @@ The first CDC generation (scylla-cdc.md §2, §4, §6; seed 000):
   streams of data already written stay valid.
 
 ``run_node`` is the asyncio shell: one storage thread (``ThreadPoolExecutor(max_workers=1)``)
-for every store call, the CQL server on ``address:port``, and a clean shutdown on SIGTERM or
+for every store call and statement, the statements' writes committed in groups there without
+the thread waiting for them (``_write_group.GroupCommitPlane``; the server answers a write when
+its group is durable), the CQL server on ``address:port``, and a clean shutdown on SIGTERM or
 SIGINT (stop accepting, finish statements in flight, close the store).
 """
 
@@ -45,6 +47,7 @@ import contextlib
 import logging
 import random
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -57,7 +60,7 @@ from ringflow.cluster.service import (
     publish_generation,
     store_first_generation,
 )
-from ringflow.cql import PASSWORD_AUTHENTICATOR, Execute, Prepare, Query, SchemaChange
+from ringflow.cql import PASSWORD_AUTHENTICATOR, Execute, Prepare, Query, Response, SchemaChange
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._server import CqlServer, Handled, Statement
@@ -71,6 +74,7 @@ from ringflow.node._config import (
     prepare_data_dir,
     save_record,
 )
+from ringflow.node._write_group import GroupCommitPlane, StorageExecutor
 from ringflow.schema._system_rows import NodeRow, local_row
 from ringflow.storage import Store
 
@@ -250,8 +254,17 @@ class ProcessorBackend:
 
     def __init__(self, processor: QueryProcessor) -> None:
         self._processor = processor
-        self._changes: list[SchemaChange] = []
-        processor.on_schema_change(self._changes.append)
+        self._request = threading.local()  # each statement thread's own schema changes
+        processor.on_schema_change(lambda change: self._changes.append(change))
+
+    @property
+    def _changes(self) -> list[SchemaChange]:
+        """The schema changes of the statement running on this thread (a DDL reports them on
+        the thread that runs it; statements run on several threads at once)."""
+        found: list[SchemaChange] | None = getattr(self._request, "changes", None)
+        if found is None:
+            found = self._request.changes = []
+        return found
 
     def open_session(self) -> SessionState:
         return SessionState(None)
@@ -269,7 +282,8 @@ class ProcessorBackend:
         return self if auth is not None and auth.settings.authenticate else None
 
     def handle(self, session: SessionState, statement: Statement) -> Handled:
-        """Runs on the storage thread, so ``_changes`` is only touched from there."""
+        """Runs on the storage thread; the changes, warnings and pending write collected are
+        this thread's (a cluster node runs statements on several threads)."""
         self._changes.clear()
         processor = self._processor
         processor.take_warnings()  # a request's warnings are its own
@@ -283,7 +297,27 @@ class ProcessorBackend:
             response = processor.batch(statement, session)
         changes = tuple(self._changes)
         self._changes.clear()
-        return Handled(response, changes, processor.take_warnings())
+        written = processor.take_pending()
+        if written is None:
+            return Handled(response, changes, processor.take_warnings())
+        future, consistency = written
+        if future.done():  # committed at once (nothing else was waiting)
+            error = future.exception()
+            if isinstance(error, Exception):
+                response = processor.error_response(error, consistency)
+            elif error is not None:
+                raise error
+            return Handled(response, changes, processor.take_warnings())
+        answer = response
+
+        async def finish() -> Response:  # on the event loop: nothing blocks on the write
+            try:
+                await asyncio.wrap_future(future)
+            except Exception as error:
+                return processor.error_response(error, consistency)
+            return answer
+
+        return Handled(response, changes, processor.take_warnings(), finish)
 
 
 async def run_node(
@@ -298,7 +332,7 @@ async def run_node(
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     rng = rng or random.Random()
-    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ringflow-storage")
+    worker = StorageExecutor("ringflow-storage")
     try:
         node = await loop.run_in_executor(worker, lambda: open_node(config, clock=clock, rng=rng))
         try:
@@ -311,12 +345,14 @@ async def run_node(
 
 async def _serve(
     node: Node,
-    worker: concurrent.futures.Executor,
+    worker: StorageExecutor,
     stop: asyncio.Event,
     on_ready: Callable[[str], None] | None,
 ) -> None:
     config = node.config
     backend = ProcessorBackend(node.processor)
+    plane = GroupCommitPlane(node.store, worker)
+    node.processor.use_data_plane(plane, plane.submit)
     logins = concurrent.futures.ThreadPoolExecutor(
         LOGIN_THREADS, thread_name_prefix="ringflow-login"
     )
