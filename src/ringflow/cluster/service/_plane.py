@@ -48,14 +48,14 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgpack
 
 from ringflow.cdc import CdcCapture
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._settings import ReadDone
+from ringflow.cluster.service._settings import ReadDone, WriteDone
 from ringflow.cql import Consistency, Response, RowReader
 from ringflow.cql._exec_common import (
     SYSTEM_AUTH_KEYSPACE,
@@ -97,7 +97,7 @@ def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) ->
     )
 
 
-def _wait(future: concurrent.futures.Future[Any], timeout_s: float, what: str) -> object:
+def _wait(future: concurrent.futures.Future[object], timeout_s: float, what: str) -> object:
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
@@ -125,57 +125,23 @@ class ClusterDataPlane:
         consistency: Consistency,
         now_us: int,
     ) -> None:
-        """Apply ``batch`` and wait for it (a caller that must: a role statement's rows)."""
-        timeout_s = self._node.settings.write_timeout_ms / 1000 + 2 * _MARGIN_S
-        _wait(self.submit(batch, captures, consistency, now_us), timeout_s, "write")
-
-    def submit(
-        self,
-        batch: Sequence[Mutation],
-        captures: Mapping[int, CdcCapture],
-        consistency: Consistency,
-        now_us: int,
-    ) -> concurrent.futures.Future[None]:
-        """Start ``batch``'s write (the coordinator's, on the event loop; node-local keyspaces
-        on this thread) and return its future: done when the write is acknowledged at
-        ``consistency``, or with its error; with InternalError if the coordinator has not
-        answered ``write_timeout_ms`` plus a margin later. A statement's write: its thread does
-        not wait for it, the server answers when the future is done."""
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not any(self.coordinated(m.keyspace) for m in batch):
-            try:
-                self._local.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
-            except Exception as error:
-                future.set_exception(error)
-            else:
+            self._local.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
+            return
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def done(error: BaseException | None) -> None:
+            if error is None:
                 future.set_result(None)
-            return future
+            else:
+                future.set_exception(error)
+
+        start: Callable[[WriteDone], None] = lambda callback: self._node.write(  # noqa: E731
+            list(batch), dict(captures), consistency, callback
+        )
+        self._loop.call_soon_threadsafe(start, done)
         timeout_s = self._node.settings.write_timeout_ms / 1000 + _MARGIN_S
-
-        def start() -> None:  # on the event loop
-            def expire() -> None:
-                if not future.done():
-                    message = f"write: the coordinator did not answer in {timeout_s} s"
-                    future.set_exception(InternalError(message))
-
-            deadline = self._loop.call_later(timeout_s, expire)
-
-            def done(error: BaseException | None) -> None:
-                deadline.cancel()
-                if future.done():
-                    return
-                if error is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(error)
-
-            try:
-                self._node.write(list(batch), dict(captures), consistency, done)
-            except Exception as error:
-                done(error)
-
-        self._loop.call_soon_threadsafe(start)
-        return future
+        _wait(future, timeout_s, "write")
 
     def coordinated(self, keyspace: str) -> bool:
         """User keyspaces, ``system_distributed``, ``system_replication`` and ``system_auth``

@@ -403,7 +403,7 @@ async def _serve(
         stale.unlink(missing_ok=True)
     plane = ClusterDataPlane(cluster, loop, node.store)
     backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit)
+    node.processor.use_data_plane(plane)
 
     def schema_changed(_change: object) -> None:
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
