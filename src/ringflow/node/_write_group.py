@@ -9,8 +9,10 @@ counts them), or, when none waits, commits at once on the calling thread (a lone
 extra hand-off). A commit takes every queued write (at most ``MAX_GROUP``) and applies them
 with ``Store.apply_group``: one SQLite transaction, one WAL fsync for the group, each write with
 its own outcome (a batch the store refuses fails alone; a storage failure fails the group),
-then the next group until the queue is empty. Acknowledged still means durable (the answer
-waits for its group's COMMIT); under load the COMMIT and its fsync are shared. At most
+then the next group until the queue is empty. A write that finds ``MAX_DELAYED`` queued commits
+them at once, without waiting for the scheduled commit: its statement's timestamp is already
+taken. Acknowledged still means durable (the answer waits for its group's COMMIT); under load
+the COMMIT and its fsync are shared. At most
 ``MAX_QUEUED`` writes wait; more are refused (Overloaded), though the server's
 ``max_pending_requests`` bounds them first.
 
@@ -40,6 +42,11 @@ MAX_GROUP: Final = 256
 """At most this many writes in one transaction."""
 MAX_QUEUED: Final = 1024
 """At most this many writes waiting for the store; more are refused."""
+MAX_DELAYED: Final = 32
+"""A write that finds this many queued (a commit scheduled behind statements still waiting)
+commits them at once: a write's timestamp, its ``cdc$time``, is taken before it is queued, and
+a CDC reader trusts a log row to be readable within its confidence window of that time, so the
+queue may not grow with the statements the server admits (up to ``max_pending_requests``)."""
 
 
 class StorageExecutor(concurrent.futures.ThreadPoolExecutor):
@@ -93,11 +100,13 @@ class GroupCommitPlane:
         *,
         max_group: int = MAX_GROUP,
         max_queued: int = MAX_QUEUED,
+        max_delayed: int = MAX_DELAYED,
     ) -> None:
         self._store = store
         self._storage = storage
         self._max_group = max_group
         self._max_queued = max_queued
+        self._max_delayed = max_delayed
         self._lock = threading.Lock()
         self._queue: deque[_Write] = deque()
         self._scheduled = False
@@ -118,13 +127,15 @@ class GroupCommitPlane:
             if len(self._queue) >= self._max_queued:
                 raise Overloaded(f"{self._max_queued} writes are waiting for the store already")
             self._queue.append(write)
+            queued = len(self._queue)
             schedule = not self._scheduled
             self._scheduled = True
-        if schedule:
-            if self._storage.waiting:  # statements wait: they may add their writes first
-                self._storage.submit(self._commit_queued)
-            else:  # nothing else to wait for: commit now, on this thread
-                self._commit_queued()
+        if schedule and not self._storage.waiting:  # nothing else to wait for: commit now
+            self._commit_queued()
+        elif schedule:  # statements wait: they may add their writes first
+            self._storage.submit(self._commit_queued)
+        elif queued >= self._max_delayed:  # enough wait: their timestamps are getting old
+            self._commit_groups()
         return write.done
 
     def write(
@@ -137,11 +148,16 @@ class GroupCommitPlane:
         self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
 
     def _commit_queued(self) -> None:
-        """On the storage thread: commit groups until the queue is empty."""
+        """The scheduled commit: groups until the queue is empty, then none is scheduled."""
+        self._commit_groups(last=True)
+
+    def _commit_groups(self, last: bool = False) -> None:
+        """Commit groups until the queue is empty (``last``: and mark none scheduled)."""
         while True:
             with self._lock:
                 if not self._queue:
-                    self._scheduled = False
+                    if last:
+                        self._scheduled = False
                     return
                 count = min(len(self._queue), self._max_group)
                 group = [self._queue.popleft() for _ in range(count)]

@@ -98,7 +98,7 @@ def _stored(store: Store, key: str) -> bytes | None:
 def test_writes_queued_during_a_commit_share_the_next_one(
     store: GatedStore, storage: StorageExecutor
 ) -> None:
-    plane = GroupCommitPlane(store, storage)
+    plane = GroupCommitPlane(store, storage, max_delayed=1_000)
     first = _held_commit(plane, store, storage)
     keys = [f"k{i}" for i in range(1, 160)]
     futures = [_submit(plane, _kv(key, key.encode())) for key in keys]
@@ -128,6 +128,27 @@ def test_a_write_waits_behind_the_statements_queued_before_it(
     assert store.group_sizes == [2]
 
 
+def test_a_write_finding_max_delayed_queued_commits_them_at_once(
+    store: GatedStore, storage: StorageExecutor
+) -> None:
+    """Writes queued behind waiting statements do not wait for them past ``max_delayed``:
+    their timestamps are taken, and a CDC reader trusts them to be readable soon after."""
+    plane = GroupCommitPlane(store, storage, max_delayed=3)
+    release = threading.Event()
+    blocker = storage.submit(release.wait, 10)
+    waiting = storage.submit(lambda: None)  # a statement waiting for the storage thread
+    first, second = _submit(plane, _kv("a")), _submit(plane, _kv("b"))
+    assert not first.done() and not second.done() and store.group_sizes == []
+    third = _submit(plane, _kv("c"))  # the third queued: committed now, on this thread
+    assert all(future.done() for future in (first, second, third))
+    assert store.group_sizes == [3]
+    release.set()
+    assert blocker.result(timeout=10) and waiting.result(timeout=10) is None
+    storage.submit(lambda: None).result(timeout=10)  # the scheduled commit ran: nothing left
+    assert store.group_sizes == [3] and plane.groups == 1
+    assert _submit(plane, _kv("d")).done()  # none scheduled any more: a lone write goes at once
+
+
 def test_a_refused_batch_fails_alone_in_its_group(
     store: GatedStore, storage: StorageExecutor
 ) -> None:
@@ -149,7 +170,7 @@ def test_a_refused_batch_fails_alone_in_its_group(
 def test_writes_past_the_queue_limit_are_refused(
     store: GatedStore, storage: StorageExecutor
 ) -> None:
-    plane = GroupCommitPlane(store, storage, max_queued=2)
+    plane = GroupCommitPlane(store, storage, max_queued=2, max_delayed=1_000)
     first = _held_commit(plane, store, storage)  # "k0" left the queue with the running commit
     queued = [_submit(plane, _kv(key)) for key in ("b", "c")]
     with pytest.raises(Overloaded, match="2 writes are waiting"):
