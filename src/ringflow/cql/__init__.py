@@ -149,6 +149,7 @@ from ringflow.cql._exec_system import (
     load_schema,
 )
 from ringflow.cql._executor import (
+    LocalDataPlane,
     NodeIdentity,
     QueryProcessor,
     SchemaListener,
@@ -342,6 +343,7 @@ __all__ = [
     "InsertStatement",
     "IntegerLiteral",
     "ListLiteral",
+    "LocalDataPlane",
     "LocalProtocolError",
     "MapLiteral",
     "Message",

@@ -17,8 +17,8 @@ the COMMIT and its fsync are shared. At most
 ``max_pending_requests`` bounds them first.
 
 ``write`` (the ``DataPlane`` call a caller that must wait makes, e.g. a role statement's
-``system_auth`` rows) applies its batch at once on the calling thread. Reads are the local
-store's.
+``system_auth`` rows) and reads are ``LocalDataPlane``'s: the batch applied at once on the
+calling thread, the local store read.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from ringflow.cdc import CdcCapture
-from ringflow.cql import Response, RowReader
+from ringflow.cql import LocalDataPlane
 from ringflow.errors import Consistency, Overloaded
 from ringflow.schema import Mutation
 from ringflow.storage import Store
@@ -89,7 +89,7 @@ class _Write:
     done: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
 
-class GroupCommitPlane:
+class GroupCommitPlane(LocalDataPlane):
     """``DataPlane`` of a single node (see the module docstring); group commits run on
     ``storage`` (the node's storage thread)."""
 
@@ -102,7 +102,7 @@ class GroupCommitPlane:
         max_queued: int = MAX_QUEUED,
         max_delayed: int = MAX_DELAYED,
     ) -> None:
-        self._store = store
+        super().__init__(store)
         self._storage = storage
         self._max_group = max_group
         self._max_queued = max_queued
@@ -138,15 +138,6 @@ class GroupCommitPlane:
             self._commit_groups()
         return write.done
 
-    def write(
-        self,
-        batch: Sequence[Mutation],
-        captures: Mapping[int, CdcCapture],
-        consistency: Consistency,
-        now_us: int,
-    ) -> None:
-        self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
-
     def _commit_queued(self) -> None:
         """The scheduled commit: groups until the queue is empty, then none is scheduled."""
         self._commit_groups(last=True)
@@ -175,6 +166,3 @@ class GroupCommitPlane:
                     write.done.set_result(None)
                 else:
                     write.done.set_exception(outcome)
-
-    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
-        return run(self._store)
