@@ -14,7 +14,10 @@ Rules:
   at most ``max_in_flight_per_connection`` requests in flight (beyond that ``ServerConnection``
   answers Overloaded); the node has at most ``max_pending_requests`` statements queued for or
   running on the worker: when they are all taken, connections stop reading (TCP
-  back-pressure) until one finishes. Writes wait for the transport to drain.
+  back-pressure) until one finishes. Of those, at most ``max_statements_in_flight`` have
+  started (from their hand-off to the worker, where a write takes its timestamp, to their
+  answer, pending writes and reads included); the others wait on the event loop, no thread
+  held. Writes wait for the transport to drain.
 * **Request bytes are budgeted** (``_budget``, Cassandra's
   ``native_transport_max_request_data_in_flight[_per_ip]``): before reading more from a
   connection the shell reserves what it holds, the whole frame once its header is here; when
@@ -238,6 +241,11 @@ class CqlServer(Generic[SessionT]):
         self._clients: set[_Client[SessionT]] = set()
         self._connection_tasks: set[asyncio.Task[None]] = set()
         self._pending: asyncio.Semaphore | None = None
+        self._in_flight: asyncio.Semaphore | None = None
+        self.in_flight = 0
+        """Statements started and not yet answered (``max_statements_in_flight``)."""
+        self.most_in_flight = 0
+        """The most statements in flight at once so far (``max_statements_in_flight``)."""
         self._server: asyncio.Server | None = None
         self._next_shard = 0
         self._served: Counter[str] = Counter()
@@ -266,6 +274,7 @@ class CqlServer(Generic[SessionT]):
     async def start(self) -> None:
         """Listen; ConfigurationError if the address cannot be bound (in use, not local)."""
         self._pending = asyncio.Semaphore(self.limits.max_pending_requests)
+        self._in_flight = asyncio.Semaphore(self.limits.max_statements_in_flight)
         try:
             if self._tls is not None:
                 listener = TlsListener(
@@ -655,13 +664,22 @@ class CqlServer(Generic[SessionT]):
         """Execute on the worker and answer. Never dies silently: an unexpected exception
         here is logged, counted, and closes the connection (its request cannot be answered)."""
         loop = asyncio.get_running_loop()
+        in_flight = self._in_flight
+        if in_flight is None:
+            raise LocalProtocolError("the server is not started")
         try:
             try:
-                handled = await loop.run_in_executor(
-                    self._worker, self._execute, client.session, statement
-                )
-                if handled.pending is not None:  # the request's slot is held until it is done
-                    handled = await self._finish(handled, handled.pending)
+                async with in_flight:  # before the worker: a write's timestamp is taken there
+                    self.in_flight += 1
+                    self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                    try:
+                        handled = await loop.run_in_executor(
+                            self._worker, self._execute, client.session, statement
+                        )
+                        if handled.pending is not None:  # its slots are held until it is done
+                            handled = await self._finish(handled, handled.pending)
+                    finally:
+                        self.in_flight -= 1
             finally:
                 pending.release()
             await self._send(client, handled.response, stream_id, handled.warnings)

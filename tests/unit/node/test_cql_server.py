@@ -41,7 +41,7 @@ from ringflow.cql import (
     decode_message,
     encode_message,
 )
-from ringflow.cql._server import CqlServer, ServerLimits, Statement
+from ringflow.cql._server import CqlServer, Handled, ServerLimits, Statement
 from ringflow.errors import ConfigurationError, ErrorCode, InvalidRequest
 
 TIMEOUT_S = 5.0
@@ -85,7 +85,16 @@ class FakeBackend:
             raise InvalidRequest("no such thing")
         if text == "BUG":
             raise ValueError("oops")
+        if text.startswith("PENDING"):  # answered later, on the event loop (a pending write)
+            return Handled(VoidResult(), pending=lambda: self._released(text))
         return VoidResult()
+
+    async def _released(self, text: str) -> Response:
+        while text not in self.released:
+            await asyncio.sleep(0.01)
+        return VoidResult()
+
+    released: set[str] = field(default_factory=set)
 
 
 class Client:
@@ -299,6 +308,33 @@ def test_pending_bound_applies_back_pressure_and_answers_in_completion_order() -
 
     _server, backend = run_with_server(body, max_pending_requests=1)
     assert backend.executed == ["WAIT", "after"]
+
+
+def test_statements_in_flight_bound_holds_the_others_before_they_start() -> None:
+    """At most ``max_statements_in_flight`` statements between their start on the worker (a
+    write's timestamp) and their answer; the others are not started until one is answered."""
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        await client.start()
+        for stream_id in range(1, 6):
+            client.send(query(f"PENDING {stream_id}"), stream_id)
+        await asyncio.sleep(0.3)
+        assert backend.executed == ["PENDING 1", "PENDING 2"]
+        assert server.in_flight == 2
+        backend.released.add("PENDING 2")
+        assert (await client.receive()).stream_id == 2
+        await asyncio.sleep(0.2)
+        assert backend.executed == ["PENDING 1", "PENDING 2", "PENDING 3"]
+        backend.released.update(f"PENDING {i}" for i in range(1, 6))
+        answered = {(await client.receive()).stream_id for _ in range(4)}
+        assert answered == {1, 3, 4, 5}
+        assert server.in_flight == 0
+        client.close()
+
+    server, backend = run_with_server(body, max_statements_in_flight=2)
+    assert server.most_in_flight == 2
+    assert len(backend.executed) == 5
 
 
 def test_close_lets_statements_in_flight_finish() -> None:

@@ -2,10 +2,13 @@
 
 ``QueryProcessor`` runs statements on a statement thread and calls its ``DataPlane``
 (``ringflow.cql._executor``). This plane hands each write or partition read to the
-``ClusterNode`` on the event loop (``call_soon_threadsafe``) and blocks the statement thread on a
-``concurrent.futures.Future`` until the coordinator answers (bounded: the coordinator's own
-timeout plus a margin). Store work of the node runs on other threads, so a blocked statement
-never holds up the replica verbs it waits for.
+``ClusterNode`` on the event loop (``call_soon_threadsafe``). A statement's write (``submit``)
+returns its ``concurrent.futures.Future`` at once: the statement thread goes on, and the server
+answers when the coordinator has (bounded: the coordinator's own timeout plus a margin). How
+many statements have taken their timestamp and not been answered is bounded by the server's
+``max_statements_in_flight``, before their timestamp. Reads and the writes of callers that
+must wait (role statements) block their thread on the future. Store work of the node runs on
+other threads, so a blocked statement never holds up the replica verbs it waits for.
 
 Reads: ``read`` runs a SELECT over a ``CoordinatedReader`` of its own, whose ``read_partition``
 reads the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and
@@ -48,14 +51,14 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgpack
 
 from ringflow.cdc import CdcCapture
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._settings import ReadDone, WriteDone
+from ringflow.cluster.service._settings import ReadDone
 from ringflow.cql import Consistency, Response, RowReader
 from ringflow.cql._exec_common import (
     SYSTEM_AUTH_KEYSPACE,
@@ -97,7 +100,7 @@ def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) ->
     )
 
 
-def _wait(future: concurrent.futures.Future[object], timeout_s: float, what: str) -> object:
+def _wait(future: concurrent.futures.Future[Any], timeout_s: float, what: str) -> object:
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
@@ -125,23 +128,57 @@ class ClusterDataPlane:
         consistency: Consistency,
         now_us: int,
     ) -> None:
+        """Apply ``batch`` and wait for it (a caller that must: a role statement's rows)."""
+        timeout_s = self._node.settings.write_timeout_ms / 1000 + 2 * _MARGIN_S
+        _wait(self.submit(batch, captures, consistency, now_us), timeout_s, "write")
+
+    def submit(
+        self,
+        batch: Sequence[Mutation],
+        captures: Mapping[int, CdcCapture],
+        consistency: Consistency,
+        now_us: int,
+    ) -> concurrent.futures.Future[None]:
+        """Start ``batch``'s write (the coordinator's, on the event loop; node-local keyspaces
+        on this thread) and return its future: done when the write is acknowledged at
+        ``consistency``, or with its error; with InternalError if the coordinator has not
+        answered ``write_timeout_ms`` plus a margin later. A statement's write: its thread does
+        not wait for it, the server answers when the future is done."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not any(self.coordinated(m.keyspace) for m in batch):
-            self._local.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
-            return
-        future: concurrent.futures.Future[object] = concurrent.futures.Future()
-
-        def done(error: BaseException | None) -> None:
-            if error is None:
-                future.set_result(None)
-            else:
+            try:
+                self._local.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
+            except Exception as error:
                 future.set_exception(error)
-
-        start: Callable[[WriteDone], None] = lambda callback: self._node.write(  # noqa: E731
-            list(batch), dict(captures), consistency, callback
-        )
-        self._loop.call_soon_threadsafe(start, done)
+            else:
+                future.set_result(None)
+            return future
         timeout_s = self._node.settings.write_timeout_ms / 1000 + _MARGIN_S
-        _wait(future, timeout_s, "write")
+
+        def start() -> None:  # on the event loop
+            def expire() -> None:
+                if not future.done():
+                    message = f"write: the coordinator did not answer in {timeout_s} s"
+                    future.set_exception(InternalError(message))
+
+            deadline = self._loop.call_later(timeout_s, expire)
+
+            def done(error: BaseException | None) -> None:
+                deadline.cancel()
+                if future.done():
+                    return
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+
+            try:
+                self._node.write(list(batch), dict(captures), consistency, done)
+            except Exception as error:
+                done(error)
+
+        self._loop.call_soon_threadsafe(start)
+        return future
 
     def coordinated(self, keyspace: str) -> bool:
         """User keyspaces, ``system_distributed``, ``system_replication`` and ``system_auth``

@@ -3,8 +3,9 @@
 ``run_cluster_node`` opens the node like ``ringflow.node.run_node`` does, then adds the cluster:
 
 * three executors: *statements*, ``STATEMENT_THREADS`` threads running CQL requests through
-  the ``QueryProcessor`` (its lock serializes the statements' CPU work; a write waits for its
-  replicas outside the lock, so up to that many coordinated writes are in flight at once),
+  the ``QueryProcessor`` (its lock serializes the statements' CPU work; a write is sent and its
+  thread freed, the server answering when the coordinator has; a read waits for its replicas
+  outside the lock; the server's ``max_statements_in_flight`` bounds the statements started),
   *storage*, one thread (replica verbs, hints, ``system.peers``), and *schema*, one thread
   (merging a peer's schema, which needs the processor's lock);
 * ``AsyncioNetwork`` on ``address:7000`` and ``SystemClock`` for the ``ClusterNode``;
@@ -92,8 +93,8 @@ OLD_SCRATCH_FILES = "coordinator-scratch*.db*"
 """Scratch stores earlier versions read coordinated SELECTs through (with their -wal and
 -shm files): removed at start, nothing reads them any more."""
 STATEMENT_THREADS = 32
-"""Threads running CQL statements: how many coordinated writes may wait for replicas at once
-(the ``CqlServer``'s ``max_pending_requests`` still bounds what is queued for them)."""
+"""Threads running CQL statements: how many coordinated reads may wait for replicas at once
+(the ``CqlServer``'s ``max_statements_in_flight`` bounds the statements started)."""
 
 
 class ExecutorOffload:
@@ -403,7 +404,7 @@ async def _serve(
         stale.unlink(missing_ok=True)
     plane = ClusterDataPlane(cluster, loop, node.store)
     backend.plane = plane
-    node.processor.use_data_plane(plane)
+    node.processor.use_data_plane(plane, plane.submit)
 
     def schema_changed(_change: object) -> None:
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
