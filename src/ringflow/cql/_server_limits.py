@@ -28,14 +28,16 @@ Defaults, and why they differ from Cassandra's where they do (issue 16):
 * ``max_frame_size`` = 16 MiB (Cassandra's ``native_transport_max_frame_size`` default; the
   protocol's own ceiling is 256 MiB). A header announcing more is answered with a protocol
   error (0x000A) and the connection closed; the body is never buffered.
-* ``max_statements_in_flight`` = 32 (Cassandra's ``native_transport_max_threads``, default 128:
-  the requests executing at once, each holding a thread while its coordinator waits): the
-  statements started and not yet answered. A statement takes its write timestamp (a CDC
-  write's ``cdc$time``) when it starts, and its write reaches the replicas after the writes
-  started before it; a CDC reader trusts a log row to be readable within its confidence window
-  of that time, so the statements started ahead of their writes are bounded, and tighter than
-  Cassandra's: the others wait for a slot, without a thread and before their timestamp.
-  ``max_pending_requests`` (1024) bounds those waiting.
+* ``max_statements_in_flight`` = 32 (ringflow's own,
+  ``native_transport_max_statements_in_flight``; Cassandra bounds the same with its
+  ``native_transport_max_threads``, default 128, the requests executing at once, each holding a
+  thread while its coordinator waits, a name not taken here because no thread is held): the
+  statements started and not yet answered. A statement takes its write timestamp (a CDC write's
+  ``cdc$time``) when it starts, and its write reaches the replicas after the writes started before
+  it; a CDC reader trusts a log row to be readable within its confidence window of that time, so
+  the statements started ahead of their writes are bounded, and tighter than Cassandra's: the
+  others wait for a slot, without a thread and before their timestamp. ``max_pending_requests``
+  (1024) bounds those waiting.
 * ``frame_body_timeout_s`` = 60 (ringflow's own; Cassandra relies on TCP): once part of a
   frame has arrived, the rest must arrive within this long or the connection is closed, so
   a header announcing a body that never comes cannot hold a connection and its reserved

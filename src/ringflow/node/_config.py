@@ -102,7 +102,7 @@ NATIVE_TRANSPORT_OPTIONS: dict[str, tuple[str, str]] = {
     "native_transport_max_frame_size": ("max_frame_size", "size"),
     "native_transport_frame_body_timeout": ("frame_body_timeout_s", "duration"),
     "native_transport_throw_on_overload": ("throw_on_overload", "flag"),
-    "native_transport_max_threads": ("max_statements_in_flight", "count"),
+    "native_transport_max_statements_in_flight": ("max_statements_in_flight", "count"),
 }
 """Cassandra's option name -> (``ServerLimits`` field, kind of value)."""
 
