@@ -47,7 +47,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ringflow.cdc import CdcMetadata
 from ringflow.cdc._log_rows import CdcCapture
@@ -207,8 +207,15 @@ SubmitWrite = Callable[
 ]
 """Queues a statement's write (batch, captures by index, consistency, timestamp µs); its future
 is done once the write is durable, or fails with the error that refused it."""
-PendingWrite = tuple["concurrent.futures.Future[None]", Consistency]
-"""A request's queued write and the consistency its error answers at."""
+SubmitRead = Callable[
+    [Consistency, Callable[[RowReader], Response]], "concurrent.futures.Future[Response]"
+]
+"""Starts a SELECT's reads at the consistency and runs the SELECT (its argument) over them
+once they are here; its future is done with the SELECT's answer, or fails with its error."""
+PendingAnswer = tuple["concurrent.futures.Future[Any]", Consistency]
+"""A request's write or read still in progress, and the consistency its error answers at.
+The future's result is the request's answer (a read's), or None (a write's: the request's
+own answer stands)."""
 
 
 class LocalDataPlane:
@@ -258,6 +265,7 @@ class QueryProcessor:
         self._prepared = PreparedCache(limits)
         self._data_plane: DataPlane = LocalDataPlane(store)
         self._submit_write: SubmitWrite | None = None
+        self._submit_read: SubmitRead | None = None
         self._consistency = Consistency.ONE
         self._request = threading.local()  # the running request's own state, per thread
         self.batch_size_warnings = 0
@@ -325,21 +333,28 @@ class QueryProcessor:
             return self._timestamps.next()
 
     def use_data_plane(
-        self, data_plane: DataPlane, submit_write: SubmitWrite | None = None
+        self,
+        data_plane: DataPlane,
+        submit_write: SubmitWrite | None = None,
+        submit_read: SubmitRead | None = None,
     ) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node). With
-        ``submit_write``, a statement's write is queued there instead of waited for: the
-        request then leaves a pending write for its caller (:meth:`take_pending`), which
-        answers once it is done (a single node's group commit)."""
+        ``submit_write``, a statement's write is queued there instead of waited for (a single
+        node's group commit, a cluster node's coordinator), and with ``submit_read`` a
+        SELECT's reads are started there and its answer built when they are here (a cluster
+        node): the request then leaves a pending answer for its caller
+        (:meth:`take_pending`), which answers once it is done."""
         with self._lock:
             self._data_plane = data_plane
             self._submit_write = submit_write
+            self._submit_read = submit_read
 
-    def take_pending(self) -> PendingWrite | None:
-        """The write this thread's last request queued (``use_data_plane``'s
-        ``submit_write``) and its consistency, or None; then forgotten. Its answer is to be
-        sent once the future is done, or :meth:`error_response` of the future's error."""
-        pending: PendingWrite | None = getattr(self._request, "pending", None)
+    def take_pending(self) -> PendingAnswer | None:
+        """The write or read this thread's last request left in progress (``use_data_plane``)
+        and its consistency, or None; then forgotten. Its answer is to be sent once the
+        future is done (its result, or the request's own answer when that is None), or
+        :meth:`error_response` of the future's error."""
+        pending: PendingAnswer | None = getattr(self._request, "pending", None)
         self._request.pending = None
         return pending
 
@@ -480,13 +495,20 @@ class QueryProcessor:
                 params.page_size, params.paging_state, params.skip_metadata, fingerprint
             )
             plane, limits, consistency = self._data_plane, self.limits, params.consistency
+            submit = self._submit_read
 
             def select(reader: RowReader) -> Response:
                 return execute_select(statement, table, context, reader, limits, request)
 
+            def queue_read() -> None:  # after the lock: the answer is the read's future's
+                assert submit is not None
+                self._request.pending = (submit(consistency, select), consistency)
+
             if is_virtual_table(table):  # node-local: this node's own capture, never the plane
                 virtual = CaptureTables(self._store)
                 self._defer(lambda: select(virtual))
+            elif submit is not None:
+                self._defer(queue_read)
             else:
                 self._defer(lambda: plane.read(consistency, select))
             return VoidResult()  # replaced by the deferred read's answer

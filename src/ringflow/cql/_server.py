@@ -143,10 +143,11 @@ class Handled:
     response: Response
     schema_changes: tuple[SchemaChange, ...] = ()
     warnings: tuple[str, ...] = ()
-    pending: Callable[[], Awaitable[Response]] | None = None
-    """The statement's write still in progress (a single node's group commit): the server
-    awaits it on the event loop, no thread waiting, and sends what it returns instead of
-    ``response`` (the answer, or the error that refused the write)."""
+    pending: Callable[[], Awaitable[Response | Handled]] | None = None
+    """The statement's work still in progress (a write in a group commit or at its replicas,
+    a read, a DDL's schema agreement): the server awaits it on the event loop, no thread
+    waiting, and sends what it returns instead of ``response`` (the answer, or the error that
+    refused the write; a ``Handled`` replaces this one whole)."""
 
 
 class Backend(Protocol[SessionT]):
@@ -691,12 +692,15 @@ class CqlServer(Generic[SessionT]):
             client.writer.close()
 
     async def _finish(
-        self, handled: Handled, pending: Callable[[], Awaitable[Response]]
+        self, handled: Handled, pending: Callable[[], Awaitable[Response | Handled]]
     ) -> Handled:
-        """``handled`` with the answer its pending write gives (a ServerError if awaiting it
+        """``handled`` with the answer its pending work gives (a ServerError if awaiting it
         fails unexpectedly: a bug, counted)."""
         try:
-            response = await pending()
+            found = await pending()
+            if isinstance(found, Handled):
+                return dataclasses.replace(found, pending=None)
+            response = found
         except Exception as error:
             self.stats.server_errors += 1
             _log.exception("bug: a pending write failed outside its answer")

@@ -297,25 +297,28 @@ class ProcessorBackend:
             response = processor.batch(statement, session)
         changes = tuple(self._changes)
         self._changes.clear()
-        written = processor.take_pending()
-        if written is None:
+        pending = processor.take_pending()
+        if pending is None:
             return Handled(response, changes, processor.take_warnings())
-        future, consistency = written
-        if future.done():  # committed at once (nothing else was waiting)
+        future, consistency = pending
+        if future.done():  # committed or read at once (nothing else was waiting)
             error = future.exception()
             if isinstance(error, Exception):
                 response = processor.error_response(error, consistency)
             elif error is not None:
                 raise error
+            else:
+                found = future.result()
+                response = response if found is None else found
             return Handled(response, changes, processor.take_warnings())
         answer = response
 
         async def finish() -> Response:  # on the event loop: nothing blocks on the write
             try:
-                await asyncio.wrap_future(future)
+                found = await asyncio.wrap_future(future)
             except Exception as error:
                 return processor.error_response(error, consistency)
-            return answer
+            return answer if found is None else found
 
         return Handled(response, changes, processor.take_warnings(), finish)
 

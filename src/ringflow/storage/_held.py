@@ -98,6 +98,12 @@ class HeldTable:
             token, pk, static, rows, PartitionTombstones(mutation.partition_deletion, ranges)
         )
 
+    def interval(self, start: ClusteringBound, end: ClusteringBound) -> tuple[bytes, bytes]:
+        """The rows ``start`` .. ``end`` as a half-open interval ``[low, high)`` of ``ck`` (a
+        partition held for one interval answers the reads of any interval inside it)."""
+        encode = self.info.encode_clustering
+        return start_key(encode, start), end_key(encode, end)
+
     def read_partition(
         self,
         partition: HeldPartition | None,

@@ -6,43 +6,59 @@
 returns its ``concurrent.futures.Future`` at once: the statement thread goes on, and the server
 answers when the coordinator has (bounded: the coordinator's own timeout plus a margin). How
 many statements have taken their timestamp and not been answered is bounded by the server's
-``max_statements_in_flight``, before their timestamp. Reads and the writes of callers that
-must wait (role statements) block their thread on the future. Store work of the node runs on
+``max_statements_in_flight``, before their timestamp. The writes of callers that must wait
+(role statements) block their thread on the future. Store work of the node runs on
 other threads, so a blocked statement never holds up the replica verbs it waits for.
 
-Reads: ``read`` runs a SELECT over a ``CoordinatedReader`` of its own, whose ``read_partition``
-reads the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and
-every tombstone of the partition) through the coordinator (data + digests at the statement's
-level, blocking read repair) and answers from the reconciled raw slice held in memory with the
-storage layer's own slicing, paging and reconciliation functions (``ringflow.storage.HeldTable``:
-the same rows the store would return after applying that slice). Only the slice travels: a window
-read of a CDC stream's partition (``cdc$time > ? AND cdc$time <= ?``) costs the rows of the
-window, not of the stream. At ONE or LOCAL_ONE a node that is a natural replica of the partition
-reads its own copy straight from its store (Cassandra's local read; the coordinated read would
-pick this node first anyway). Only user keyspaces, ``system_distributed``, ``system_replication``
-and ``system_auth`` are coordinated; the other ``system*`` keyspaces are read and written locally
-(each node keeps its own ``system.local``/``system.peers``).
+Reads: a SELECT runs over a ``CoordinatedReader`` of its own, whose ``read_partition`` reads
+the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and every
+tombstone of the partition) through the coordinator (data + digests at the statement's level,
+blocking read repair) and answers from the reconciled raw slice held in memory with the storage
+layer's own slicing, paging and reconciliation functions (``ringflow.storage.HeldTable``: the
+same rows the store would return after applying that slice). A slice held answers every read
+of the statement inside it (a page resumed within the partition costs no second read).
+
+A statement's SELECT (``submit_read``) waits on no thread for its partition reads: the SELECT
+runs on its statement thread, and each slice it asks for that is not held yet is noted and
+read as empty; when the run ends, the noted slices are read through the coordinator at once
+(on the event loop, in parallel, bounded by the read timeout plus a margin), then the SELECT
+runs again on a statement thread over what is now held, until a run needs nothing new. The
+SELECT itself is pure over what it reads, so only the last run's answer is sent. A run's
+slices are noted before any is read, so an IN of many partitions costs one round of parallel
+reads; a scan's range chunks are read the same way, one round per chunk a page spans. A
+statement runs at most ``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its
+thread. The reads of callers that must wait (``read``: role and permission reads) read on
+their thread, blocking on the coordinator's future.
+
+Only the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time
+<= ?``) costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a
+natural replica of the partition reads its own copy straight from its store (Cassandra's local
+read; the coordinated read would pick this node first anyway). Only user keyspaces,
+``system_distributed``, ``system_replication`` and ``system_auth`` are coordinated; the other
+``system*`` keyspaces are read and written locally (each node keeps its own
+``system.local``/``system.peers``).
 
 Range scans (``scan``: SELECT without a partition key, ``token(k) > ? AND token(k) <= ?``) of
 user keyspaces go through the coordinator's range read (``ClusterNode.read_range``) chunk by
 chunk: a chunk is at most ``RANGE_CHUNK_PARTITIONS`` reconciled partitions from the chunk's
 first token on, held in memory and scanned there (rows, columns, paging). The paging state this
 reader hands out is its own, ``[chunk low, chunk high, paging state within the chunk, last
-chunk]``; a page resumed by a later statement reads its chunk again. A reader holds one slice and
-one chunk at a time: what a read holds in memory is bounded by the chunk's partitions, which the
-replicas' answers (each within the internode frame limit) bound.
+chunk]``; a page resumed by a later statement reads its chunk again. A reader reading on its
+thread holds one chunk at a time, a statement's earlier runs at most ``MAX_SELECT_RUNS - 1``:
+what a scan holds in memory is bounded by the chunks' partitions, which the replicas' answers
+(each within the internode frame limit) bound.
 
 Schema changes reach the nodes one after the other (seed 004), so a replica may hold columns the
 statement's table does not have (added there first, or not dropped there yet): a partition read
 names the statement's columns and the replicas send those only (``_point_requests``); the cells
 of other columns in a range read's partitions are left out when they are held.
 
-Schema agreement (seed 004; issue 6 §4): after a DDL, ``await_schema_agreement`` waits (the
-statement thread; the node answers from its event loop as soon as gossip brings agreement,
-nothing polls) until every live node gossips this node's schema version, or
-``schema_agreement_timeout_ms``; the DDL is answered
-either way, with ``agreement_warning`` attached to the answer when some node still disagrees
-(native protocol v4 warning; the drivers show it, e.g. ``ResponseFuture.warnings``).
+Schema agreement (seed 004; issue 6 §4): after a DDL, ``schema_agreement_warning`` waits (on
+the event loop, no thread waiting; the node answers as soon as gossip brings agreement, nothing
+polls) until every live node gossips this node's schema version, or
+``schema_agreement_timeout_ms``; the DDL is answered either way, with ``agreement_warning``
+attached to the answer when some node still disagrees (native protocol v4 warning; the drivers
+show it, e.g. ``ResponseFuture.warnings``).
 """
 
 from __future__ import annotations
@@ -51,6 +67,7 @@ import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
@@ -70,16 +87,50 @@ from ringflow.schema import ClusteringBound, Mutation, Table
 from ringflow.storage import HeldPartition, HeldTable, ResultRow, ScanPage, Store, StoreLimits
 
 _MARGIN_S = 2.0
+MAX_SELECT_RUNS: Final = 4
+"""A SELECT runs at most this many times (module docstring): what its earlier runs lack is read
+with no thread waiting, what its last run lacks is read on its thread."""
 _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
 """At most this many partitions per range read of the coordinator (one chunk)."""
 MIN_RANGE_CHUNK_PARTITIONS: Final = 64
 _STATE_TAG: Final = "ringflow-range-1"
-_FetchKey = tuple[str, str, tuple[bytes, ...], ClusteringBound, ClusteringBound]
-"""A slice read through the coordinator: keyspace, table, partition key, start, end."""
-_ChunkKey = tuple[str, str, int, int]
-"""A chunk of a range read: keyspace, table, low token (exclusive), high token (inclusive)."""
+_Slice = tuple[Table, tuple[bytes, ...], ClusteringBound, ClusteringBound]
+"""A slice read through the coordinator: table, partition key, start, end."""
+_PartitionKey = tuple[str, str, tuple[bytes, ...]]
+_Held = tuple[bytes, bytes, HeldPartition | None]
+"""A slice held: its ``[low, high)`` of ``ck`` (``HeldTable.interval``) and the partition
+(None: nothing there)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ChunkRead:
+    """A range read of a scan: the first chunk from ``low`` on (at most ``limit`` partitions
+    of ``(low, high]``), or, with ``limit`` None, the whole chunk ``(low, high]`` again."""
+
+    table: Table
+    low: int
+    high: int
+    limit: int | None
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int | None]:
+        return (self.table.keyspace, self.table.name, self.low, self.high, self.limit)
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldChunk:
+    partitions: list[HeldPartition]
+    high: int
+    """The chunk is ``(low, high]``."""
+
+
+_Read = _Slice | _ChunkRead
+"""A read a SELECT lacked: a partition slice, or a chunk of a scan."""
+_Found = Mutation | None | tuple[list[Mutation], int | None]
+"""What a read found: a slice's partition (None: nothing), a chunk's partitions and the last
+token the read covered (None: all of its range)."""
 
 
 def value_column_names(table: Table) -> tuple[str, ...]:
@@ -115,10 +166,13 @@ class ClusterDataPlane:
         node: ClusterNode,
         loop: asyncio.AbstractEventLoop,
         local: Store,
+        statements: concurrent.futures.Executor | None = None,
     ) -> None:
         self._node = node
         self._loop = loop
         self._local = local
+        self._statements = statements
+        """Where a SELECT runs again once its reads are here (``submit_read``)."""
         self._held: dict[tuple[str, str], HeldTable] = {}
 
     def write(
@@ -270,8 +324,168 @@ class ClusterDataPlane:
         return partitions, covered
 
     def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
-        """A SELECT's reads: ``run`` over a :class:`CoordinatedReader` of its own."""
+        """A SELECT's reads, waited for on this thread: ``run`` over a
+        :class:`CoordinatedReader` of its own."""
         return run(CoordinatedReader(self, self._local, consistency))
+
+    def submit_read(
+        self, consistency: Consistency, run: Callable[[RowReader], Response]
+    ) -> concurrent.futures.Future[Response]:
+        """A statement's SELECT, its partition reads waited for by no thread (module
+        docstring): its future is done with the answer of ``run``, or its error."""
+        future: concurrent.futures.Future[Response] = concurrent.futures.Future()
+        reader = CoordinatedReader(self, self._local, consistency, deferring=True)
+        self._attempt(reader, run, future, 1)
+        return future
+
+    def _attempt(
+        self,
+        reader: CoordinatedReader,
+        run: Callable[[RowReader], Response],
+        future: concurrent.futures.Future[Response],
+        run_number: int,
+    ) -> None:
+        """Run the SELECT over what ``reader`` holds; answer, or read what it lacked and run
+        it again (on a statement thread)."""
+        if run_number >= MAX_SELECT_RUNS:
+            reader.deferring = False  # the last run: what it still lacks is read here
+        answer: Response | None = None
+        failure: Exception | None = None
+        try:
+            answer = run(reader)
+        except Exception as error:  # may be for lack of a slice: only final when none lacks
+            failure = error
+        missing = reader.take_missing()
+        if missing:
+            try:
+                self._loop.call_soon_threadsafe(
+                    self._read_missing, missing, reader, run, future, run_number
+                )
+            except RuntimeError as closed:  # the node is shutting down
+                future.set_exception(closed)
+        elif failure is not None:
+            future.set_exception(failure)
+        else:
+            assert answer is not None
+            future.set_result(answer)
+
+    def _read_missing(
+        self,
+        missing: Sequence[_Read],
+        reader: CoordinatedReader,
+        run: Callable[[RowReader], Response],
+        future: concurrent.futures.Future[Response],
+        run_number: int,
+    ) -> None:
+        """On the event loop: read ``missing`` through the coordinator, all at once; when
+        every one is here, hand them to the statement's next run."""
+        found: list[_Found] = [None] * len(missing)
+        remaining = len(missing)
+        timeout_s = self._node.settings.read_timeout_ms / 1000 + _MARGIN_S
+
+        def fail(error: BaseException) -> None:
+            deadline.cancel()
+            if not future.done():
+                future.set_exception(error)
+
+        def expire() -> None:
+            fail(InternalError(f"read: the coordinator did not answer in {timeout_s} s"))
+
+        def rerun() -> None:  # on a statement thread
+            try:
+                reader.hold(missing, found)
+            except Exception as error:  # a partition the table cannot hold: the answer
+                future.set_exception(error)
+                return
+            self._attempt(reader, run, future, run_number + 1)
+
+        def arrived(index: int, result: _Found) -> None:
+            nonlocal remaining
+            if future.done():
+                return
+            found[index] = result
+            remaining -= 1
+            if remaining:
+                return
+            deadline.cancel()
+            try:
+                if self._statements is None:
+                    raise InternalError("no statement executor to answer a read on")
+                self._statements.submit(rerun)
+            except Exception as refused:  # shutting down
+                fail(refused)
+
+        deadline = self._loop.call_later(timeout_s, expire)
+        for index, read in enumerate(missing):
+            try:
+                if isinstance(read, _ChunkRead):
+                    self._read_chunk(
+                        read, reader.consistency, functools.partial(arrived, index), fail
+                    )
+                else:
+                    self._read_slice(
+                        read, reader.consistency, functools.partial(arrived, index), fail
+                    )
+            except Exception as error:
+                fail(error)
+                return
+
+    def _read_slice(
+        self,
+        read: _Slice,
+        consistency: Consistency,
+        arrived: Callable[[_Found], None],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        table, partition_key, start, end = read
+
+        def done(partition: Mutation | None, error: BaseException | None) -> None:
+            if error is not None:
+                fail(error)
+            else:
+                arrived(partition)
+
+        columns = value_column_names(table)
+        self._node.read(
+            table.keyspace, table.name, partition_key, consistency, done, start, end, columns
+        )
+
+    def _read_chunk(
+        self,
+        read: _ChunkRead,
+        consistency: Consistency,
+        arrived: Callable[[_Found], None],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        """A first chunk: one range read; a whole chunk: range reads from its low token on
+        until one covers its high token."""
+        partitions: list[Mutation] = []
+        table = read.table
+
+        def step(cursor: int) -> None:
+            limit = RANGE_CHUNK_PARTITIONS if read.limit is None else read.limit
+            self._node.read_range(
+                table.keyspace, table.name, cursor, read.high, consistency, limit, done
+            )
+
+        def done(
+            found: list[Mutation] | None, covered: int | None, error: BaseException | None
+        ) -> None:
+            if error is not None:
+                fail(error)
+                return
+            partitions.extend(found or [])
+            if read.limit is not None:
+                arrived((partitions, covered))
+            elif covered is None or covered == read.high:
+                arrived((partitions, read.high))
+            else:
+                try:
+                    step(covered)
+                except Exception as refused:
+                    fail(refused)
+
+        step(read.low)
 
     def held_table(self, table: Table) -> HeldTable:
         """The reads of ``table``'s partitions held in memory (one per table, made again when
@@ -282,31 +496,25 @@ class ClusterDataPlane:
             found = self._held[key] = HeldTable(table, self._local.limits)
         return found
 
-    def await_schema_agreement(self, timeout_ms: int | None = None) -> dict[str, str | None]:
-        """Wait (the statement thread) until every live node agrees on this node's schema
-        version, at most ``timeout_ms`` (default: the node's ``schema_agreement_timeout_ms``);
-        the nodes still disagreeing then (empty: agreement). The node answers as soon as
-        gossip brings agreement (``ClusterNode.await_schema_agreement``): nothing polls."""
-        if timeout_ms is None:
-            timeout_ms = self._node.settings.schema_agreement_timeout_ms
-        future: concurrent.futures.Future[object] = concurrent.futures.Future()
-
-        def begin() -> None:
-            try:
-                self._node.await_schema_agreement(timeout_ms, future.set_result)
-            except Exception as error:
-                future.set_exception(error)
-
-        self._loop.call_soon_threadsafe(begin)
-        found = _wait(future, timeout_ms / 1000 + _MARGIN_S, "schema agreement")
-        assert isinstance(found, dict)
-        return found
-
-    def schema_agreement_warning(self) -> str | None:
-        """After a DDL: wait for agreement (``await_schema_agreement``); the warning for the
-        answer if it was not reached, else None."""
+    async def schema_agreement_warning(self) -> str | None:
+        """After a DDL, on the event loop: wait until every live node agrees on this node's
+        schema version, at most ``schema_agreement_timeout_ms``; the warning for the answer if
+        agreement was not reached, else None. The node answers as soon as gossip brings
+        agreement (``ClusterNode.await_schema_agreement``): nothing polls, no thread waits."""
         timeout_ms = self._node.settings.schema_agreement_timeout_ms
-        disagreeing = self.await_schema_agreement(timeout_ms)
+        found: asyncio.Future[dict[str, str | None]] = self._loop.create_future()
+
+        def done(disagreeing: dict[str, str | None]) -> None:
+            if not found.done():
+                found.set_result(disagreeing)
+
+        self._node.await_schema_agreement(timeout_ms, done)
+        try:
+            disagreeing = await asyncio.wait_for(found, timeout_ms / 1000 + _MARGIN_S)
+        except TimeoutError:
+            raise InternalError(
+                f"schema agreement: the node did not answer in {timeout_ms} ms"
+            ) from None
         return agreement_warning(timeout_ms, disagreeing) if disagreeing else None
 
     def close(self) -> None:
@@ -316,15 +524,29 @@ class ClusterDataPlane:
 
 class CoordinatedReader:
     """A SELECT's rows, read through the coordinator (module docstring): one per statement,
-    used by its statement thread alone. It holds at most one fetched partition slice and one
-    range chunk at a time."""
+    used by one statement thread at a time. It holds the partition slices the statement read
+    (a resumed read inside one is answered from it; as many as the statement's partition keys
+    and clustering slices, which ``ExecutorLimits`` bound) and one range chunk at a time.
 
-    def __init__(self, plane: ClusterDataPlane, local: Store, consistency: Consistency) -> None:
+    ``deferring``: a slice not held is noted (:meth:`take_missing`) and read as empty, for the
+    plane to read them all and run the statement again; else it is read at once, this thread
+    waiting."""
+
+    def __init__(
+        self,
+        plane: ClusterDataPlane,
+        local: Store,
+        consistency: Consistency,
+        *,
+        deferring: bool = False,
+    ) -> None:
         self._plane = plane
         self._local = local
-        self._consistency = consistency
-        self._slice: tuple[_FetchKey, HeldPartition | None] | None = None
-        self._chunk: tuple[_ChunkKey, list[HeldPartition]] | None = None
+        self.consistency = consistency
+        self.deferring = deferring
+        self._slices: dict[_PartitionKey, list[_Held]] = {}
+        self._chunks: dict[tuple[str, str, int, int, int | None], _HeldChunk] = {}
+        self._missing: dict[object, _Read] = {}
 
     @property
     def limits(self) -> StoreLimits:
@@ -345,34 +567,68 @@ class CoordinatedReader:
         # at ONE a coordinator that is a replica reads its own copy alone (as Cassandra does)
         read: Callable[..., list[ResultRow]]
         if not self._plane.coordinated(table.keyspace) or (
-            self._consistency in _ONE and self._plane.serves_locally(table, partition_key)
+            self.consistency in _ONE and self._plane.serves_locally(table, partition_key)
         ):
             read = functools.partial(self._local.read_partition, table, partition_key)
         else:
             held = self._plane.held_table(table)
-            found = self._fetch(held, tuple(partition_key), start, end)
-            read = functools.partial(held.read_partition, found)
+            key = tuple(partition_key)
+            low, high = held.interval(start, end)
+            found = self._holding(table, key, low, high)
+            if found is None and self.deferring:
+                self._missing.setdefault(
+                    (table.keyspace, table.name, key, start, end), (table, key, start, end)
+                )
+                return []  # this run's answer is not sent: the statement runs again
+            if found is None:
+                fetched = self._plane.read_partition(table, key, self.consistency, start, end)
+                found = self._hold(table, key, start, end, fetched)
+            read = functools.partial(held.read_partition, found[2])
         return read(
             start=start, end=end, columns=columns, reverse=reverse, limit=limit, now_s=now_s
         )
 
-    def _fetch(
+    def _holding(
+        self, table: Table, partition_key: tuple[bytes, ...], low: bytes, high: bytes
+    ) -> _Held | None:
+        """A slice held that holds ``[low, high)`` of the partition, or None."""
+        for held in self._slices.get((table.keyspace, table.name, partition_key), ()):
+            if held[0] <= low and high <= held[1]:
+                return held
+        return None
+
+    def take_missing(self) -> list[_Read]:
+        """The slices and chunks the runs since the last call lacked (``deferring``); then
+        forgotten."""
+        missing = list(self._missing.values())
+        self._missing.clear()
+        return missing
+
+    def hold(self, reads: Sequence[_Read], found: Sequence[_Found]) -> None:
+        """Hold what each of ``reads`` found: a slice's reconciled partition (None: nothing
+        there), a chunk's partitions and the last token it covered."""
+        for read, result in zip(reads, found, strict=True):
+            if isinstance(read, _ChunkRead):
+                assert isinstance(result, tuple)
+                self._hold_chunk(read, *result)
+            else:
+                assert not isinstance(result, tuple)
+                table, partition_key, start, end = read
+                self._hold(table, partition_key, start, end, result)
+
+    def _hold(
         self,
-        held: HeldTable,
+        table: Table,
         partition_key: tuple[bytes, ...],
         start: ClusteringBound,
         end: ClusteringBound,
-    ) -> HeldPartition | None:
-        """The partition's slice, read through the coordinator (the last one is kept: a
-        statement may read the same slice again)."""
-        table = held.table
-        key = (table.keyspace, table.name, partition_key, start, end)
-        if self._slice is not None and self._slice[0] == key:
-            return self._slice[1]
-        found = self._plane.read_partition(table, partition_key, self._consistency, start, end)
-        partition = None if found is None else held.hold(found)
-        self._slice = (key, partition)
-        return partition
+        partition: Mutation | None,
+    ) -> _Held:
+        held = self._plane.held_table(table)
+        low, high = held.interval(start, end)
+        entry = (low, high, None if partition is None else held.hold(partition))
+        self._slices.setdefault((table.keyspace, table.name, partition_key), []).append(entry)
+        return entry
 
     def scan(
         self,
@@ -402,22 +658,17 @@ class CoordinatedReader:
             low, high, inner, last = _decode_state(paging_state)
         if high is None:
             limit = max(MIN_RANGE_CHUNK_PARTITIONS, min(page_size, RANGE_CHUNK_PARTITIONS))
-            found, covered = self._plane.read_range(
-                table, low, end_token_inclusive, self._consistency, limit
-            )
-            last = covered is None or covered == end_token_inclusive
-            high = end_token_inclusive if last or covered is None else covered
-            self._chunk = (
-                (table.keyspace, table.name, low, high),
-                [held.hold(partition) for partition in found],
-            )
-        elif self._chunk is None or self._chunk[0] != (table.keyspace, table.name, low, high):
-            self._chunk = (
-                (table.keyspace, table.name, low, high),
-                self._read_chunk(held, low, high),
-            )
+            chunk = self._chunk_of(_ChunkRead(table, low, end_token_inclusive, limit))
+            if chunk is None:
+                return ScanPage([], None)  # this run's answer is not sent
+            last = chunk.high == end_token_inclusive
+            high = chunk.high
+        else:
+            chunk = self._chunk_of(_ChunkRead(table, low, high, None))
+            if chunk is None:
+                return ScanPage([], None)
         page = held.scan(
-            self._chunk[1],
+            chunk.partitions,
             low,
             high,
             page_size=page_size,
@@ -433,18 +684,43 @@ class CoordinatedReader:
             state = _encode_state(high, None, None, False)
         return ScanPage(page.rows, state)
 
-    def _read_chunk(self, held: HeldTable, low: int, high: int) -> list[HeldPartition]:
-        """Read a chunk again, whole, for a page resumed inside it."""
-        partitions: list[HeldPartition] = []
-        cursor = low
-        while True:
-            found, covered = self._plane.read_range(
-                held.table, cursor, high, self._consistency, RANGE_CHUNK_PARTITIONS
+    def _chunk_of(self, read: _ChunkRead) -> _HeldChunk | None:
+        """The chunk ``read`` names, held; None when it is noted missing (``deferring``)."""
+        found = self._chunks.get(read.key)
+        if found is not None:
+            return found
+        if self.deferring:
+            self._missing.setdefault(read.key, read)
+            return None
+        self._chunks.clear()  # read on this thread: one chunk held at a time
+        if read.limit is not None:
+            partitions, covered = self._plane.read_range(
+                read.table, read.low, read.high, self.consistency, read.limit
             )
-            partitions.extend(held.hold(partition) for partition in found)
-            if covered is None or covered == high:
-                return partitions
+            return self._hold_chunk(read, partitions, covered)
+        partitions = []
+        cursor = read.low
+        while True:  # a page resumed inside a chunk: the whole chunk again
+            found_now, covered = self._plane.read_range(
+                read.table, cursor, read.high, self.consistency, RANGE_CHUNK_PARTITIONS
+            )
+            partitions.extend(found_now)
+            if covered is None or covered == read.high:
+                return self._hold_chunk(read, partitions, read.high)
             cursor = covered
+
+    def _hold_chunk(
+        self, read: _ChunkRead, partitions: Sequence[Mutation], covered: int | None
+    ) -> _HeldChunk:
+        """Hold a chunk's partitions: ``(low, high]``, ``high`` what the read covered (the end
+        of the range when it covered all of it); a first chunk also as the chunk it is."""
+        held = self._plane.held_table(read.table)
+        high = read.high if covered is None else covered
+        chunk = _HeldChunk([held.hold(partition) for partition in partitions], high)
+        self._chunks[read.key] = chunk
+        if read.limit is not None:
+            self._chunks[_ChunkRead(read.table, read.low, high, None).key] = chunk
+        return chunk
 
 
 def _encode_state(low: int, high: int | None, inner: bytes | None, last: bool) -> bytes:

@@ -14,7 +14,7 @@
 * native-protocol STATUS/TOPOLOGY EVENTs pushed through the ``CqlServer``;
 * a DDL answer that waits (bounded: ``schema_agreement_timeout_ms``) for schema agreement and,
   without it, carries a warning naming the nodes that disagree
-  (``ClusterDataPlane.schema_agreement_warning``);
+  (``ClusterDataPlane.schema_agreement_warning``, awaited on the event loop);
 * the node's timings (``NodeTimings``: gossip, failure detector, timeouts, hints) as given;
 * the cluster's CDC generation (``CdcGenerationService``): the node opens with
   ``create_generation=False`` (it only reloads the one ``system.cdc_local`` names) and learns or,
@@ -132,12 +132,24 @@ class ClusterBackend(ProcessorBackend):
 
     def handle(self, session: SessionState, statement: Statement) -> Handled:
         handled = super().handle(session, statement)
-        if handled.schema_changes and self.plane is not None:
-            warning = self.plane.schema_agreement_warning()
+        plane = self.plane
+        if not handled.schema_changes or plane is None:
+            return handled
+        first = handled.pending
+
+        async def agreed() -> Handled:  # on the event loop: no statement thread waits
+            done = handled
+            if first is not None:
+                answer = await first()
+                done = answer if isinstance(answer, Handled) else Handled(answer)
+                done = dataclasses.replace(handled, response=done.response)
+            warning = await plane.schema_agreement_warning()
             if warning is not None:
                 _log.warning("%s", warning)
-                handled = dataclasses.replace(handled, warnings=(*handled.warnings, warning))
-        return handled
+                done = dataclasses.replace(done, warnings=(*done.warnings, warning))
+            return dataclasses.replace(done, pending=None)
+
+        return dataclasses.replace(handled, pending=agreed)
 
 
 class DefaultSuperuserSetup:
@@ -402,9 +414,9 @@ async def _serve(
     )
     for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
         stale.unlink(missing_ok=True)
-    plane = ClusterDataPlane(cluster, loop, node.store)
+    plane = ClusterDataPlane(cluster, loop, node.store, statements)
     backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit)
+    node.processor.use_data_plane(plane, plane.submit, plane.submit_read)
 
     def schema_changed(_change: object) -> None:
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
