@@ -22,8 +22,10 @@ A statement's SELECT (``submit_read``) waits on no thread for its partition read
 runs on its statement thread, and each slice it asks for that is not held yet is noted and
 read as empty; when the run ends, the noted slices are read through the coordinator at once
 (on the event loop, in parallel, bounded by the read timeout plus a margin), then the SELECT
-runs again on a statement thread over what is now held, until a run needs nothing new. The
-SELECT itself is pure over what it reads, so only the last run's answer is sent. A run's
+runs again over what is now held, until a run needs nothing new: on the event loop (it only
+reads what is held: pure CPU, no hand-off to a thread), or on a statement thread when it reads
+the local store or is the last run (which may wait). The SELECT itself is pure over what it
+reads, so only the last run's answer is sent. A run's
 slices are noted before any is read, so an IN of many partitions costs one round of parallel
 reads; a scan's range chunks are read the same way, one round per chunk a page spans. A
 statement runs at most ``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its
@@ -391,7 +393,7 @@ class ClusterDataPlane:
         def expire() -> None:
             fail(InternalError(f"read: the coordinator did not answer in {timeout_s} s"))
 
-        def rerun() -> None:  # on a statement thread
+        def rerun() -> None:
             try:
                 reader.hold(missing, found)
             except Exception as error:  # a partition the table cannot hold: the answer
@@ -408,7 +410,10 @@ class ClusterDataPlane:
             if remaining:
                 return
             deadline.cancel()
-            try:
+            if not reader.reads_store and run_number + 1 < MAX_SELECT_RUNS:
+                rerun()  # pure over what is held: here, no hand-off to a thread
+                return
+            try:  # the store is read, or the last run may wait: on a statement thread
                 if self._statements is None:
                     raise InternalError("no statement executor to answer a read on")
                 self._statements.submit(rerun)
@@ -544,6 +549,9 @@ class CoordinatedReader:
         self._local = local
         self.consistency = consistency
         self.deferring = deferring
+        self.reads_store = False
+        """A run read the local store (a node-local table, or a local read at ONE): its next
+        run goes on a statement thread, never on the event loop."""
         self._slices: dict[_PartitionKey, list[_Held]] = {}
         self._chunks: dict[tuple[str, str, int, int, int | None], _HeldChunk] = {}
         self._missing: dict[object, _Read] = {}
@@ -569,6 +577,7 @@ class CoordinatedReader:
         if not self._plane.coordinated(table.keyspace) or (
             self.consistency in _ONE and self._plane.serves_locally(table, partition_key)
         ):
+            self.reads_store = True
             read = functools.partial(self._local.read_partition, table, partition_key)
         else:
             held = self._plane.held_table(table)
@@ -642,6 +651,7 @@ class CoordinatedReader:
         now_s: int,
     ) -> ScanPage:
         if not self._plane.coordinated(table.keyspace):
+            self.reads_store = True
             return self._local.scan(
                 table,
                 start_token_exclusive,
