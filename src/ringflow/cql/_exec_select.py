@@ -304,6 +304,15 @@ _Source = _PartitionSource | _ScanSource
 
 
 @dataclass(frozen=True, slots=True)
+class SelectPlan:
+    """A SELECT planned (:func:`plan_select`): its statement, its context and its plan."""
+
+    statement: SelectStatement
+    context: StatementContext
+    plan: _Plan
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     table: Table
     selection: Selection
@@ -524,16 +533,19 @@ def json_specs(table: Table) -> tuple[ColumnSpec, ...]:
     return (ColumnSpec(table.keyspace, table.name, "[json]", TEXT),)
 
 
-def execute_select(
-    statement: SelectStatement,
-    table: Table,
-    context: StatementContext,
-    store: RowReader,
-    limits: ExecutorLimits,
-    request: PageRequest,
+def plan_select(
+    statement: SelectStatement, table: Table, context: StatementContext, limits: ExecutorLimits
+) -> SelectPlan:
+    """What ``statement`` reads and how it answers (InvalidRequest if it cannot be run): pure,
+    made once for a statement whose reads are run again (``answer_select``)."""
+    return SelectPlan(statement, context, _plan(statement, table, context, limits))
+
+
+def answer_select(
+    planned: SelectPlan, store: RowReader, limits: ExecutorLimits, request: PageRequest
 ) -> RowsResult:
-    """Run ``statement`` against ``store``; one page of rows."""
-    plan = _plan(statement, table, context, limits)
+    """One page of rows of ``planned``, read from ``store``."""
+    statement, context, plan = planned.statement, planned.context, planned.plan
     position = _Position()
     if request.paging_state is not None:
         position = _decode_state(request.fingerprint, request.paging_state)

@@ -104,7 +104,13 @@ from ringflow.cql._exec_dml import (
     update_mutations,
 )
 from ringflow.cql._exec_errors import response_for_error
-from ringflow.cql._exec_select import PageRequest, RowReader, execute_select, json_specs
+from ringflow.cql._exec_select import (
+    PageRequest,
+    RowReader,
+    answer_select,
+    json_specs,
+    plan_select,
+)
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
     dropped_keyspace_rows,
@@ -497,8 +503,10 @@ class QueryProcessor:
             plane, limits, consistency = self._data_plane, self.limits, params.consistency
             submit = self._submit_read
 
+            planned = plan_select(statement, table, context, limits)  # once: a read may rerun
+
             def select(reader: RowReader) -> Response:
-                return execute_select(statement, table, context, reader, limits, request)
+                return answer_select(planned, reader, limits, request)
 
             def queue_read() -> None:  # after the lock: the answer is the read's future's
                 assert submit is not None
