@@ -137,6 +137,9 @@ from ringflow.cql._error_responses import (
 from ringflow.cql._exec_auth import AuthService, AuthSettings
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
+    SYSTEM_AUTH_KEYSPACE,
+    SYSTEM_DISTRIBUTED_KEYSPACE,
+    SYSTEM_REPLICATION_KEYSPACE,
     ExecutorLimits,
     Unauthorized,
     UnpreparedStatement,
@@ -241,6 +244,7 @@ from ringflow.cql._server import (
     CqlServer,
     Handled,
 )
+from ringflow.cql._server import Statement as StatementRequest
 from ringflow.cql._server_limits import ServerLimits, ServerStats
 from ringflow.cql._tls_listener import TLS_HANDSHAKE_RECORD, NativeTls
 from ringflow.cql._wire import UNSET, CqlValue, Inet, LocalProtocolError, Reader, Unset, Writer
@@ -259,6 +263,9 @@ __all__ = [
     "NEED_DATA",
     "PASSWORD_AUTHENTICATOR",
     "PROTOCOL_VERSION",
+    "SYSTEM_AUTH_KEYSPACE",
+    "SYSTEM_DISTRIBUTED_KEYSPACE",
+    "SYSTEM_REPLICATION_KEYSPACE",
     "TLS_HANDSHAKE_RECORD",
     "UNSET",
     "AddColumns",
@@ -419,6 +426,7 @@ __all__ = [
     "SetValue",
     "Startup",
     "Statement",
+    "StatementRequest",
     "StatusChangeEvent",
     "StatusChangeType",
     "StringLiteral",

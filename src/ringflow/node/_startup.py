@@ -60,10 +60,21 @@ from ringflow.cluster.service import (
     publish_generation,
     store_first_generation,
 )
-from ringflow.cql import PASSWORD_AUTHENTICATOR, Execute, Prepare, Query, Response, SchemaChange
-from ringflow.cql._exec_system import ensure_system_tables
-from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
-from ringflow.cql._server import CqlServer, Handled, Statement
+from ringflow.cql import (
+    PASSWORD_AUTHENTICATOR,
+    CqlServer,
+    Execute,
+    Handled,
+    NodeIdentity,
+    Prepare,
+    Query,
+    QueryProcessor,
+    Response,
+    SchemaChange,
+    SessionState,
+    StatementRequest,
+    ensure_system_tables,
+)
 from ringflow.errors import InternalError
 from ringflow.node._config import (
     DataDirLock,
@@ -281,7 +292,7 @@ class ProcessorBackend:
         auth = self._processor.auth
         return self if auth is not None and auth.settings.authenticate else None
 
-    def handle(self, session: SessionState, statement: Statement) -> Handled:
+    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
         """Runs on the storage thread; the changes, warnings and pending write collected are
         this thread's (a cluster node runs statements on several threads)."""
         self._changes.clear()

@@ -115,8 +115,14 @@ from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._settings import NODE_NETWORK_CONFIG
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
-from ringflow.node import NodeConfig, NodeRecord, internode_tls, prepare_data_dir, save_record
-from ringflow.node._config import load_record
+from ringflow.node import (
+    NodeConfig,
+    NodeRecord,
+    internode_tls,
+    load_record,
+    prepare_data_dir,
+    save_record,
+)
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.runtime import AsyncioNetwork, Network, ProtocolViolation
 

@@ -108,7 +108,7 @@ from ringflow.cluster.service._settings import (
     ReadDone,
     WriteDone,
 )
-from ringflow.cql._executor import QueryProcessor
+from ringflow.cql import QueryProcessor
 from ringflow.errors import RingflowError, invariant
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
 from ringflow.runtime import Clock, Network, TimerHandle

@@ -78,11 +78,13 @@ from ringflow.cdc import CdcCapture
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._settings import ReadDone
-from ringflow.cql import Consistency, Response, RowReader
-from ringflow.cql._exec_common import (
+from ringflow.cql import (
     SYSTEM_AUTH_KEYSPACE,
     SYSTEM_DISTRIBUTED_KEYSPACE,
     SYSTEM_REPLICATION_KEYSPACE,
+    Consistency,
+    Response,
+    RowReader,
 )
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table

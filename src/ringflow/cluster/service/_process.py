@@ -71,17 +71,27 @@ from ringflow.cluster.service._settings import (
 )
 from ringflow.cql import (
     AuthService,
+    CqlServer,
     EventType,
+    Handled,
     Inet,
+    SessionState,
+    StatementRequest,
     StatusChangeEvent,
     StatusChangeType,
     TopologyChangeEvent,
     TopologyChangeType,
 )
-from ringflow.cql._executor import SessionState
-from ringflow.cql._server import CqlServer, Handled, Statement
-from ringflow.node import NodeConfig, auth_mode, internode_tls, native_tls, open_node
-from ringflow.node._startup import Node, ProcessorBackend, write_local_row
+from ringflow.node import (
+    Node,
+    NodeConfig,
+    ProcessorBackend,
+    auth_mode,
+    internode_tls,
+    native_tls,
+    open_node,
+    write_local_row,
+)
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
 
@@ -130,7 +140,7 @@ class ClusterBackend(ProcessorBackend):
         super().__init__(node.processor)
         self.plane: ClusterDataPlane | None = None
 
-    def handle(self, session: SessionState, statement: Statement) -> Handled:
+    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
         handled = super().handle(session, statement)
         plane = self.plane
         if not handled.schema_changes or plane is None:
