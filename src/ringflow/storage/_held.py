@@ -45,6 +45,7 @@ from ringflow.storage._scan import (
     ScanRange,
     decode_paging_state,
     paged_rows,
+    resumed_request,
 )
 from ringflow.storage._write import partition_position
 
@@ -188,11 +189,9 @@ class HeldTable:
             tombstones = held.tombstones
             budget.add(len(tombstones.ranges) + (tombstones.partition_deletion is not None))
             stored: Iterable[StoredRow] = held.rows
-            partition_request = request
             if (held.token, held.pk) == after[:2]:
                 stored = [row for row in held.rows if row.ck > after[2]]
-                if resume is not None and after == resume:
-                    partition_request = RowRequest(request.columns, now_s, False)
+            partition_request = resumed_request(request, resume, (held.token, held.pk))
             static = held.static
             if static is not None:
                 budget.add(row_tombstones(static.row, now_s))

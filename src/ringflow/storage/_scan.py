@@ -163,11 +163,10 @@ def _segment_rows(
         for (token, pk), group in partition_groups(atoms):
             tombstones = tombstone_cursor.take((token, pk))
             stored = assemble_rows(info, group, budget, request.now_s)
-            partition_request = request
-            if resume is not None and (token, pk) == (resume[0], resume[1]):
+            partition_request = resumed_request(request, resume, (token, pk))
+            if partition_request is not request:
                 static_atoms = connection.execute(SELECT_STATIC_ROW, (info.tid, token, pk))
                 static = next(assemble_rows(info, static_atoms, budget, request.now_s), None)
-                partition_request = RowRequest(request.columns, request.now_s, False)
             else:
                 static, stored = split_static(stored)
             live = stored_live_rows(info, stored, tombstones, request.now_s)
@@ -177,6 +176,17 @@ def _segment_rows(
     finally:
         atoms.close()
         partition_atoms.close()
+
+
+def resumed_request(
+    request: RowRequest, resume: Position | None, partition: tuple[int, bytes]
+) -> RowRequest:
+    """How a scan page reads ``partition``: a partition the page resumes inside shows its
+    static values on the rows past the position, but never its static-only row (the page
+    before answered it, or the partition's first rows)."""
+    if resume is not None and partition == resume[:2]:
+        return RowRequest(request.columns, request.now_s, False)
+    return request
 
 
 SegmentRows = Callable[[int, Position], Generator[tuple[Position, ResultRow], None, None]]
