@@ -72,6 +72,13 @@ class ExpiringCache(Generic[K, V]):
                 self._entries.popitem(last=False)
         return value
 
+    def holds(self, key: K) -> bool:
+        """Whether ``get(key, ...)`` would answer from the cache now (no load)."""
+        now = self._clock_ms()
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and now - entry[0] < self.validity_ms
+
     def invalidate_all(self) -> None:
         with self._lock:
             self._entries.clear()

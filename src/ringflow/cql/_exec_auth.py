@@ -286,6 +286,11 @@ class AuthService:
         else:
             self.authorize(user, statement, keyspace, schema)
 
+    def preloaded(self, user: str | None) -> bool:
+        """Whether a statement of ``user`` is checked without reading ``system_auth``: no
+        authorization, no user, or the user's grants cached (:meth:`preload`)."""
+        return not self.settings.authorize or user is None or self._effective.holds(user)
+
     def preload(self, user: str) -> None:
         """Resolve ``user``'s grants into the cache before the processor takes its lock: a
         miss reads ``system_auth`` through the cluster (the default superuser's at QUORUM),

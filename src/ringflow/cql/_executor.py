@@ -218,6 +218,11 @@ SubmitRead = Callable[
 ]
 """Starts a SELECT's reads at the consistency and runs the SELECT (its argument) over them
 once they are here; its future is done with the SELECT's answer, or fails with its error."""
+SubmitWaiting = Callable[
+    [Callable[[], Response | None]], "concurrent.futures.Future[Response | None]"
+]
+"""Runs work that may wait for the cluster (a role statement's reads and writes, a procedure)
+where no statement waits behind it; its future is done with the work's answer or error."""
 PendingAnswer = tuple["concurrent.futures.Future[Any]", Consistency]
 """A request's write or read still in progress, and the consistency its error answers at.
 The future's result is the request's answer (a read's), or None (a write's: the request's
@@ -266,6 +271,8 @@ class QueryProcessor:
         self.schema_listeners: list[SchemaListener] = []
         self._lock = threading.RLock()
         self._deferred: Callable[[], Response | None] | None = None  # run after the lock
+        self._deferred_waits = False  # the deferred work may wait for the cluster
+        self._submit_waiting: SubmitWaiting | None = None
         self._timestamps = TimestampSource(clock)
         self._list_paths = ListPaths(rng)
         self._prepared = PreparedCache(limits)
@@ -343,17 +350,22 @@ class QueryProcessor:
         data_plane: DataPlane,
         submit_write: SubmitWrite | None = None,
         submit_read: SubmitRead | None = None,
+        submit_waiting: SubmitWaiting | None = None,
     ) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node). With
         ``submit_write``, a statement's write is queued there instead of waited for (a single
         node's group commit, a cluster node's coordinator), and with ``submit_read`` a
         SELECT's reads are started there and its answer built when they are here (a cluster
         node): the request then leaves a pending answer for its caller
-        (:meth:`take_pending`), which answers once it is done."""
+        (:meth:`take_pending`), which answers once it is done. With ``submit_waiting``, the
+        work of a request that may wait for the cluster (a role or permission statement, a
+        procedure, a DDL's grants) is handed there the same way instead of run on the
+        statement's thread."""
         with self._lock:
             self._data_plane = data_plane
             self._submit_write = submit_write
             self._submit_read = submit_read
+            self._submit_waiting = submit_waiting
 
     def take_pending(self) -> PendingAnswer | None:
         """The write or read this thread's last request left in progress (``use_data_plane``)
@@ -441,11 +453,19 @@ class QueryProcessor:
             self._deferred = None
             try:
                 response = run()
-                deferred = self._deferred
+                deferred, waits = self._deferred, self._deferred_waits
+                submit_waiting = self._submit_waiting
             except Exception as error:  # every exception becomes a response; bugs are counted
                 return self._error_response(error, consistency)
             finally:
                 self._deferred = None
+                self._deferred_waits = False
+        if deferred is not None and waits and submit_waiting is not None:
+            try:
+                self._request.pending = (submit_waiting(deferred), consistency)
+            except Exception as error:  # shutting down
+                return self._error_response(error, consistency)
+            return response
         if deferred is not None:
             try:
                 answer = deferred()
@@ -490,7 +510,8 @@ class QueryProcessor:
         check_statement(self.auth, session.user, statement, keyspace, self._state)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
             self._defer(
-                role_statement_work(self.auth, statement, session.user, keyspace, self._state)
+                role_statement_work(self.auth, statement, session.user, keyspace, self._state),
+                waits=True,
             )
             return VoidResult()  # replaced by the statement's answer
         if isinstance(statement, SelectStatement):
@@ -530,13 +551,13 @@ class QueryProcessor:
         if isinstance(statement, CallStatement):
             procedure = self._procedures.of(statement)
             arguments = bind_call(procedure, statement, context)
-            self._defer(lambda: run_call(procedure, arguments))  # may wait: not under the lock
+            self._defer(lambda: run_call(procedure, arguments), waits=True)  # not under the lock
             return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
             work = schema_change_work(self.auth, session.user, response)
             if work is not None:  # grants of a creator, or on what was dropped
-                self._defer(work)
+                self._defer(work, waits=True)
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -717,11 +738,13 @@ class QueryProcessor:
 
         self._defer(queue_write)
 
-    def _defer(self, work: Callable[[], Response | None]) -> None:
+    def _defer(self, work: Callable[[], Response | None], *, waits: bool = False) -> None:
         """Run ``work`` (the request's data-plane read or write) once the lock is released;
-        its answer, if any, replaces the request's."""
+        its answer, if any, replaces the request's. ``waits``: it may wait for the cluster
+        (``use_data_plane``'s ``submit_waiting``)."""
         invariant(self._deferred is None, "a request defers one data-plane call")
         self._deferred = work
+        self._deferred_waits = waits
 
     def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
         if self._cdc is None:

@@ -697,10 +697,14 @@ class CqlServer(Generic[SessionT]):
         """``handled`` with the answer its pending work gives (a ServerError if awaiting it
         fails unexpectedly: a bug, counted)."""
         try:
-            found = await pending()
-            if isinstance(found, Handled):
-                return dataclasses.replace(found, pending=None)
-            response = found
+            while True:  # a Handled given may have work pending in its turn
+                found = await pending()
+                if not isinstance(found, Handled):
+                    response = found
+                    break
+                if found.pending is None:
+                    return found
+                handled, pending = found, found.pending
         except Exception as error:
             self.stats.server_errors += 1
             _log.exception("bug: a pending write failed outside its answer")

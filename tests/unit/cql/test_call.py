@@ -4,11 +4,14 @@ typed errors of a bad call."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from ringflow.cql import LocalDataPlane
 from ringflow.cql._parser import CqlSyntaxProblem, parse_statement
 from ringflow.cql._procedures import Procedure
 from ringflow.errors import ErrorCode, InvalidRequest
@@ -134,3 +137,34 @@ def test_a_procedure_runs_without_the_processor_lock(node: ExecNode) -> None:
     release.set()
     caller.join(10)
     assert answered == [[("done",)]]
+
+
+def test_with_a_waiting_executor_a_call_runs_there_and_answers_from_its_future(
+    node: ExecNode,
+) -> None:
+    """A cluster node hands what may wait for the cluster (a procedure) to its *waits* threads:
+    the statement's thread goes on, the answer comes from the future."""
+    threads: list[str] = []
+    node.processor.register_procedure(
+        Procedure(
+            "NodeOps",
+            "runs_on",
+            ((),),
+            (("thread", TEXT),),
+            lambda _arguments: threads.append(threading.current_thread().name) or [(threads[-1],)],
+        )
+    )
+    waits = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="waits")
+    try:
+        node.processor.use_data_plane(LocalDataPlane(node.store), submit_waiting=waits.submit)
+        placeholder = node.raw("CALL NodeOps.runs_on()")
+        pending = node.processor.take_pending()
+        assert pending is not None, "the procedure is left pending, not run on this thread"
+        answer = pending[0].result(5)
+        assert decode_rows(answer) == [(threads[0],)]
+        assert threads[0].startswith("waits")
+        assert decode_rows(node.raw("SELECT keyspace_name FROM system_schema.keyspaces"))
+        assert node.processor.take_pending() is None, "a plain read does not go there"
+        assert placeholder is not answer
+    finally:
+        waits.shutdown(wait=True)

@@ -87,12 +87,20 @@ class FakeBackend:
             raise ValueError("oops")
         if text.startswith("PENDING"):  # answered later, on the event loop (a pending write)
             return Handled(VoidResult(), pending=lambda: self._released(text))
+        if text == "NESTED":  # work handed on (a statement offloaded, then its read pending)
+            return Handled(VoidResult(), pending=self._offloaded)
         return VoidResult()
 
     async def _released(self, text: str) -> Response:
         while text not in self.released:
             await asyncio.sleep(0.01)
         return VoidResult()
+
+    async def _offloaded(self) -> Handled:
+        async def read() -> Response:
+            return SetKeyspaceResult("nested")
+
+        return Handled(VoidResult(), warnings=("from the inner work",), pending=read)
 
     released: set[str] = field(default_factory=set)
 
@@ -335,6 +343,20 @@ def test_statements_in_flight_bound_holds_the_others_before_they_start() -> None
     server, backend = run_with_server(body, max_statements_in_flight=2)
     assert server.most_in_flight == 2
     assert len(backend.executed) == 5
+
+
+def test_pending_work_that_hands_on_more_work_is_awaited_to_its_end() -> None:
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        await client.start()
+        client.send(query("NESTED"), 3)
+        reply = await client.receive()
+        assert reply.stream_id == 3
+        assert reply.message == SetKeyspaceResult("nested")
+        assert reply.warnings == ("from the inner work",)
+        client.close()
+
+    run_with_server(body)
 
 
 def test_close_lets_statements_in_flight_finish() -> None:

@@ -6,9 +6,9 @@
 returns its ``concurrent.futures.Future`` at once: the statement thread goes on, and the server
 answers when the coordinator has (bounded: the coordinator's own timeout plus a margin). How
 many statements have taken their timestamp and not been answered is bounded by the server's
-``max_statements_in_flight``, before their timestamp. The writes of callers that must wait
-(role statements) block their thread on the future. Store work of the node runs on
-other threads, so a blocked statement never holds up the replica verbs it waits for.
+``max_statements_in_flight``, before their timestamp. The writes of callers that must wait (role
+statements, on a *waits* thread) block their thread on the future. Store work of the node runs
+on other threads, so a blocked statement never holds up the replica verbs it waits for.
 
 Reads: a SELECT runs over a ``CoordinatedReader`` of its own, whose ``read_partition`` reads
 the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and every
@@ -19,18 +19,18 @@ same rows the store would return after applying that slice). A slice held answer
 of the statement inside it (a page resumed within the partition costs no second read).
 
 A statement's SELECT (``submit_read``) waits on no thread for its partition reads: the SELECT
-runs on its statement thread, and each slice it asks for that is not held yet is noted and
-read as empty; when the run ends, the noted slices are read through the coordinator at once
-(on the event loop, in parallel, bounded by the read timeout plus a margin), then the SELECT
-runs again over what is now held, until a run needs nothing new: on the event loop (it only
-reads what is held: pure CPU, no hand-off to a thread), or on a statement thread when it reads
-the local store or is the last run (which may wait). The SELECT itself is pure over what it
-reads, so only the last run's answer is sent. A run's
-slices are noted before any is read, so an IN of many partitions costs one round of parallel
-reads; a scan's range chunks are read the same way, one round per chunk a page spans. A
-statement runs at most ``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its
-thread. The reads of callers that must wait (``read``: role and permission reads) read on
-their thread, blocking on the coordinator's future.
+runs on its statement thread, and each slice it asks for that is not held yet is noted and read
+as empty; when the run ends, the noted slices are read through the coordinator at once (on the
+event loop, in parallel, bounded by the read timeout plus a margin), then the SELECT runs again
+over what is now held, until a run needs nothing new: on the event loop (it only reads what is
+held: pure CPU, no hand-off to a thread), on the statement thread when it reads the local store,
+or on a *waits* thread when it is the last run (which may wait). The SELECT itself is pure over
+what it reads, so only the last run's answer is sent. A run's slices are noted before any is
+read, so an IN of many partitions costs one round of parallel reads; a scan's range chunks are
+read the same way, one round per chunk a page spans. A statement runs at most
+``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its thread. The reads of
+callers that must wait (``read``: role and permission reads) read on their thread, blocking on
+the coordinator's future.
 
 Only the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time
 <= ?``) costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a
@@ -171,12 +171,15 @@ class ClusterDataPlane:
         loop: asyncio.AbstractEventLoop,
         local: Store,
         statements: concurrent.futures.Executor | None = None,
+        waits: concurrent.futures.Executor | None = None,
     ) -> None:
         self._node = node
         self._loop = loop
         self._local = local
         self._statements = statements
-        """Where a SELECT runs again once its reads are here (``submit_read``)."""
+        """Where a SELECT that reads the local store runs again once its reads are here."""
+        self._waits = waits or statements
+        """Where a SELECT's last run goes (it may wait for what it still lacks)."""
         self._held: dict[tuple[str, str], HeldTable] = {}
 
     def write(
@@ -350,7 +353,7 @@ class ClusterDataPlane:
         run_number: int,
     ) -> None:
         """Run the SELECT over what ``reader`` holds; answer, or read what it lacked and run
-        it again (on a statement thread)."""
+        it again (module docstring: where)."""
         if run_number >= MAX_SELECT_RUNS:
             reader.deferring = False  # the last run: what it still lacks is read here
         answer: Response | None = None
@@ -415,10 +418,12 @@ class ClusterDataPlane:
             if not reader.reads_store and run_number + 1 < MAX_SELECT_RUNS:
                 rerun()  # pure over what is held: here, no hand-off to a thread
                 return
-            try:  # the store is read, or the last run may wait: on a statement thread
-                if self._statements is None:
-                    raise InternalError("no statement executor to answer a read on")
-                self._statements.submit(rerun)
+            last = run_number + 1 >= MAX_SELECT_RUNS
+            executor = self._waits if last else self._statements  # the last run may wait
+            try:
+                if executor is None:
+                    raise InternalError("no executor to answer a read on")
+                executor.submit(rerun)
             except Exception as refused:  # shutting down
                 fail(refused)
 
@@ -553,7 +558,7 @@ class CoordinatedReader:
         self.deferring = deferring
         self.reads_store = False
         """A run read the local store (a node-local table, or a local read at ONE): its next
-        run goes on a statement thread, never on the event loop."""
+        run goes on the statement thread, never on the event loop."""
         self._slices: dict[_PartitionKey, list[_Held]] = {}
         self._chunks: dict[tuple[str, str, int, int, int | None], _HeldChunk] = {}
         self._missing: dict[object, _Read] = {}

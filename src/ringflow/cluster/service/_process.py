@@ -2,10 +2,12 @@
 
 ``run_cluster_node`` opens the node like ``ringflow.node.run_node`` does, then adds the cluster:
 
-* three executors: *statements*, ``STATEMENT_THREADS`` threads running CQL requests through
-  the ``QueryProcessor`` (its lock serializes the statements' CPU work; a write is sent and its
-  thread freed, the server answering when the coordinator has; a read waits for its replicas
-  outside the lock; the server's ``max_statements_in_flight`` bounds the statements started),
+* four executors: *statements*, one thread running CQL requests through the
+  ``QueryProcessor`` (a write is sent and a SELECT's reads started, and the thread goes on: the
+  server answers from their futures; the server's ``max_statements_in_flight`` bounds the
+  statements started); *waits*, ``WAIT_THREADS`` threads for what may still wait for the
+  cluster on a thread (role statements, permission reads, procedures, logins, the default
+  superuser);
   *storage*, one thread (replica verbs, hints, ``system.peers``), and *schema*, one thread
   (merging a peer's schema, which needs the processor's lock);
 * ``AsyncioNetwork`` on ``address:7000`` and ``SystemClock`` for the ``ClusterNode``;
@@ -81,6 +83,7 @@ from ringflow.cql import (
     StatusChangeType,
     TopologyChangeEvent,
     TopologyChangeType,
+    VoidResult,
 )
 from ringflow.node import (
     Node,
@@ -102,9 +105,14 @@ STATUS_FILE_NAME = "status.json"
 OLD_SCRATCH_FILES = "coordinator-scratch*.db*"
 """Scratch stores earlier versions read coordinated SELECTs through (with their -wal and
 -shm files): removed at start, nothing reads them any more."""
-STATEMENT_THREADS = 32
-"""Threads running CQL statements: how many coordinated reads may wait for replicas at once
-(the ``CqlServer``'s ``max_statements_in_flight`` bounds the statements started)."""
+STATEMENT_THREADS = 1
+"""Threads running CQL statements. No statement waits on one for the cluster: writes and reads
+are answered from their futures, and what may wait goes to the *waits* threads."""
+WAIT_THREADS = 8
+"""Threads for what may wait for the cluster on a thread: role and permission statements and
+the permission reads of a statement whose user's grants are not cached, procedures (``CALL``),
+a DDL's grants, logins, the default superuser's set-up, and a SELECT's last run (the
+``CqlServer``'s ``max_statements_in_flight`` bounds the statements started)."""
 
 
 class ExecutorOffload:
@@ -136,11 +144,25 @@ class ClusterBackend(ProcessorBackend):
     """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004), with a
     warning when it is not reached in time."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, waits: concurrent.futures.Executor | None = None) -> None:
         super().__init__(node.processor)
         self.plane: ClusterDataPlane | None = None
+        self._waits = waits
 
     def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
+        """A statement whose user's grants are not cached (their check reads ``system_auth``
+        through the cluster) is handled on ``waits``, not on the statement thread."""
+        auth, waits = self._processor.auth, self._waits
+        if waits is None or auth is None or auth.preloaded(session.user):
+            return self._handle(session, statement)
+        future = waits.submit(self._handle, session, statement)
+
+        async def loaded() -> Handled:  # on the event loop: no statement thread waits
+            return await asyncio.wrap_future(future)
+
+        return Handled(VoidResult(), pending=loaded)
+
+    def _handle(self, session: SessionState, statement: StatementRequest) -> Handled:
         handled = super().handle(session, statement)
         plane = self.plane
         if not handled.schema_changes or plane is None:
@@ -164,7 +186,7 @@ class ClusterBackend(ProcessorBackend):
 
 class DefaultSuperuserSetup:
     """``CassandraRoleManager.setupDefaultRole`` for a cluster node: once the node is up, try
-    (on a statement thread, at most one attempt at a time, every ``RETRY_S``) to create the
+    (on a *waits* thread, at most one attempt at a time, every ``RETRY_S``) to create the
     default superuser if no role exists, until one attempt succeeds (a QUORUM read or write
     fails while too few replicas are up)."""
 
@@ -295,9 +317,14 @@ async def run_cluster_node(
     rng = random.Random()
     pools = [
         concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=f"ringflow-{name}")
-        for name, threads in (("statements", STATEMENT_THREADS), ("storage", 1), ("schema", 1))
+        for name, threads in (
+            ("statements", STATEMENT_THREADS),
+            ("storage", 1),
+            ("schema", 1),
+            ("waits", WAIT_THREADS),
+        )
     ]
-    statements, storage, schema = pools
+    statements, storage, schema, waits = pools
     try:
         if bootstrap:  # learn the ring, choose tokens (``_bootstrap``)
             await prepare_join(config, seeds, rng)
@@ -318,7 +345,7 @@ async def run_cluster_node(
                 node,
                 settings,
                 capture or CaptureSettings(),
-                (statements, storage, schema),
+                (statements, storage, schema, waits),
                 stop,
                 on_ready,
                 rng,
@@ -355,9 +382,9 @@ async def _serve(
     rng: random.Random,
 ) -> None:
     loop = asyncio.get_running_loop()
-    statements, storage, schema = pools
+    statements, storage, schema, waits = pools
     config, record = node.config, node.record
-    backend = ClusterBackend(node)
+    backend = ClusterBackend(node, waits)
     server = CqlServer(
         backend,
         statements,
@@ -368,6 +395,7 @@ async def _serve(
         ignore_msb=record.ignore_msb,
         tls=native_tls(config),
         authenticator=backend.server_authenticator(),
+        login_worker=waits,
     )
     network = AsyncioNetwork(
         NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
@@ -424,9 +452,9 @@ async def _serve(
     )
     for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
         stale.unlink(missing_ok=True)
-    plane = ClusterDataPlane(cluster, loop, node.store, statements)
+    plane = ClusterDataPlane(cluster, loop, node.store, statements, waits)
     backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read)
+    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, waits.submit)
 
     def schema_changed(_change: object) -> None:
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
@@ -458,7 +486,7 @@ async def _serve(
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
-    superuser = None if node.processor.auth is None else DefaultSuperuserSetup(loop, statements)
+    superuser = None if node.processor.auth is None else DefaultSuperuserSetup(loop, waits)
     status_path = config.data_dir / STATUS_FILE_NAME
     metrics = MetricsServer(config.address, capture_settings.metrics_port, NodeMetrics())
     try:
