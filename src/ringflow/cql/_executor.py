@@ -21,12 +21,13 @@ Rules:
 * Errors: every exception becomes its protocol error (``_exec_errors.response_for_error``);
   anything else than our typed errors, our own InternalError included, is ServerError 0x0000,
   logged with its traceback and counted in ``internal_errors`` (each one is a bug).
-* One lock serializes requests, so the processor may be shared by the shell's worker threads,
-  except for a request's data-plane call: a write is decided under the lock (mutations,
-  timestamp, CDC captures) and a SELECT planned there (table, bound values, paging), then the
-  write or the SELECT's reads run after the lock is released, so while a cluster node's
-  statement waits for its replicas the node's other statements run (the node has several
-  statement threads; the cluster plane serializes SELECTs among themselves, not with writes).
+* One lock serializes requests, so the processor may be shared by the shell's threads, except
+  for a request's data-plane call: a write is decided under the lock (mutations, timestamp, CDC
+  captures) and a SELECT planned there (``plan_select``), then the write or the SELECT's reads
+  run after the lock is released. With the plane's ``submit_write`` / ``submit_read`` (a
+  cluster node, a single node's group commit) they are only started there: the request leaves
+  a pending answer (``take_pending``) and its thread goes on; work that may wait for the
+  cluster on a thread (role statements, procedures) goes to ``submit_waiting``.
 * The node-local virtual tables of ``system_replication`` (``captured_rows``,
   ``local_slices``) are read from this processor's own store's capture (``_exec_virtual``),
   never through the data plane, whatever the consistency level; writes to them are Invalid
