@@ -145,7 +145,7 @@ from ringflow.cql._exec_common import (
     UnpreparedStatement,
 )
 from ringflow.cql._exec_errors import response_for_error
-from ringflow.cql._exec_select import PartitionSlice, RowReader
+from ringflow.cql._exec_select import RowReader
 from ringflow.cql._exec_system import (
     DISTRIBUTED_TABLES,
     ensure_system_tables,
@@ -368,7 +368,6 @@ __all__ = [
     "Options",
     "OrderBy",
     "ParseLimits",
-    "PartitionSlice",
     "Permission",
     "Prepare",
     "PreparedMetadata",

@@ -80,10 +80,6 @@ ORDER_BY_PAGING_MESSAGE = (
 )
 
 
-PartitionSlice = tuple[Sequence[bytes], ClusteringBound, ClusteringBound]
-"""A partition's clustering slice a SELECT reads: partition key, start, end."""
-
-
 class RowReader(Protocol):
     """Where a SELECT's rows come from: a ``Store`` (the local one), a cluster node's reader of
     the coordinator's reconciled partitions, or the node-local virtual tables
@@ -543,17 +539,6 @@ def plan_select(
     """What ``statement`` reads and how it answers (InvalidRequest if it cannot be run): pure,
     made once for a statement whose reads are run again (``answer_select``)."""
     return SelectPlan(statement, context, _plan(statement, table, context, limits))
-
-
-def first_page_reads(planned: SelectPlan, request: PageRequest) -> list[PartitionSlice]:
-    """The partition slices the first page of ``planned`` reads, each whole (partition key,
-    start, end): what a reader may fetch before answering. None for a scan or a page resumed:
-    their reads are found by answering."""
-    plan = planned.plan
-    if plan.keys is None or request.paging_state is not None:
-        return []
-    slices = plan.restrictions.slices(plan.table)
-    return [(key, piece.start, piece.end) for key in plan.keys for piece in slices]
 
 
 def answer_select(

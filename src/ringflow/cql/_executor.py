@@ -107,10 +107,8 @@ from ringflow.cql._exec_dml import (
 from ringflow.cql._exec_errors import response_for_error
 from ringflow.cql._exec_select import (
     PageRequest,
-    PartitionSlice,
     RowReader,
     answer_select,
-    first_page_reads,
     json_specs,
     plan_select,
 )
@@ -217,12 +215,10 @@ SubmitWrite = Callable[
 """Queues a statement's write (batch, captures by index, consistency, timestamp µs); its future
 is done once the write is durable, or fails with the error that refused it."""
 SubmitRead = Callable[
-    [Consistency, Callable[[RowReader], Response], Table, Sequence[PartitionSlice]],
-    "concurrent.futures.Future[Response]",
+    [Consistency, Callable[[RowReader], Response]], "concurrent.futures.Future[Response]"
 ]
-"""Starts a SELECT's reads at the consistency (the table's partition slices its first page
-reads, when known) and runs the SELECT (its argument) over them once they are here; its future
-is done with the SELECT's answer, or fails with its error."""
+"""Starts a SELECT's reads at the consistency and runs the SELECT (its argument) over them
+once they are here; its future is done with the SELECT's answer, or fails with its error."""
 SubmitWaiting = Callable[
     [Callable[[], Response | None]], "concurrent.futures.Future[Response | None]"
 ]
@@ -536,8 +532,7 @@ class QueryProcessor:
 
             def queue_read() -> None:  # after the lock: the answer is the read's future's
                 assert submit is not None
-                reads = first_page_reads(planned, request)
-                self._request.pending = (submit(consistency, select, table, reads), consistency)
+                self._request.pending = (submit(consistency, select), consistency)
 
             if is_virtual_table(table):  # node-local: this node's own capture, never the plane
                 virtual = CaptureTables(self._store)

@@ -30,9 +30,7 @@ read, so an IN of many partitions costs one round of parallel reads; a scan's ra
 read the same way, one round per chunk a page spans. A statement runs at most
 ``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its thread. The reads of
 callers that must wait (``read``: role and permission reads) read on their thread, blocking on
-the coordinator's future. The slices a first page reads are known from its plan
-(``first_page_reads``): when they all go through the coordinator they are read before the SELECT
-runs, so it runs once, on the event loop.
+the coordinator's future.
 
 Only the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time
 <= ?``) costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a
@@ -85,7 +83,6 @@ from ringflow.cql import (
     SYSTEM_DISTRIBUTED_KEYSPACE,
     SYSTEM_REPLICATION_KEYSPACE,
     Consistency,
-    PartitionSlice,
     Response,
     RowReader,
 )
@@ -339,42 +336,14 @@ class ClusterDataPlane:
         return run(CoordinatedReader(self, self._local, consistency))
 
     def submit_read(
-        self,
-        consistency: Consistency,
-        run: Callable[[RowReader], Response],
-        table: Table | None = None,
-        first_reads: Sequence[PartitionSlice] = (),
+        self, consistency: Consistency, run: Callable[[RowReader], Response]
     ) -> concurrent.futures.Future[Response]:
         """A statement's SELECT, its partition reads waited for by no thread (module
-        docstring): its future is done with the answer of ``run``, or its error.
-        ``first_reads``: the slices of ``table`` its first page reads (``first_page_reads``),
-        read before it runs when every one goes through the coordinator, so a SELECT whose
-        reads are known runs once."""
+        docstring): its future is done with the answer of ``run``, or its error."""
         future: concurrent.futures.Future[Response] = concurrent.futures.Future()
         reader = CoordinatedReader(self, self._local, consistency, deferring=True)
-        reads = self._coordinated_slices(table, first_reads, consistency)
-        if reads:
-            try:
-                self._loop.call_soon_threadsafe(self._read_missing, reads, reader, run, future, 0)
-            except RuntimeError as closed:  # the node is shutting down
-                future.set_exception(closed)
-            return future
         self._attempt(reader, run, future, 1)
         return future
-
-    def _coordinated_slices(
-        self, table: Table | None, slices: Sequence[PartitionSlice], consistency: Consistency
-    ) -> list[_Read]:
-        """``slices`` as reads through the coordinator, or none if one of them is read from
-        the local store (a node-local table, a local read at ONE) or there are none."""
-        if table is None or not slices or not self.coordinated(table.keyspace):
-            return []
-        reads: list[_Read] = []
-        for partition_key, start, end in slices:
-            if consistency in _ONE and self.serves_locally(table, partition_key):
-                return []
-            reads.append((table, tuple(partition_key), start, end))
-        return reads
 
     def _attempt(
         self,
