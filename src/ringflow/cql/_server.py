@@ -707,7 +707,7 @@ class CqlServer(Generic[SessionT]):
                 handled, pending = found, found.pending
         except Exception as error:
             self.stats.server_errors += 1
-            _log.exception("bug: a pending write failed outside its answer")
+            _log.exception("bug: a statement's pending work failed outside its answer")
             response = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
         return dataclasses.replace(handled, response=response, pending=None)
 

@@ -77,7 +77,6 @@ import msgpack
 from ringflow.cdc import CdcCapture
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._settings import ReadDone
 from ringflow.cql import (
     SYSTEM_AUTH_KEYSPACE,
     SYSTEM_DISTRIBUTED_KEYSPACE,
@@ -265,29 +264,11 @@ class ClusterDataPlane:
     ) -> Mutation | None:
         """The reconciled raw partition (only its clustering slice ``start`` .. ``end``, with
         its static row and tombstones, when bounded) read through the coordinator."""
-        future: concurrent.futures.Future[object] = concurrent.futures.Future()
-
-        def done(partition: Mutation | None, error: BaseException | None) -> None:
-            if error is None:
-                future.set_result(partition)
-            else:
-                future.set_exception(error)
-
-        columns = value_column_names(table)
-
-        def begin(callback: ReadDone) -> None:
-            self._node.read(
-                table.keyspace,
-                table.name,
-                partition_key,
-                consistency,
-                callback,
-                start,
-                end,
-                columns,
-            )
-
-        self._loop.call_soon_threadsafe(begin, done)
+        future: concurrent.futures.Future[_Found] = concurrent.futures.Future()
+        read = (table, partition_key, start, end)
+        self._loop.call_soon_threadsafe(
+            self._read_slice, read, consistency, future.set_result, future.set_exception
+        )
         timeout_s = self._node.settings.read_timeout_ms / 1000 + _MARGIN_S
         result = _wait(future, timeout_s, "read")
         return result if isinstance(result, Mutation) else None
@@ -310,25 +291,15 @@ class ClusterDataPlane:
     ) -> tuple[list[Mutation], int | None]:
         """At most ``limit`` reconciled partitions of ``(left, right]`` in token order, and the
         last token covered (None: the whole range)."""
-        future: concurrent.futures.Future[object] = concurrent.futures.Future()
-
-        def done(
-            partitions: list[Mutation] | None, covered: int | None, error: BaseException | None
-        ) -> None:
-            if error is None:
-                future.set_result((partitions or [], covered))
-            else:
-                future.set_exception(error)
-
-        def start() -> None:
-            self._node.read_range(table.keyspace, table.name, left, right, consistency, limit, done)
-
-        self._loop.call_soon_threadsafe(start)
+        future: concurrent.futures.Future[_Found] = concurrent.futures.Future()
+        read = _ChunkRead(table, left, right, limit)
+        self._loop.call_soon_threadsafe(
+            self._read_chunk, read, consistency, future.set_result, future.set_exception
+        )
         timeout_s = self._node.settings.range_timeout_ms / 1000 + _MARGIN_S
         result = _wait(future, timeout_s, "range read")
         assert isinstance(result, tuple)
-        partitions, covered = result
-        return partitions, covered
+        return result
 
     def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
         """A SELECT's reads, waited for on this thread: ``run`` over a
