@@ -105,6 +105,7 @@ from ringflow.cql._auth_model import (
     decode_plain_token,
     encode_plain_token,
 )
+from ringflow.cql._backend import ProcessorBackend
 from ringflow.cql._bind import (
     PreparedStatement,
     prepared_id,
@@ -243,6 +244,8 @@ from ringflow.cql._server import (
     Backend,
     CqlServer,
     Handled,
+    execute_statement,
+    when_answered,
 )
 from ringflow.cql._server import Statement as StatementRequest
 from ringflow.cql._server_limits import ServerLimits, ServerStats
@@ -376,6 +379,7 @@ __all__ = [
     "Prepend",
     "Procedure",
     "ProcedureBody",
+    "ProcessorBackend",
     "Properties",
     "Property",
     "ProtocolErrorEvent",
@@ -467,6 +471,7 @@ __all__ = [
     "encode_message",
     "encode_plain_token",
     "ensure_system_tables",
+    "execute_statement",
     "load_schema",
     "parse_statement",
     "parse_statements",
@@ -478,5 +483,6 @@ __all__ = [
     "response_for_error",
     "truncate_text",
     "unsupported_version_message",
+    "when_answered",
     "write_option_type",
 ]

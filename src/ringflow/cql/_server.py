@@ -69,7 +69,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -143,11 +143,40 @@ class Handled:
     response: Response
     schema_changes: tuple[SchemaChange, ...] = ()
     warnings: tuple[str, ...] = ()
-    pending: Callable[[], Awaitable[Response | Handled]] | None = None
+    pending: concurrent.futures.Future[Response | Handled] | None = None
     """The statement's work still in progress (a write in a group commit or at its replicas,
-    a read, a DDL's schema agreement): the server awaits it on the event loop, no thread
-    waiting, and sends what it returns instead of ``response`` (the answer, or the error that
-    refused the write; a ``Handled`` replaces this one whole)."""
+    a read, a DDL's schema agreement): the server waits for it with no thread waiting (on the
+    event loop, or a shell's callback) and sends what it is done with instead of ``response``
+    (the answer, or the error that refused the write; a ``Handled`` replaces this one whole)."""
+
+
+def when_answered(
+    handled: Handled, done: Callable[[Handled], None], on_bug: Callable[[BaseException], None]
+) -> None:
+    """Call ``done`` with ``handled`` once its pending work is over: with the answer that work
+    gives, following a ``Handled`` it gives to the end of its own pending work. ``done`` runs
+    on the thread that finishes the work (at once when there is none). Work that fails with
+    an exception instead of an answer is a bug: ``on_bug`` is told, and ``done`` gets a
+    ServerError answer."""
+    pending = handled.pending
+    if pending is None:
+        done(handled)
+        return
+
+    def finished(future: concurrent.futures.Future[Response | Handled]) -> None:
+        try:
+            found = future.result()
+        except BaseException as error:
+            on_bug(error)
+            response = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
+            done(dataclasses.replace(handled, response=response, pending=None))
+            return
+        if isinstance(found, Handled):  # it handed on work of its own: whole, in its place
+            when_answered(found, done, on_bug)
+        else:
+            done(dataclasses.replace(handled, response=found, pending=None))
+
+    pending.add_done_callback(finished)
 
 
 class Backend(Protocol[SessionT]):
@@ -198,6 +227,30 @@ def _error_of(error: RingflowError) -> ErrorResponse:
     except LocalProtocolError:
         # A code whose body needs extra fields the exception does not carry.
         return ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
+
+
+def execute_statement(
+    backend: Backend[SessionT], session: SessionT, statement: Statement, stats: ServerStats
+) -> Handled:
+    """``backend``'s answer to ``statement``, or the ERROR for its exception: a
+    ``RingflowError`` keeps its code, anything else is a ServerError (a bug: logged, counted
+    in ``stats.server_errors``). A SCHEMA_CHANGE result carries its change to push."""
+    try:
+        answer = backend.handle(session, statement)
+    except RingflowError as error:
+        if error.code == ErrorCode.SERVER_ERROR:
+            stats.server_errors += 1
+            _log.error("server error on %s: %s", type(statement).__name__, error)
+        return Handled(_error_of(error))
+    except Exception as error:
+        stats.server_errors += 1
+        _log.exception("bug: unexpected exception executing %s", type(statement).__name__)
+        return Handled(ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}"))
+    if isinstance(answer, Handled):
+        return answer
+    if isinstance(answer, SchemaChangeResult):
+        return Handled(answer, (answer.change,))
+    return Handled(answer)
 
 
 def _address_of(writer: asyncio.StreamWriter) -> str:
@@ -678,7 +731,7 @@ class CqlServer(Generic[SessionT]):
                             self._worker, self._execute, client.session, statement
                         )
                         if handled.pending is not None:  # its slots are held until it is done
-                            handled = await self._finish(handled, handled.pending)
+                            handled = await self._finish(handled)
                     finally:
                         self.in_flight -= 1
             finally:
@@ -691,46 +744,25 @@ class CqlServer(Generic[SessionT]):
             _log.exception("bug: answering stream %d from %s failed", stream_id, client.peer)
             client.writer.close()
 
-    async def _finish(
-        self, handled: Handled, pending: Callable[[], Awaitable[Response | Handled]]
-    ) -> Handled:
-        """``handled`` with the answer its pending work gives (a ServerError if awaiting it
-        fails unexpectedly: a bug, counted)."""
-        try:
-            while True:  # a Handled given may have work pending in its turn
-                found = await pending()
-                if not isinstance(found, Handled):
-                    response = found
-                    break
-                if found.pending is None:
-                    return found
-                handled, pending = found, found.pending
-        except Exception as error:
+    async def _finish(self, handled: Handled) -> Handled:
+        """``handled`` with the answer its pending work gives, waited for on the event loop
+        (``when_answered``; a ServerError if that work fails unexpectedly: a bug, counted)."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[Handled] = loop.create_future()
+
+        def bug(error: BaseException) -> None:
             self.stats.server_errors += 1
-            _log.exception("bug: a statement's pending work failed outside its answer")
-            response = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
-        return dataclasses.replace(handled, response=response, pending=None)
+            _log.error("bug: a statement's pending work failed outside its answer", exc_info=error)
+
+        def done(found: Handled) -> None:
+            loop.call_soon_threadsafe(answered.set_result, found)
+
+        when_answered(handled, done, bug)
+        return await answered
 
     def _execute(self, session: SessionT, statement: Statement) -> Handled:
         """Runs on the worker thread: the backend's answer, or the ERROR for its exception."""
-        try:
-            answer = self._backend.handle(session, statement)
-        except RingflowError as error:
-            if error.code == ErrorCode.SERVER_ERROR:
-                self.stats.server_errors += 1
-                _log.error("server error on %s: %s", type(statement).__name__, error)
-            return Handled(_error_of(error))
-        except Exception as error:
-            self.stats.server_errors += 1
-            _log.exception("bug: unexpected exception executing %s", type(statement).__name__)
-            return Handled(
-                ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
-            )
-        if isinstance(answer, Handled):
-            return answer
-        if isinstance(answer, SchemaChangeResult):
-            return Handled(answer, (answer.change,))
-        return Handled(answer)
+        return execute_statement(self._backend, session, statement, self.stats)
 
     async def _send(
         self,

@@ -46,7 +46,6 @@ from ringflow.node._config import (
 )
 from ringflow.node._startup import (
     Node,
-    ProcessorBackend,
     create_first_generation,
     ensure_cdc_generation,
     load_or_create_record,
@@ -76,7 +75,6 @@ __all__ = [
     "Node",
     "NodeConfig",
     "NodeRecord",
-    "ProcessorBackend",
     "auth_mode",
     "auth_settings",
     "check_address",

@@ -27,6 +27,7 @@ from ringflow.runtime._certificates import (
     write_pem,
 )
 from ringflow.runtime._clock import SystemClock
+from ringflow.runtime._clock_loop import ClockExecutor, ClockLoop
 from ringflow.runtime._event_loop import EVENT_LOOP_ENV, event_loop_name, run_event_loop
 from ringflow.runtime._interfaces import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -88,6 +89,8 @@ __all__ = [
     "Backpressure",
     "ClientEncryptionOptions",
     "Clock",
+    "ClockExecutor",
+    "ClockLoop",
     "Disk",
     "DiskError",
     "Endpoint",

@@ -35,6 +35,7 @@ SCHEMA = (
 @dataclass
 class _Settings:
     read_timeout_ms: int = 5000
+    range_timeout_ms: int = 10000
     write_timeout_ms: int = 5000
 
 

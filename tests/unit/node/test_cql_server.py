@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import pytest
@@ -85,24 +85,40 @@ class FakeBackend:
             raise InvalidRequest("no such thing")
         if text == "BUG":
             raise ValueError("oops")
-        if text.startswith("PENDING"):  # answered later, on the event loop (a pending write)
-            return Handled(VoidResult(), pending=lambda: self._released(text))
+        if text.startswith("PENDING"):  # answered later, with no thread waiting (a write)
+            return Handled(VoidResult(), pending=self.released.future(text))
         if text == "NESTED":  # work handed on (a statement offloaded, then its read pending)
-            return Handled(VoidResult(), pending=self._offloaded)
+            read: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+            offloaded: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+            offloaded.set_result(
+                Handled(VoidResult(), warnings=("from the inner work",), pending=read)
+            )
+            threading.Timer(0.05, read.set_result, (SetKeyspaceResult("nested"),)).start()
+            return Handled(VoidResult(), pending=offloaded)
         return VoidResult()
 
-    async def _released(self, text: str) -> Response:
-        while text not in self.released:
-            await asyncio.sleep(0.01)
-        return VoidResult()
+    released: Releases = field(default_factory=lambda: Releases())
 
-    async def _offloaded(self) -> Handled:
-        async def read() -> Response:
-            return SetKeyspaceResult("nested")
 
-        return Handled(VoidResult(), warnings=("from the inner work",), pending=read)
+class Releases:
+    """The pending answers of ``PENDING n`` statements, each done once its text is added."""
 
-    released: set[str] = field(default_factory=set)
+    def __init__(self) -> None:
+        self._futures: dict[str, concurrent.futures.Future[Response | Handled]] = {}
+        self._lock = threading.Lock()
+
+    def future(self, text: str) -> concurrent.futures.Future[Response | Handled]:
+        with self._lock:
+            return self._futures.setdefault(text, concurrent.futures.Future())
+
+    def add(self, text: str) -> None:
+        found = self.future(text)
+        if not found.done():
+            found.set_result(VoidResult())
+
+    def update(self, texts: Iterable[str]) -> None:
+        for text in texts:
+            self.add(text)
 
 
 class Client:

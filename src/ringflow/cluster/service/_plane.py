@@ -65,12 +65,11 @@ show it, e.g. ``ResponseFuture.warnings``).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgpack
 
@@ -93,6 +92,9 @@ _MARGIN_S = 2.0
 MAX_SELECT_RUNS: Final = 4
 """A SELECT runs at most this many times (module docstring): what its earlier runs lack is read
 with no thread waiting, what its last run lacks is read on its thread."""
+MAX_RUNS_WITHOUT_WAITING: Final = 64
+"""Where no run may wait (``last_run_waits`` off), a SELECT that still lacks reads after this
+many runs fails (InternalError) instead."""
 _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
@@ -161,16 +163,39 @@ def _wait(future: concurrent.futures.Future[Any], timeout_s: float, what: str) -
         raise InternalError(f"{what}: the coordinator did not answer in {timeout_s} s") from None
 
 
+class EventLoop(Protocol):
+    """What the plane asks of the node's event loop: asyncio's loop, or a ``ClockLoop`` over
+    the simulator's clock."""
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> object: ...
+
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: Any
+    ) -> _Cancellable: ...
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
 class ClusterDataPlane:
-    """``DataPlane`` of a cluster node (see the module docstring)."""
+    """``DataPlane`` of a cluster node (see the module docstring).
+
+    ``loop`` runs the coordinator's calls; ``statements`` runs again a SELECT that reads the
+    local store; ``waits`` a SELECT's last run, which reads what it still lacks on its thread.
+    Without ``last_run_waits`` (a runtime with no thread to wait on: the simulator) no run
+    waits: a SELECT's reads are all made with no thread waiting, and one that still lacks
+    reads after ``MAX_RUNS_WITHOUT_WAITING`` runs fails."""
 
     def __init__(
         self,
         node: ClusterNode,
-        loop: asyncio.AbstractEventLoop,
+        loop: EventLoop,
         local: Store,
         statements: concurrent.futures.Executor | None = None,
         waits: concurrent.futures.Executor | None = None,
+        *,
+        last_run_waits: bool = True,
     ) -> None:
         self._node = node
         self._loop = loop
@@ -179,6 +204,7 @@ class ClusterDataPlane:
         """Where a SELECT that reads the local store runs again once its reads are here."""
         self._waits = waits or statements
         """Where a SELECT's last run goes (it may wait for what it still lacks)."""
+        self._last_run_waits = last_run_waits
         self._held: dict[tuple[str, str], HeldTable] = {}
 
     def write(
@@ -325,7 +351,7 @@ class ClusterDataPlane:
     ) -> None:
         """Run the SELECT over what ``reader`` holds; answer, or read what it lacked and run
         it again (module docstring: where)."""
-        if run_number >= MAX_SELECT_RUNS:
+        if self._last_run_waits and run_number >= MAX_SELECT_RUNS:
             reader.deferring = False  # the last run: what it still lacks is read here
         answer: Response | None = None
         failure: Exception | None = None
@@ -334,7 +360,10 @@ class ClusterDataPlane:
         except Exception as error:  # may be for lack of a slice: only final when none lacks
             failure = error
         missing = reader.take_missing()
-        if missing:
+        if missing and run_number >= MAX_RUNS_WITHOUT_WAITING:
+            message = f"the SELECT still lacked reads after {run_number} rounds of them"
+            future.set_exception(InternalError(message))
+        elif missing:
             try:
                 self._loop.call_soon_threadsafe(
                     self._read_missing, missing, reader, run, future, run_number
@@ -359,7 +388,10 @@ class ClusterDataPlane:
         every one is here, hand them to the statement's next run."""
         found: list[_Found] = [None] * len(missing)
         remaining = len(missing)
-        timeout_s = self._node.settings.read_timeout_ms / 1000 + _MARGIN_S
+        settings = self._node.settings
+        ranges = any(isinstance(read, _ChunkRead) for read in missing)
+        timeout_ms = settings.range_timeout_ms if ranges else settings.read_timeout_ms
+        timeout_s = timeout_ms / 1000 + _MARGIN_S  # the coordinator's own timeouts come first
 
         def fail(error: BaseException) -> None:
             deadline.cancel()
@@ -386,10 +418,10 @@ class ClusterDataPlane:
             if remaining:
                 return
             deadline.cancel()
-            if not reader.reads_store and run_number + 1 < MAX_SELECT_RUNS:
+            last = self._last_run_waits and run_number + 1 >= MAX_SELECT_RUNS
+            if not reader.reads_store and not last:
                 rerun()  # pure over what is held: here, no hand-off to a thread
                 return
-            last = run_number + 1 >= MAX_SELECT_RUNS
             executor = self._waits if last else self._statements  # the last run may wait
             try:
                 if executor is None:
@@ -479,26 +511,36 @@ class ClusterDataPlane:
             found = self._held[key] = HeldTable(table, self._local.limits)
         return found
 
-    async def schema_agreement_warning(self) -> str | None:
-        """After a DDL, on the event loop: wait until every live node agrees on this node's
-        schema version, at most ``schema_agreement_timeout_ms``; the warning for the answer if
-        agreement was not reached, else None. The node answers as soon as gossip brings
-        agreement (``ClusterNode.await_schema_agreement``): nothing polls, no thread waits."""
+    def schema_agreement_warning(self) -> concurrent.futures.Future[str | None]:
+        """After a DDL (from any thread): a future done once every live node agrees on this
+        node's schema version, or after ``schema_agreement_timeout_ms``, with the warning for
+        the answer if agreement was not reached, else None. The node answers as soon as gossip
+        brings agreement (``ClusterNode.await_schema_agreement``): nothing polls, no thread
+        waits. InternalError if the node does not answer in that time plus a margin."""
         timeout_ms = self._node.settings.schema_agreement_timeout_ms
-        found: asyncio.Future[dict[str, str | None]] = self._loop.create_future()
+        found: concurrent.futures.Future[str | None] = concurrent.futures.Future()
 
-        def done(disagreeing: dict[str, str | None]) -> None:
-            if not found.done():
-                found.set_result(disagreeing)
+        def start() -> None:  # on the event loop
+            def expire() -> None:
+                if not found.done():
+                    message = f"schema agreement: the node did not answer in {timeout_ms} ms"
+                    found.set_exception(InternalError(message))
 
-        self._node.await_schema_agreement(timeout_ms, done)
+            deadline = self._loop.call_later(timeout_ms / 1000 + _MARGIN_S, expire)
+
+            def done(disagreeing: dict[str, str | None]) -> None:
+                deadline.cancel()
+                if not found.done():
+                    warning = agreement_warning(timeout_ms, disagreeing) if disagreeing else None
+                    found.set_result(warning)
+
+            self._node.await_schema_agreement(timeout_ms, done)
+
         try:
-            disagreeing = await asyncio.wait_for(found, timeout_ms / 1000 + _MARGIN_S)
-        except TimeoutError:
-            raise InternalError(
-                f"schema agreement: the node did not answer in {timeout_ms} ms"
-            ) from None
-        return agreement_warning(timeout_ms, disagreeing) if disagreeing else None
+            self._loop.call_soon_threadsafe(start)
+        except RuntimeError as closed:  # the node is shutting down
+            found.set_exception(closed)
+        return found
 
     def close(self) -> None:
         """Nothing to release: a coordinated read holds its partitions in memory only."""

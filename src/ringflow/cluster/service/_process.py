@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import ipaddress
 import json
 import logging
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringflow.cluster._gossip_state import ApplicationState
+from ringflow.cluster.service._backend import ClusterBackend
 from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
 from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._capture_services import CaptureServices
@@ -75,20 +75,16 @@ from ringflow.cql import (
     AuthService,
     CqlServer,
     EventType,
-    Handled,
     Inet,
     SessionState,
-    StatementRequest,
     StatusChangeEvent,
     StatusChangeType,
     TopologyChangeEvent,
     TopologyChangeType,
-    VoidResult,
 )
 from ringflow.node import (
     Node,
     NodeConfig,
-    ProcessorBackend,
     auth_mode,
     internode_tls,
     native_tls,
@@ -138,50 +134,6 @@ class ExecutorOffload:
                 done(f.result(), None)
 
         future.add_done_callback(finished)
-
-
-class ClusterBackend(ProcessorBackend):
-    """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004), with a
-    warning when it is not reached in time."""
-
-    def __init__(self, node: Node, waits: concurrent.futures.Executor | None = None) -> None:
-        super().__init__(node.processor)
-        self.plane: ClusterDataPlane | None = None
-        self._waits = waits
-
-    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
-        """A statement whose user's grants are not cached (their check reads ``system_auth``
-        through the cluster) is handled on ``waits``, not on the statement thread."""
-        auth, waits = self._processor.auth, self._waits
-        if waits is None or auth is None or auth.preloaded(session.user):
-            return self._handle(session, statement)
-        future = waits.submit(self._handle, session, statement)
-
-        async def loaded() -> Handled:  # on the event loop: no statement thread waits
-            return await asyncio.wrap_future(future)
-
-        return Handled(VoidResult(), pending=loaded)
-
-    def _handle(self, session: SessionState, statement: StatementRequest) -> Handled:
-        handled = super().handle(session, statement)
-        plane = self.plane
-        if not handled.schema_changes or plane is None:
-            return handled
-        first = handled.pending
-
-        async def agreed() -> Handled:  # on the event loop: no statement thread waits
-            done = handled
-            if first is not None:
-                answer = await first()
-                done = answer if isinstance(answer, Handled) else Handled(answer)
-                done = dataclasses.replace(handled, response=done.response)
-            warning = await plane.schema_agreement_warning()
-            if warning is not None:
-                _log.warning("%s", warning)
-                done = dataclasses.replace(done, warnings=(*done.warnings, warning))
-            return dataclasses.replace(done, pending=None)
-
-        return dataclasses.replace(handled, pending=agreed)
 
 
 class DefaultSuperuserSetup:
@@ -384,7 +336,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     statements, storage, schema, waits = pools
     config, record = node.config, node.record
-    backend = ClusterBackend(node, waits)
+    backend = ClusterBackend(node.processor, waits)
     server = CqlServer(
         backend,
         statements,

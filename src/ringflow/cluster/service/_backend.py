@@ -1,0 +1,97 @@
+"""The backend of a cluster node's CQL shell: statements through the ``QueryProcessor``, a
+DDL's answer held until the schema agrees (seed 004).
+
+Loop-agnostic: what a statement leaves pending is a ``concurrent.futures.Future`` chained to
+the next step by callbacks, so the asyncio ``CqlServer`` of a node process and the
+simulator's ``NetworkCqlShell`` run the same backend.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cql import (
+    Handled,
+    ProcessorBackend,
+    QueryProcessor,
+    Response,
+    SessionState,
+    StatementRequest,
+    VoidResult,
+    when_answered,
+)
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+
+def chain(
+    source: concurrent.futures.Future[_T],
+    target: concurrent.futures.Future[_U],
+    then: Callable[[_T], _U],
+) -> None:
+    """Once ``source`` is done, ``target`` is done with ``then`` of its result, or with its
+    error (or ``then``'s); on the thread that finishes ``source``."""
+
+    def finished(done: concurrent.futures.Future[_T]) -> None:
+        try:
+            result = then(done.result())
+        except BaseException as error:
+            target.set_exception(error)
+        else:
+            target.set_result(result)
+
+    source.add_done_callback(finished)
+
+
+def _bug(error: BaseException) -> None:
+    _log.error("bug: a statement's pending work failed outside its answer", exc_info=error)
+
+
+class ClusterBackend(ProcessorBackend):
+    """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004), with a
+    warning when it is not reached in time. Nothing in it waits on a thread: what is pending
+    is a future the shell (the ``CqlServer``, or the simulator's ``NetworkCqlShell``) waits
+    for with no thread waiting."""
+
+    def __init__(
+        self, processor: QueryProcessor, waits: concurrent.futures.Executor | None = None
+    ) -> None:
+        super().__init__(processor)
+        self.plane: ClusterDataPlane | None = None
+        self._waits = waits
+
+    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
+        """A statement whose user's grants are not cached (their check reads ``system_auth``
+        through the cluster) is handled on ``waits``, not on the statement thread."""
+        auth, waits = self._processor.auth, self._waits
+        if waits is None or auth is None or auth.preloaded(session.user):
+            return self._handle(session, statement)
+        handled: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+        chain(waits.submit(self._handle, session, statement), handled, lambda done: done)
+        return Handled(VoidResult(), pending=handled)
+
+    def _handle(self, session: SessionState, statement: StatementRequest) -> Handled:
+        handled = super().handle(session, statement)
+        plane = self.plane
+        if not handled.schema_changes or plane is None:
+            return handled
+        agreed: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+
+        def answered(done: Handled) -> None:  # the DDL's own answer: then agreement
+            def warned(warning: str | None) -> Handled:
+                if warning is None:
+                    return done
+                _log.warning("%s", warning)
+                return dataclasses.replace(done, warnings=(*done.warnings, warning))
+
+            chain(plane.schema_agreement_warning(), agreed, warned)
+
+        when_answered(handled, answered, _bug)
+        return dataclasses.replace(handled, pending=agreed)

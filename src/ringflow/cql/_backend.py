@@ -1,0 +1,105 @@
+"""The ``Backend`` a CQL shell serves: statements through the node's ``QueryProcessor``.
+
+Used by a single node's and a cluster node's ``CqlServer`` and by the simulator's CQL shell
+alike: each statement's schema changes (to push as events), its warnings and the write or read
+it leaves pending (a future the shell waits for with no thread waiting) come back with its
+answer as one ``Handled``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+from ringflow.cql._auth_model import PASSWORD_AUTHENTICATOR
+from ringflow.cql._executor import QueryProcessor, SessionState
+from ringflow.cql._requests import Execute, Prepare, Query
+from ringflow.cql._responses import Response
+from ringflow.cql._results import SchemaChange
+from ringflow.cql._server import Handled
+from ringflow.cql._server import Statement as StatementRequest
+from ringflow.errors import InternalError
+
+
+class ProcessorBackend:
+    """Adapts the ``QueryProcessor`` to the server's ``Backend`` protocol, collecting the
+    schema changes of each statement (all of them: creating a CDC table also creates its log
+    table) so the server pushes one SCHEMA_CHANGE event per change."""
+
+    authenticator_class = PASSWORD_AUTHENTICATOR
+
+    def __init__(self, processor: QueryProcessor) -> None:
+        self._processor = processor
+        self._request = threading.local()  # each statement thread's own schema changes
+        processor.on_schema_change(lambda change: self._changes.append(change))
+
+    @property
+    def _changes(self) -> list[SchemaChange]:
+        """The schema changes of the statement running on this thread (a DDL reports them on
+        the thread that runs it; statements run on several threads at once)."""
+        found: list[SchemaChange] | None = getattr(self._request, "changes", None)
+        if found is None:
+            found = self._request.changes = []
+        return found
+
+    def open_session(self) -> SessionState:
+        return SessionState(None)
+
+    def authenticate(self, session: SessionState, token: bytes | None) -> None:
+        """SASL PLAIN login (the server's ``Authenticator``), on a worker thread."""
+        auth = self._processor.auth
+        if auth is None:
+            raise InternalError("authenticate called on a node without an authenticator")
+        session.user = auth.authenticate(token)
+
+    def server_authenticator(self) -> ProcessorBackend | None:
+        """This backend as the server's authenticator when logins are required, else None."""
+        auth = self._processor.auth
+        return self if auth is not None and auth.settings.authenticate else None
+
+    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
+        """Runs on the storage thread; the changes, warnings and pending write collected are
+        this thread's (a cluster node runs statements on several threads)."""
+        self._changes.clear()
+        processor = self._processor
+        processor.take_warnings()  # a request's warnings are its own
+        if isinstance(statement, Query):
+            response = processor.query(statement, session)
+        elif isinstance(statement, Prepare):
+            response = processor.prepare(statement, session)
+        elif isinstance(statement, Execute):
+            response = processor.execute(statement, session)
+        else:
+            response = processor.batch(statement, session)
+        changes = tuple(self._changes)
+        self._changes.clear()
+        pending = processor.take_pending()
+        if pending is None:
+            return Handled(response, changes, processor.take_warnings())
+        future, consistency = pending
+        if future.done():  # committed or read at once (nothing else was waiting)
+            error = future.exception()
+            if isinstance(error, Exception):
+                response = processor.error_response(error, consistency)
+            elif error is not None:
+                raise error
+            else:
+                found = future.result()
+                response = response if found is None else found
+            return Handled(response, changes, processor.take_warnings())
+        answer = response
+        answered: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+
+        def finish(done: concurrent.futures.Future[Any]) -> None:  # nothing blocks on it
+            try:
+                found = done.result()
+            except Exception as error:
+                answered.set_result(processor.error_response(error, consistency))
+            except BaseException as error:
+                answered.set_exception(error)
+            else:
+                answered.set_result(answer if found is None else found)
+
+        future.add_done_callback(finish)
+        return Handled(response, changes, processor.take_warnings(), answered)
