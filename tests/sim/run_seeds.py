@@ -5,8 +5,9 @@ failing seed with the first line of its error and the command that replays it, t
 (seeds run, failures, wall time), and exits 1 when any seed failed. Scenarios: ``topology``
 (``test_topology_sim``: two joins and a decommission under QUORUM CDC writes with faults),
 ``topology-wide`` (the same with clock skew, a second crash, a partition while streaming and a
-join while another is in flight) and ``cluster`` (``test_cluster_sim``: faults, a partition
-and a crash under QUORUM CDC writes).
+join while another is in flight), ``cluster`` (``test_cluster_sim``: faults, a partition
+and a crash under QUORUM CDC writes) and ``cql`` (``test_cql_sim``: CQL clients, 2,000
+operations per seed under faults, checked Jepsen-style).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ SCENARIOS = {
         "test_the_same_under_skew_a_second_crash_a_partition_and_an_early_join"
     ),
     "cluster": "tests/sim/test_cluster_sim.py::test_quorum_writes_survive_faults_and_a_crash",
+    "cql": (
+        "tests/sim/test_cql_sim.py::test_cql_clients_see_every_acknowledged_write_and_its_cdc_row"
+    ),
 }
 
 
@@ -39,6 +43,10 @@ def _scenario(name: str) -> Callable[[int], object]:
         if name == "topology-wide":
             return lambda seed: test_topology_sim.run_scenario(seed, test_topology_sim.WIDE)
         return test_topology_sim.run_scenario
+    if name == "cql":
+        from tests.sim import test_cql_sim
+
+        return test_cql_sim.check_seed
     from tests.sim import test_cluster_sim
 
     return test_cluster_sim.run_scenario
