@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ringflow.cluster.service._cql_shell import serve_cql
+from ringflow.cluster.service._cql_shell import NetworkCqlShell, serve_cql
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql import (
     AnyErrorResponse,
@@ -37,6 +37,7 @@ from ringflow.cql import (
     Response,
     RowsResult,
     SchemaChangeResult,
+    SessionState,
 )
 from ringflow.errors import ErrorCode
 from ringflow.runtime import Runtime
@@ -104,6 +105,7 @@ class Run:
     sim: Simulation
     operations: int
     nodes: dict[str, ClusterNode] = field(default_factory=dict)
+    shells: dict[str, NetworkCqlShell[SessionState]] = field(default_factory=dict)
     clients: dict[str, SimCqlClient] = field(default_factory=dict)
     history: History = field(default_factory=History)
     errors: Counter[str] = field(default_factory=Counter)
@@ -124,7 +126,7 @@ class Run:
 
         def make(runtime: Runtime) -> ClusterNode:
             node, _cdc = start_layout_node(runtime, name, host, open_store(runtime))
-            serve_cql(node, cql_endpoint(name))
+            self.shells[name] = serve_cql(node, cql_endpoint(name))
             self.nodes[name] = node
             return node
 
@@ -140,6 +142,14 @@ class Run:
 
     def running(self) -> list[str]:
         return [name for name in NAMES if self.sim.process(name).running]
+
+    def validate(self) -> None:
+        """After every event of the run: the invariants of the node whose code it ran
+        (``ClusterNode.validate``) and of its CQL shell."""
+        name = self.sim.acting_process()
+        if name in self.shells:
+            self.nodes[name].validate()
+            self.shells[name].validate()
 
     def now_ms(self) -> int:
         return self.sim.now_ms()
@@ -173,6 +183,7 @@ def boot(seed: int, operations: int) -> Run:
     """Three nodes and three clients up, the CDC table created through CQL and agreed."""
     sim = Simulation(seed)
     run = Run(sim, operations)
+    sim.add_invariant(run.validate)
     try:
         for name in NAMES:
             sim.add_process(name, run.node_factory(name))

@@ -29,7 +29,9 @@ from tests.sim._seeds import ci_seeds
 pytestmark = pytest.mark.timeout(300)
 OPERATIONS = 2_000
 SEEDS_PER_RUN = 40
-SEEDS = ci_seeds((), per_run=SEEDS_PER_RUN, pool=10_000)
+SEEDS = ci_seeds((67,), per_run=SEEDS_PER_RUN, pool=10_000)
+"""Regression seeds: 67 (the gossiper fed the wall clock, which the seed skews back: every
+round refused "time went backwards", fixed by ``ClusterNode.gossip_now_ms``)."""
 
 
 def violations(run: Run) -> list[str]:

@@ -124,6 +124,10 @@ class SimLoop:
         self._events_run = 0
         self._running = False
         self._hooks: list[Callable[[], object]] = []
+        self.acting: Owner | None = None
+        """The incarnation whose code the event being run (or last run) ran: a timer's owner,
+        or the receiver of a message the network hands over (it says so); None for the
+        scenario's own calls. Hooks use it to check only the process that acted."""
 
     @property
     def now_us(self) -> int:
@@ -186,6 +190,7 @@ class SimLoop:
         self._now_us = time_us
         call._done = True
         self._events_run += 1
+        self.acting = call.owner
         self._running = True
         try:
             call.callback()

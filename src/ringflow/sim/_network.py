@@ -399,6 +399,7 @@ class SimNetwork:
         self._record(MessageDelivered(link.src, link.dst, flight.message_id, flight.copy))
         if link.up is not True:
             self._notify(link, up=True, reason="")
+        self._loop.acting = listener.owner
         try:
             listener.on_message(link.src, flight.payload)
         except ProtocolViolation as violation:  # a simulated node sent nonsense: a bug to see

@@ -175,6 +175,12 @@ class Simulation:
         """Run ``check()`` after every event; it raises to fail the run."""
         self.loop.add_hook(check)
 
+    def acting_process(self) -> str | None:
+        """The process whose code the last event ran (a timer of it, a message to it), if
+        it still runs; for invariants that check only what may have changed."""
+        owner = self.loop.acting
+        return owner.name if owner is not None and owner.alive else None
+
     def run_for(self, duration_ms: int, *, max_events: int | None = None) -> int:
         """Advance virtual time by ``duration_ms``; returns the number of events run."""
         return self.loop.run_until(self.loop.now_us + duration_ms * 1000, max_events=max_events)

@@ -164,3 +164,28 @@ def test_partitions_are_by_process_and_follow_restarts() -> None:
         node_of(sim, "a").runtime.network.send("a", "b", b"through")
         sim.run_for(20)
         assert node_of(sim, "b").heard == [b"through"]
+
+
+def test_the_acting_process_is_the_timer_owner_or_the_message_receiver() -> None:
+    """``Simulation.acting_process``: what the last event ran the code of (invariant hooks
+    check only that process); None for the scenario's own calls and for a dead owner."""
+    with Simulation(7) as sim:
+        sim.add_process("a", recorder("a"))
+        sim.add_process("b", recorder("b"))
+        acting: list[str | None] = []
+        sim.add_invariant(lambda: acting.append(sim.acting_process()))
+        sim.run_for(10)  # both tick
+        assert sorted(a for a in acting if a) == ["a", "b"]
+        acting.clear()
+        node_of(sim, "a").runtime.network.send("a", "b", b"hello")
+        sim.run_for(5)  # the delivery to b runs b's handler
+        assert acting == ["b"]
+        acting.clear()
+        sim.after(1, lambda: None)
+        sim.run_for(2)
+        assert acting == [None]
+        node_of(sim, "a").runtime.network.send("a", "b", b"again")
+        sim.run_for(5)
+        assert sim.acting_process() == "b"
+        sim.crash("b")
+        assert sim.acting_process() is None  # that incarnation is gone

@@ -62,7 +62,7 @@ from ringflow.cql import (
     execute_statement,
     when_answered,
 )
-from ringflow.errors import ErrorCode, RingflowError
+from ringflow.errors import ErrorCode, RingflowError, invariant
 from ringflow.runtime import ClockExecutor, ClockLoop, Endpoint, Listener, Network
 
 _log = logging.getLogger(__name__)
@@ -117,6 +117,18 @@ class NetworkCqlShell(Generic[SessionT]):
             self._listener = None
         self._connections.clear()
         self._queued.clear()
+
+    def validate(self) -> None:
+        """The bounds hold and every connection's own invariants (``ServerConnection``)."""
+        limits = self.limits
+        invariant(0 <= self.in_flight <= limits.max_statements_in_flight, "in flight")
+        invariant(len(self._queued) <= limits.max_pending_requests, "queued beyond the bound")
+        invariant(
+            not self._queued or self.in_flight == limits.max_statements_in_flight,
+            "a statement queued while a slot is free",
+        )
+        for found in self._connections.values():
+            found.connection.validate()
 
     @property
     def open_connections(self) -> int:

@@ -220,6 +220,9 @@ class ClusterNode:
             self._rng,
             extra_states,
         )
+        self._gossip_origin_ms = clock.now_ms() - clock.monotonic_ms()
+        """The gossiper's time is the monotonic clock from the wall time at start
+        (``gossip_now_ms``)."""
         self.hints = _hint_manager(settings, processor.schema_version)
         self.coordinator = Coordinator(
             host,
@@ -307,6 +310,14 @@ class ClusterNode:
         self._offload(self.store.hint_targets, self.hint_delivery.on_stored_hint_targets)
         self._schedule_tick()
 
+    def validate(self) -> None:
+        """The node's invariants: its gossip state and failure detector, its coordinator
+        with every request and hint it holds, and the statements' requests waiting on them.
+        The simulator checks them after every event (``Simulation.add_invariant``)."""
+        self.gossiper.validate()
+        self.coordinator.validate()
+        self.requests.validate()
+
     def stop(self) -> None:
         self._stopped = True
         if self._tick_timer is not None:
@@ -320,10 +331,19 @@ class ClusterNode:
         if not self._stopped:
             self._tick_timer = self.clock.call_later(self.settings.gossip_interval_ms, self._tick)
 
+    def gossip_now_ms(self) -> int:
+        """The time the gossiper and its failure detector are given: it must never go back
+        (the gossiper refuses a round whose time does), so it runs on the monotonic clock,
+        from the wall-clock time at start (a peer's generation is still compared with a
+        wall time, within the year ``MAX_GENERATION_DIFFERENCE_S`` allows). The wall clock
+        may jump back (NTP, a skewed clock corrected): fed to the gossiper, every round
+        would fail until it caught up again."""
+        return self._gossip_origin_ms + self.clock.monotonic_ms()
+
     def _tick(self) -> None:
         now_ms = self.clock.now_ms()
         try:
-            self._run_gossip(self.gossiper.tick(now_ms))
+            self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
             self.hint_delivery.run(self.hints.tick(now_ms))
             self.schema_sync.recheck()
             for listener in self.tick_listeners:
@@ -374,7 +394,7 @@ class ClusterNode:
             self.schema_sync.settle()
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
-        self._run_gossip(self.gossiper.receive(source, message, self.clock.now_ms()))
+        self._run_gossip(self.gossiper.receive(source, message, self.gossip_now_ms()))
 
     def _learn(self, endpoint: str) -> None:
         """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every

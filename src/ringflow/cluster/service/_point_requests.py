@@ -75,7 +75,7 @@ from ringflow.cluster.service import _codec
 from ringflow.cluster.service._dispatch import peer_write_refusal
 from ringflow.cluster.service._group_commit import GroupCommit
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
-from ringflow.errors import RingflowError
+from ringflow.errors import RingflowError, invariant
 from ringflow.replication import Origin
 from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
@@ -102,6 +102,16 @@ class PointRequests:
         self.group_commit = GroupCommit(node.offload, self._apply_units)
         """Every write unit this node applies as a replica goes through it (one transaction
         per group)."""
+
+    def validate(self) -> None:
+        """Every write and read waiting here is one the coordinator still holds (one that
+        finished has been answered and forgotten)."""
+        coordinator = self._node.coordinator
+        for request_id in (*self._writes, *self._reads):
+            invariant(
+                coordinator.handler(request_id) is not None,
+                f"request {request_id} waits for a coordinator request that is gone",
+            )
 
     def stop(self) -> None:
         """Cancel every request timer."""
