@@ -42,6 +42,11 @@ class StoreLimits:
     """Largest ``page_size`` of a scan (and partitions per compaction transaction)."""
     max_tombstones_per_read: int = 100_000
     """Cassandra's ``tombstone_failure_threshold``."""
+    max_held_read_bytes: int = 64 * MIB
+    """What one statement may hold in memory of the partitions it read through the
+    coordinator (their estimated serialized size, ``mutation_size``): a SELECT of a larger
+    clustering slice, or of more partitions at once, is refused (``ResultTooLarge``) before
+    it holds more (Scylla's ``max_memory_for_unlimited_query_hard_limit`` is 100 MiB)."""
     max_hints_per_target: int = 1_000_000
     max_hints_per_fetch: int = 1_000
 

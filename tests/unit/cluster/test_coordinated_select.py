@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from ringflow.cql._results import RowsResult
 from ringflow.cql._wire import Consistency
 from ringflow.errors import ReadTimeout
 from ringflow.schema import ClusteringBound, Mutation
+from ringflow.storage import ResultTooLarge, mutation_size
 from tests.unit.cql._exec_harness import ExecNode, decode_rows
 
 TIMEOUT_S = 10.0
@@ -228,3 +231,21 @@ def test_a_scan_pages_chunk_by_chunk_with_its_range_reads_on_the_loop(
     assert got == source.q(text)
     assert len(got) == 60
     assert coordinator.range_calls >= 3, "six partitions, two a chunk"
+
+
+def test_a_select_holding_more_than_its_byte_limit_is_refused(
+    nodes: tuple[ExecNode, ExecNode, _Coordinator],
+) -> None:
+    """``StoreLimits.max_held_read_bytes`` bounds what one statement holds of the partitions
+    it read: one partition fits, two at once do not, and the refusal says why."""
+    source, local, _coordinator = nodes
+    one = source.store.read_mutation(("ks", "t"), (struct.pack(">i", 0),))
+    assert one is not None
+    limit = mutation_size(one).size_bytes + 1
+    local.store.limits = dataclasses.replace(local.store.limits, max_held_read_bytes=limit)
+    assert len(decode_rows(_select(local, "SELECT * FROM ks.t WHERE k = 0"))) == 10
+    local.raw("SELECT * FROM ks.t WHERE k IN (0, 1)", consistency=Consistency.QUORUM)
+    pending = local.processor.take_pending()
+    assert pending is not None
+    with pytest.raises(ResultTooLarge, match="max_held_read_bytes"):
+        pending[0].result(TIMEOUT_S)

@@ -48,7 +48,9 @@ reader hands out is its own, ``[chunk low, chunk high, paging state within the c
 chunk]``; a page resumed by a later statement reads its chunk again. A reader reading on its
 thread holds one chunk at a time, a statement's earlier runs at most ``MAX_SELECT_RUNS - 1``:
 what a scan holds in memory is bounded by the chunks' partitions, which the replicas' answers
-(each within the internode frame limit) bound.
+(each within the internode frame limit) bound. Whatever a statement holds (slices and chunks)
+is also bounded in bytes: past ``StoreLimits.max_held_read_bytes`` (64 MiB) of estimated
+serialized size the SELECT is refused (``ResultTooLarge``, an Invalid error naming the limit).
 
 Schema changes reach the nodes one after the other (seed 004), so a replica may hold columns the
 statement's table does not have (added there first, or not dropped there yet): a partition read
@@ -86,7 +88,16 @@ from ringflow.cql import (
 )
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
-from ringflow.storage import HeldPartition, HeldTable, ResultRow, ScanPage, Store, StoreLimits
+from ringflow.storage import (
+    HeldPartition,
+    HeldTable,
+    ResultRow,
+    ResultTooLarge,
+    ScanPage,
+    Store,
+    StoreLimits,
+    mutation_size,
+)
 
 _MARGIN_S = 2.0
 MAX_SELECT_RUNS: Final = 4
@@ -575,6 +586,10 @@ class CoordinatedReader:
         self._slices: dict[_PartitionKey, list[_Held]] = {}
         self._chunks: dict[tuple[str, str, int, int, int | None], _HeldChunk] = {}
         self._missing: dict[object, _Read] = {}
+        self.held_bytes = 0
+        """The estimated size of the partitions held (slices and chunks), at most
+        ``StoreLimits.max_held_read_bytes``."""
+        self._chunk_bytes = 0
 
     @property
     def limits(self) -> StoreLimits:
@@ -655,6 +670,8 @@ class CoordinatedReader:
     ) -> _Held:
         held = self._plane.held_table(table)
         low, high = held.interval(start, end)
+        if partition is not None:
+            self._count(mutation_size(partition).size_bytes)
         entry = (low, high, None if partition is None else held.hold(partition))
         self._slices.setdefault((table.keyspace, table.name, partition_key), []).append(entry)
         return entry
@@ -723,6 +740,8 @@ class CoordinatedReader:
             self._missing.setdefault(read.key, read)
             return None
         self._chunks.clear()  # read on this thread: one chunk held at a time
+        self.held_bytes -= self._chunk_bytes
+        self._chunk_bytes = 0
         if read.limit is not None:
             partitions, covered = self._plane.read_range(
                 read.table, read.low, read.high, self.consistency, read.limit
@@ -746,11 +765,25 @@ class CoordinatedReader:
         of the range when it covered all of it); a first chunk also as the chunk it is."""
         held = self._plane.held_table(read.table)
         high = read.high if covered is None else covered
+        size = sum(mutation_size(partition).size_bytes for partition in partitions)
+        self._count(size)
+        self._chunk_bytes += size
         chunk = _HeldChunk([held.hold(partition) for partition in partitions], high)
         self._chunks[read.key] = chunk
         if read.limit is not None:
             self._chunks[_ChunkRead(read.table, read.low, high, None).key] = chunk
         return chunk
+
+    def _count(self, size: int) -> None:
+        """Hold ``size`` more bytes, or refuse the statement if that is over the limit."""
+        limit = self.limits.max_held_read_bytes
+        if self.held_bytes + size > limit:
+            raise ResultTooLarge(
+                f"the SELECT would hold {self.held_bytes + size} bytes of partitions read "
+                f"through the coordinator, more than {limit} (max_held_read_bytes): narrow "
+                "its clustering range, or ask for fewer partitions at once"
+            )
+        self.held_bytes += size
 
 
 def _encode_state(low: int, high: int | None, inner: bytes | None, last: bool) -> bytes:
