@@ -3,9 +3,9 @@
 A simulated process runs the real ``ClusterNode`` over a real SQLite ``Store`` on its
 ``SimDisk`` (adopted, so a crash closes it like a killed process would), a ``QueryProcessor``
 for the schema, the process's ``SimClock`` and ``ProcessNetwork``, and an ``Offload`` that runs
-store work as a zero-delay timer of the incarnation (lost with it on a crash). The tests drive
-the coordinator API directly (``ClusterNode.write``/``read``), not CQL: the CQL data plane blocks
-a statement thread, which the one-threaded simulator has no room for.
+store work as a zero-delay timer of the incarnation (lost with it on a crash). These tests drive
+the coordinator API directly (``ClusterNode.write``/``read``); ``test_cql_sim`` drives the same
+nodes through CQL (``serve_cql``: the statement path of a node process, no thread waiting).
 """
 
 from __future__ import annotations

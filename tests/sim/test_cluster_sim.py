@@ -4,8 +4,8 @@ Each simulated process runs the real ``ClusterNode`` (gossip, failure detector, 
 hints, schema push/pull) over a real SQLite ``Store`` on its ``SimDisk``, a ``QueryProcessor``
 for the schema, the process's ``SimClock`` and ``ProcessNetwork``, and an ``Offload`` that runs
 store work as a zero-delay timer of the incarnation (lost with it on a crash). The test drives
-the coordinator API directly (``ClusterNode.write``/``read``), not CQL: the CQL data plane blocks
-a statement thread, which the one-threaded simulator has no room for.
+the coordinator API directly (``ClusterNode.write``/``read``); ``test_cql_sim`` goes through
+CQL.
 
 Proves, per seed: the nodes find each other through the seed and agree on a schema created on
 one of them; under message drops, delays, reordering, one node partitioned away for a while and
