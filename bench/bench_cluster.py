@@ -11,7 +11,7 @@ and with ``cdc = {'enabled': true}``. Per round:
 
 - throughput at 32 in flight (``execute_concurrent_with_args(..., concurrency=32)``): INSERTs
   into the CDC-off table, INSERTs into the CDC-on table (a new partition each), SELECTs of one
-  existing row by partition key;
+  existing row by partition key; the CDC INSERTs and the SELECTs also at 128 in flight;
 - latency at 1 in flight (a loop of single ``session.execute`` calls, each timed: p50/p99), for
   the same three statements.
 
@@ -89,10 +89,14 @@ def insert_params(first: int, rows: int) -> list[tuple[int, str, int]]:
 WRITE_OFF = "QUORUM INSERT, CDC off"
 WRITE_ON = "QUORUM INSERT, CDC on"
 READ = "QUORUM SELECT by partition key"
+HIGH_CONCURRENCY = 128
+"""Above the node's ``max_statements_in_flight`` (32): the rest wait on its event loop."""
 CONFIGS = [
     (f"{WRITE_OFF}, {CONCURRENCY} in flight", "cdc_off", CONCURRENCY),
     (f"{WRITE_ON}, {CONCURRENCY} in flight", "cdc_on", CONCURRENCY),
     (f"{READ}, {CONCURRENCY} in flight", "select", CONCURRENCY),
+    (f"{WRITE_ON}, {HIGH_CONCURRENCY} in flight", "cdc_on", HIGH_CONCURRENCY),
+    (f"{READ}, {HIGH_CONCURRENCY} in flight", "select", HIGH_CONCURRENCY),
     (f"{WRITE_OFF}, 1 in flight", "cdc_off", 1),
     (f"{WRITE_ON}, 1 in flight", "cdc_on", 1),
     (f"{READ}, 1 in flight", "select", 1),
@@ -229,8 +233,8 @@ def print_table(runs: dict[str, list[Run]]) -> None:
     for name, samples in runs.items():
         run = best(samples)
         ratio = "–"
-        if WRITE_ON in name:
-            base = name.replace(WRITE_ON, WRITE_OFF)
+        base = name.replace(WRITE_ON, WRITE_OFF)
+        if WRITE_ON in name and base in runs:
             per_round = [
                 on.us_per_row / off.us_per_row for on, off in zip(samples, runs[base], strict=True)
             ]

@@ -116,14 +116,9 @@ class SimCqlClient:
         state = self._nodes.setdefault(node, _Node())
         statement_id = state.prepared.get(text)
         if statement_id is None:
-
-            def prepared(ok: bool) -> None:
-                if ok:
-                    self.execute(node, text, parameters, done, retried)
-                else:
-                    done(None)
-
-            self.prepare(node, text, prepared)
+            self._prepare_then(
+                node, [text], done, lambda: self.execute(node, text, parameters, done, retried)
+            )
             return
 
         def answered(response: Response | None) -> None:
@@ -147,15 +142,8 @@ class SimCqlClient:
         state = self._nodes.setdefault(node, _Node())
         missing = [text for text, _ in statements if text not in state.prepared]
         if missing:
-            text = missing[0]
-
-            def prepared(ok: bool) -> None:
-                if ok:
-                    self.batch(node, statements, consistency, timestamp, done)
-                else:
-                    done(None)
-
-            self.prepare(node, text, prepared)
+            again = lambda: self.batch(node, statements, consistency, timestamp, done)  # noqa: E731
+            self._prepare_then(node, missing, done, again)
             return
         batch = Batch(
             BatchType.LOGGED,
@@ -164,6 +152,20 @@ class SimCqlClient:
             default_timestamp=timestamp,
         )
         self.call(node, batch, done)
+
+    def _prepare_then(
+        self, node: str, texts: list[str], done: Done, then: Callable[[], None]
+    ) -> None:
+        """Prepare the first of ``texts`` on ``node``, then ``then()`` (which prepares the
+        others in turn); ``done(None)`` if the node does not prepare it."""
+
+        def prepared(ok: bool) -> None:
+            if ok:
+                then()
+            else:
+                done(None)
+
+        self.prepare(node, texts[0], prepared)
 
     def prepare(self, node: str, text: str, done: Callable[[bool], None]) -> None:
         state = self._nodes.setdefault(node, _Node())
