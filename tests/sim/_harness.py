@@ -196,6 +196,19 @@ def all_alive(
     return True
 
 
+def check_acting_node(sim: Simulation, nodes: Mapping[str, ClusterNode]) -> None:
+    """After every event of ``sim``, the invariants of the node whose code it ran
+    (``ClusterNode.validate``; ``nodes`` by process name, the running incarnation's)."""
+
+    def check() -> None:
+        name = sim.acting_process()
+        node = None if name is None else nodes.get(name)
+        if node is not None:
+            node.validate()
+
+    sim.add_invariant(check)
+
+
 def ddl(node: ClusterNode, text: str) -> None:
     """Run ``text`` on ``node`` as a client would (it must succeed) and announce the change."""
     response = node.processor.query(Query(text, QueryParameters(Consistency.ONE)), SessionState())

@@ -38,6 +38,7 @@ from tests.sim._harness import (
     QUORUM,
     all_alive,
     capture_and_log,
+    check_acting_node,
     create_cdc_table,
     endpoint,
     kv_key,
@@ -122,6 +123,7 @@ def boot(seed: int) -> tuple[Simulation, SimCluster]:
     sim = Simulation(seed)
     try:
         cluster = SimCluster(sim)
+        check_acting_node(sim, cluster.nodes)
         for name in NAMES:
             sim.add_process(name, cluster.factory(name))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()

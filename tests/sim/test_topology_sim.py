@@ -66,6 +66,7 @@ from tests.sim._harness import (
     SEED_NODE,
     all_alive,
     capture_and_log,
+    check_acting_node,
     create_cdc_table,
     interleaved_tokens,
     kv_key,
@@ -263,6 +264,7 @@ def boot(
     try:
         skews = random.Random(seed * 31 + 7)
         cluster = TopologyCluster(sim, without_v2=without_v2, skew_ms_max=skew_ms_max, skews=skews)
+        check_acting_node(sim, cluster.nodes)
         for name in FIRST:
             cluster.tokens[name] = first_tokens(name)
             sim.add_process(name, cluster.factory(name, joining=False))
