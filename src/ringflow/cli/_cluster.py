@@ -709,7 +709,7 @@ def run_node_restart(arguments: argparse.Namespace) -> int:
 
 
 def run_cluster_node_command(arguments: argparse.Namespace) -> int:
-    from ringflow.cluster.service._process import run_cluster_node
+    from ringflow.node import run_cluster_node
 
     logging.basicConfig(
         level=arguments.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -106,8 +106,8 @@ def _join_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_join_node(arguments: argparse.Namespace) -> int:
-    from ringflow.cluster.service._process import run_cluster_node
     from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
+    from ringflow.node import run_cluster_node
 
     if arguments.address is None:
         if not (arguments.data / cluster_cli.LAYOUT_FILE).exists():

@@ -13,6 +13,7 @@ from ringflow.cluster.service import (
     publish_generation,
     read_generation_v2_rows,
 )
+from ringflow.node._cluster_process import prepare_join, run_cluster_node
 from ringflow.node._config import (
     AUTHENTICATORS,
     AUTHORIZERS,
@@ -91,8 +92,10 @@ __all__ = [
     "parse_duration_s",
     "parse_size",
     "prepare_data_dir",
+    "prepare_join",
     "publish_generation",
     "read_generation_v2_rows",
+    "run_cluster_node",
     "run_node",
     "save_record",
     "server_limits",

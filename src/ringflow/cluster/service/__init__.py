@@ -1,8 +1,28 @@
 """The cluster service: the shell that runs the cluster cores over a ``runtime`` (or the
 simulator). Its modules are private; the names below are what tests and fuzzers may use
-without reaching into them (issue 16: a valid message of every internode verb), and what the
-node's start-up shares with it (a node's own CDC generation rows, ``_cdc_local``)."""
+without reaching into them (issue 16: a valid message of every internode verb), what the
+node's start-up shares with it (a node's own CDC generation rows, ``_cdc_local``), and what
+the node process builds its cluster runtime from (``ringflow.node``'s ``run_cluster_node``):
+the cluster service never imports the node."""
 
+from ringflow.cluster.service._backend import ClusterBackend
+from ringflow.cluster.service._bootstrap import (
+    DISCOVERY_GOSSIP_INTERVAL_MS,
+    TopologyService,
+    discover_ring,
+    joining_states,
+    pick_tokens,
+    save_bootstrap_state,
+)
+from ringflow.cluster.service._capture import ReplicaCapture
+from ringflow.cluster.service._capture_services import CaptureServices
+from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
+from ringflow.cluster.service._cdc_generations import (
+    CDC_GENERATIONS_V2_FEATURE,
+    CdcGenerationService,
+    SynchronizedCdcMetadata,
+    encode_features,
+)
 from ringflow.cluster.service._cdc_local import (
     CDC_LOCAL_TABLE,
     GENERATION_TABLE,
@@ -21,6 +41,7 @@ from ringflow.cluster.service._cdc_local import (
     read_generation_v2_rows,
     store_first_generation,
 )
+from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._codec import (
     decode_failure,
     encode_failure,
@@ -34,13 +55,28 @@ from ringflow.cluster.service._dispatch import (
     VERB_STANDING,
     Standing,
 )
+from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
+from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cluster.service._repair import RepairService
+from ringflow.cluster.service._repair_procedures import register_repair_procedures
+from ringflow.cluster.service._settings import (
+    NODE_NETWORK_CONFIG,
+    CaptureSettings,
+    ClusterSettings,
+    NodeTimings,
+)
 from ringflow.cluster.service._wire_samples import encode_internode_message, sample_envelopes
 
 __all__ = [
     "ANSWERED_WHEN_REFUSED",
+    "CDC_GENERATIONS_V2_FEATURE",
     "CDC_LOCAL_TABLE",
+    "DISCOVERY_GOSSIP_INTERVAL_MS",
     "GENERATION_TABLE",
+    "INTERNODE_PORT",
     "MEMBER_VERBS",
+    "NODE_NETWORK_CONFIG",
     "OPEN_VERBS",
     "ROWS_PER_WRITE_MAX",
     "STREAMS_TABLE",
@@ -49,19 +85,42 @@ __all__ = [
     "TIMESTAMPS_TABLE",
     "V1_GENERATION_TABLE",
     "VERB_STANDING",
+    "CaptureServices",
+    "CaptureSettings",
     "CdcGeneration",
+    "CdcGenerationService",
+    "ClusterBackend",
+    "ClusterDataPlane",
+    "ClusterNode",
+    "ClusterSettings",
+    "GenerationExpiryService",
+    "MetricsServer",
+    "NodeMetrics",
+    "NodeTimings",
+    "RepairService",
+    "ReplicaCapture",
     "Standing",
+    "StreamsRewriteService",
+    "SynchronizedCdcMetadata",
+    "TopologyService",
     "decode_failure",
+    "discover_ring",
     "encode_failure",
+    "encode_features",
     "encode_internode_message",
     "encode_mutations_payload",
     "encode_unit",
     "internal_rows_mutation",
     "is_published",
+    "joining_states",
     "load_local_generation",
     "local_generation_id",
+    "pick_tokens",
     "publish_generation",
     "read_generation_v2_rows",
+    "register_repair_procedures",
     "sample_envelopes",
+    "save_bootstrap_state",
     "store_first_generation",
+    "write_rewritten_marker",
 ]

@@ -111,20 +111,11 @@ from ringflow.cluster.service._membership import (
     local_endpoint_state,
     ring_members,
 )
-from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import NODE_NETWORK_CONFIG
+from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
-from ringflow.node import (
-    NodeConfig,
-    NodeRecord,
-    internode_tls,
-    load_record,
-    prepare_data_dir,
-    save_record,
-)
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
-from ringflow.runtime import AsyncioNetwork, Network, ProtocolViolation
+from ringflow.runtime import Network, ProtocolViolation
 
 _log = logging.getLogger(__name__)
 
@@ -170,8 +161,10 @@ async def discover_ring(
     """Gossip as a member without STATUS until the NORMAL members (and the tokens of nodes
     still joining or leaving) are known and stable; the ring once those changes are done."""
 
-    def now_ms() -> int:  # wall clock: the gossiper compares generations with it
-        return time.time_ns() // 1_000_000
+    origin_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+
+    def now_ms() -> int:  # monotonic (never back, which the gossiper refuses), from wall time
+        return origin_ms + time.monotonic_ns() // 1_000_000
 
     state = local_endpoint_state(int(time.time()), states)
     gossiper = Gossiper(endpoint, state, tuple(seeds), cluster_name, rng, FailureDetector())
@@ -769,53 +762,6 @@ class TopologyService:
 
 
 # --- process hooks --------------------------------------------------------------------------------
-
-
-async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Random) -> None:
-    """Before a joining node opens: learn the ring through gossip, choose its tokens and save
-    its record (``bootstrap.json`` = joining). Nothing to do once the record exists (a restart
-    resumes the bootstrap with the saved tokens)."""
-    if load_record(config.data_dir) is not None:
-        return
-    prepare_data_dir(config.data_dir)
-    host_id = uuid.UUID(int=rng.getrandbits(128), version=4)
-    endpoint = f"{config.address}:{INTERNODE_PORT}"
-    network = AsyncioNetwork(
-        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
-    )
-    try:
-        ring = await discover_ring(
-            network,
-            endpoint=endpoint,
-            seeds=[f"{seed}:{INTERNODE_PORT}" for seed in seeds],
-            cluster_name=config.cluster_name,
-            states={
-                ApplicationState.HOST_ID: str(host_id),
-                ApplicationState.DC: config.dc,
-                ApplicationState.RACK: config.rack,
-                ApplicationState.RPC_ADDRESS: config.address,
-            },
-            gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
-            rng=rng,
-        )
-    finally:
-        await network.aclose()
-    host = Host(host_id, endpoint, config.dc, config.rack)
-    tokens = pick_tokens(ring, host, config.num_tokens, rng)
-    record = NodeRecord(
-        host_id=host_id,
-        tokens=tuple(tokens),
-        cluster_name=config.cluster_name,
-        dc=config.dc,
-        rack=config.rack,
-        shard_count=config.shard_count,
-        ignore_msb=config.ignore_msb,
-    )
-    save_bootstrap_state(config.data_dir, "joining")
-    save_record(config.data_dir, record)
-    _log.info("joining a ring of %d nodes with %d tokens", len(ring.hosts), len(tokens))
-    # The node's own gossip generation (start second) must be newer than the discovery's.
-    await asyncio.sleep(1.1)
 
 
 def joining_states(data_dir: Path) -> dict[ApplicationState, str]:

@@ -1,5 +1,8 @@
 """The asyncio shell of a cluster node process: store, CQL server, cluster service, status file.
 
+The node process builds the cluster runtime (``ringflow.cluster.service``), not the reverse:
+this module is the node's, and the cluster service knows nothing of the node's files.
+
 ``run_cluster_node`` opens the node like ``ringflow.node.run_node`` does, then adds the cluster:
 
 * four executors: *statements*, one thread running CQL requests through the
@@ -42,34 +45,41 @@ import os
 import random
 import signal
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from ringflow.cluster._gossip_state import ApplicationState
-from ringflow.cluster.service._backend import ClusterBackend
-from ringflow.cluster.service._bootstrap import TopologyService, joining_states, prepare_join
-from ringflow.cluster.service._capture import ReplicaCapture
-from ringflow.cluster.service._capture_services import CaptureServices
-from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
-from ringflow.cluster.service._cdc_generations import (
+from ringflow.cluster import ApplicationState
+from ringflow.cluster.service import (
     CDC_GENERATIONS_V2_FEATURE,
-    CdcGenerationService,
-    SynchronizedCdcMetadata,
-    encode_features,
-)
-from ringflow.cluster.service._cdc_local import local_generation_id
-from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
-from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
-from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._plane import ClusterDataPlane
-from ringflow.cluster.service._repair import RepairService
-from ringflow.cluster.service._repair_procedures import register_repair_procedures
-from ringflow.cluster.service._settings import (
+    DISCOVERY_GOSSIP_INTERVAL_MS,
+    INTERNODE_PORT,
     NODE_NETWORK_CONFIG,
+    CaptureServices,
     CaptureSettings,
+    CdcGenerationService,
+    ClusterBackend,
+    ClusterDataPlane,
+    ClusterNode,
     ClusterSettings,
+    GenerationExpiryService,
+    MetricsServer,
+    NodeMetrics,
     NodeTimings,
+    RepairService,
+    ReplicaCapture,
+    StreamsRewriteService,
+    SynchronizedCdcMetadata,
+    TopologyService,
+    discover_ring,
+    encode_features,
+    joining_states,
+    local_generation_id,
+    pick_tokens,
+    register_repair_procedures,
+    save_bootstrap_state,
+    write_rewritten_marker,
 )
 from ringflow.cql import (
     AuthService,
@@ -82,15 +92,17 @@ from ringflow.cql import (
     TopologyChangeEvent,
     TopologyChangeType,
 )
-from ringflow.node import (
-    Node,
+from ringflow.node._config import (
     NodeConfig,
+    NodeRecord,
     auth_mode,
     internode_tls,
+    load_record,
     native_tls,
-    open_node,
-    write_local_row,
+    prepare_data_dir,
+    save_record,
 )
+from ringflow.node._startup import Node, open_node, write_local_row
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
 
@@ -249,6 +261,53 @@ def _write_status(path: Path, document: dict[str, object]) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(document, indent=1))
     os.replace(temporary, path)
+
+
+async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Random) -> None:
+    """Before a joining node opens: learn the ring through gossip, choose its tokens and save
+    its record (``bootstrap.json`` = joining). Nothing to do once the record exists (a restart
+    resumes the bootstrap with the saved tokens)."""
+    if load_record(config.data_dir) is not None:
+        return
+    prepare_data_dir(config.data_dir)
+    host_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+    endpoint = f"{config.address}:{INTERNODE_PORT}"
+    network = AsyncioNetwork(
+        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
+    )
+    try:
+        ring = await discover_ring(
+            network,
+            endpoint=endpoint,
+            seeds=[f"{seed}:{INTERNODE_PORT}" for seed in seeds],
+            cluster_name=config.cluster_name,
+            states={
+                ApplicationState.HOST_ID: str(host_id),
+                ApplicationState.DC: config.dc,
+                ApplicationState.RACK: config.rack,
+                ApplicationState.RPC_ADDRESS: config.address,
+            },
+            gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
+            rng=rng,
+        )
+    finally:
+        await network.aclose()
+    host = Host(host_id, endpoint, config.dc, config.rack)
+    tokens = pick_tokens(ring, host, config.num_tokens, rng)
+    record = NodeRecord(
+        host_id=host_id,
+        tokens=tuple(tokens),
+        cluster_name=config.cluster_name,
+        dc=config.dc,
+        rack=config.rack,
+        shard_count=config.shard_count,
+        ignore_msb=config.ignore_msb,
+    )
+    save_bootstrap_state(config.data_dir, "joining")
+    save_record(config.data_dir, record)
+    _log.info("joining a ring of %d nodes with %d tokens", len(ring.hosts), len(tokens))
+    # The node's own gossip generation (start second) must be newer than the discovery's.
+    await asyncio.sleep(1.1)
 
 
 async def run_cluster_node(
