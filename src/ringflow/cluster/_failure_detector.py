@@ -145,11 +145,10 @@ class ArrivalWindow:
         )
         recorded = self.intervals_ms()
         invariant(sum(recorded) == self._sum_ms, "running sum drifted from the samples")
+        bound = max(self.max_interval_ms, self.initial_value_ms)
         invariant(
-            all(
-                0 <= value <= max(self.max_interval_ms, self.initial_value_ms) for value in recorded
-            ),
-            f"an interval outside [0, max] was recorded: {recorded}",
+            not recorded or (min(recorded) >= 0 and max(recorded) <= bound),
+            f"an interval outside [0, {bound}] was recorded: {recorded}",
         )
 
 
