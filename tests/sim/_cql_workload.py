@@ -8,7 +8,9 @@ Every node is the real ``ClusterNode`` over a real SQLite store serving CQL thro
 * prepared INSERTs at QUORUM (a unique value each), and LOGGED batches of two of them;
 * prepared SELECTs of one key at QUORUM (``v`` and ``WRITETIME(v)``);
 * now and then a whole-table SELECT at QUORUM, paged (``page_size`` 10) to its last page;
-* the DDL at the start (keyspace, CDC table) through a client, answered once the schema agrees.
+* the DDL at the start (keyspace, CDC table) through a client, answered once the schema agrees,
+  and an ``ALTER TABLE ... ADD`` mid-run, under the faults (after healing every node must agree
+  on the schema, with the column if the ALTER was acknowledged).
 
 Faults, chosen by the seed: message delays (exponential), drops, reordering, one crash and
 restart of a node, a partition and its healing, and clock skew on a node. Each client keeps a
@@ -62,6 +64,8 @@ INSERT = "INSERT INTO ks.kv (k, v) VALUES (?, ?)"
 SELECT = "SELECT v, WRITETIME(v) FROM ks.kv WHERE k = ?"
 SCAN = "SELECT k, v, WRITETIME(v) FROM ks.kv"
 LOG_SCAN = 'SELECT k, v, "cdc$time", WRITETIME(v) FROM ks.kv_scylla_cdc_log'
+ALTERED_COLUMN = "extra"
+ALTER = f"ALTER TABLE ks.kv ADD {ALTERED_COLUMN} int"
 CLIENTS = ("c1", "c2", "c3")
 KEYS = 24
 IN_FLIGHT_PER_CLIENT = 3
@@ -119,6 +123,7 @@ class Run:
     next_value: int = 0
     faults: dict[int, list[Callable[[], object]]] = field(default_factory=dict)
     """What the faults do, by the operation number they come at."""
+    alter_answers: list[Response | None] = field(default_factory=list)
     final: dict[int, tuple[int, int]] = field(default_factory=dict)
     log: list[LogRow] = field(default_factory=list)
 
@@ -228,6 +233,33 @@ def start_faults(run: Run) -> None:
     at(cut_at + rng.uniform(0.02, 0.2), sim.heal)
     skewed = rng.choice(NAMES)
     at(rng.uniform(0.0, 0.5), lambda: sim.set_skew_ms(skewed, rng.randrange(-800, 800)))
+    altering = rng.choice(NAMES)
+    at(rng.uniform(0.2, 0.8), lambda: alter_table(run, altering))
+
+
+def alter_table(run: Run, node: str) -> None:
+    """A column added to ``ks.kv`` mid-run, under the faults, through client c2 (besides its
+    operations); its answer is kept for ``schema_problems``."""
+    client = run.clients["c2"]
+    client.query(cql_endpoint(node), ALTER, QueryParameters(QUORUM), run.alter_answers.append)
+
+
+def schema_problems(run: Run) -> list[str]:
+    """After healing, every node agrees on the schema, and holds the added column if the
+    ALTER was acknowledged (an ALTER that failed or timed out may have been applied or not)."""
+    problems: list[str] = []
+    having = {
+        name: node.processor.schema.tables[("ks", "kv")].has_column(ALTERED_COLUMN)
+        for name, node in run.nodes.items()
+    }
+    if len(set(having.values())) != 1:
+        problems.append(f"schema: the nodes disagree on {ALTERED_COLUMN!r}: {having}")
+    answer = run.alter_answers[0] if run.alter_answers else None
+    if isinstance(answer, SchemaChangeResult) and not all(having.values()):
+        problems.append(f"schema: the acknowledged ALTER is missing on {having}")
+    if isinstance(answer, AnyErrorResponse) and answer.code not in EXPECTED_ERRORS:
+        problems.append(f"schema: the ALTER was refused: {answer.code.name}: {answer.message}")
+    return problems
 
 
 def issue(run: Run, client_name: str) -> None:
@@ -352,6 +384,11 @@ def heal_and_read(run: Run) -> tuple[dict[int, tuple[int, int]], list[LogRow]]:
     assert sim.run_until_true(lambda: all_alive(run.nodes, NAMES, endpoint), timeout_ms=60_000), (
         sim.describe()
     )
+    assert sim.run_until_true(
+        lambda: len({node.processor.schema_version for node in run.nodes.values()}) == 1,
+        timeout_ms=60_000,
+    ), f"the schema did not agree after healing; {sim.describe()}"
+    run.unexpected.extend(schema_problems(run))
     client = run.clients["c1"]
     final = read_at_all(run, client, "n1", SCAN, None, PAGE_SIZE)
     log: list[LogRow] = []
