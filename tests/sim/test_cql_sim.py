@@ -11,7 +11,7 @@ and the final state read at ALL: every acknowledged write visible to later QUORU
 value that was never written, no value from the future, and CDC log rows that match the base
 writes exactly.
 
-CI runs a window of ``SEEDS_PER_RUN`` (20) seeds that moves with every commit (``_seeds``), each
+CI runs a window of ``SEEDS_PER_RUN`` (12) seeds that moves with every commit (``_seeds``), each
 2,000 operations; ``make sim SCENARIO=cql SEEDS=500`` runs more. A failing seed names the
 command that replays it.
 """
@@ -29,8 +29,8 @@ from tests.sim._seeds import ci_seeds
 
 pytestmark = pytest.mark.timeout(300)
 OPERATIONS = 2_000
-SEEDS_PER_RUN = 20
-"""About 6 s of CPU each, on one pytest worker (the file's): 2 minutes of the CI budget."""
+SEEDS_PER_RUN = 12
+"""About 6 s of CPU each, on one pytest worker (the file's): 80 s of the CI budget."""
 SEEDS = ci_seeds((67,), per_run=SEEDS_PER_RUN, pool=10_000)
 """Regression seeds: 67 (the gossiper fed the wall clock, which the seed skews back: every
 round refused "time went backwards", fixed by ``ClusterNode.gossip_now_ms``)."""
