@@ -47,7 +47,7 @@ def _commit_then_die(kind: str, base: str, part: int, batch_id: int) -> None:
     """In the child: commit one batch, dying where the current-state commit would begin."""
     store_class = DeltaStore if kind == "delta" else IcebergStore
 
-    def die(*_: object) -> None:
+    def die(*_: object, **__: object) -> None:
         os._exit(_DIED)
 
     store_class.write_current = die  # type: ignore[method-assign]

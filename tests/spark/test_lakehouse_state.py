@@ -16,10 +16,9 @@ from ringflow.pipeline._lakehouse_state import (
     DELETED_FIELD,
     EXPIRES_AT_FIELD,
     ROW_FIELD,
-    STATE_FIELD,
     CurrentStateMerge,
     current_rows_table,
-    selected_states,
+    selection_mask,
     write_time_field,
 )
 from ringflow.pipeline._materialize import canonical_value, hashable, materialize
@@ -30,13 +29,14 @@ from ._workload import NOW_S, TABLE, as_comparable, shuffled_with_duplicates, wo
 
 def _merge(table: Table, store: dict[str, dict[str, Any]], batch: list[Change], now_s: int) -> None:
     """One batch merged at ``now_s`` through the stored rows :meth:`CurrentStateMerge.wanted`
-    selects (as the stores select them: :func:`selected_states` over the stored Arrow rows)."""
+    selects (as the stores select them: :func:`selection_mask` over the stored Arrow rows)."""
     merge = CurrentStateMerge(table)
     wanted = merge.wanted(batch, now_s)
     whole, rows = set(wanted.partitions), set(wanted.rows)
     assert whole | {r.partition("/")[0] for r in rows} == set(merge.partition_ids(batch))
     if store:
-        merge.load(selected_states(current_rows_table(table, list(store.values())), wanted))
+        found = current_rows_table(table, list(store.values()))
+        merge.load(found.filter(selection_mask(found, wanted)).to_pylist())
     merge.apply(batch)
     written = merge.rows(now_s)
     assert current_rows_table(table, written).num_rows == len(written)
@@ -72,7 +72,7 @@ def test_batches_merged_through_stored_rows_equal_the_oracle(seed: int) -> None:
     assert _live(TABLE, store) == as_comparable(materialize(TABLE, workload(), NOW_S))
     # a replayed batch changes nothing: no row to write
     merge = CurrentStateMerge(TABLE)
-    merge.load(r[STATE_FIELD] for r in store.values())
+    merge.load(store.values())
     merge.apply(changes[:5])
     assert merge.rows(NOW_S) == []
 

@@ -13,7 +13,8 @@ a micro-batch carries the application transaction ``(app id, batch id)``; the ap
 ``ringflow-<streaming query id>`` (kept in the checkpoint). Before committing batch ``N`` to a
 table the writer reads that table's latest version of the app id and skips the commit when it is
 ``N`` or more. The change log takes the batch in one append, the current-state table in one
-merge on ``_row``; a crash between the two leaves the second to the replay.
+merge on ``_row`` (or one overwrite of the whole table when the batch rewrites most of it); a
+crash between the two leaves the second to the replay.
 
 Maintenance (``ringflow lake compact|expire``): ``optimize.compact`` (small files binned into
 files of delta-rs' default target size) and ``vacuum`` with Delta's default retention, 7 days.
@@ -25,17 +26,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._lakehouse_state import (
-    EXPIRES_AT_FIELD,
-    PK_FIELD,
+    LEGACY_STATE_FIELD,
     ROW_FIELD,
-    STATE_FIELD,
     Wanted,
-    selected_states,
+    conform,
+    selection_mask,
 )
 from ringflow.schema import Table
 
@@ -134,19 +135,39 @@ class DeltaStore:
             commit_properties=self._commit(app_id, batch_id),
         )
 
-    def current_states(self, wanted: Wanted) -> list[str]:
-        """The ``_state`` of the stored rows ``wanted`` names."""
-        if not wanted.partitions and not wanted.rows and wanted.expired_by_us is None:
-            return []
-        # delta-rs types strings as string_view, which pyarrow's statistics pruning cannot
-        # compare yet: the key columns are read whole and filtered here, in Arrow
-        dataset = DeltaTable(str(self.current)).to_pyarrow_dataset()
-        columns = [PK_FIELD, ROW_FIELD, STATE_FIELD]
-        if EXPIRES_AT_FIELD in dataset.schema.names:  # absent in a table written before it
-            columns.append(EXPIRES_AT_FIELD)
-        return selected_states(dataset.to_table(columns=columns), wanted)
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any | None]:
+        """(The stored rows ``wanted`` names, the others), conformed to ``schema``: the table
+        is read whole (delta-rs types strings as string_view, which pyarrow's statistics
+        pruning cannot compare yet), the rows picked in Arrow."""
+        found = conform(DeltaTable(str(self.current)).to_pyarrow_dataset().to_table(), schema)
+        mask = selection_mask(found, wanted)
+        return found.filter(mask), found.filter(pc.invert(mask))
 
-    def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
+    def legacy_current(self) -> bool:
+        """Whether the current-state table is in the first layout (a JSON state per row)."""
+        found = _open(self.current, "Delta directory (current state)")
+        return found is not None and LEGACY_STATE_FIELD in found.schema().to_arrow().names
+
+    def read_changes(self) -> Any:
+        """The whole change log (Arrow), to rebuild the current state from."""
+        return DeltaTable(str(self.root)).to_pyarrow_dataset().to_table()
+
+    def write_current(
+        self, rows: Any, app_id: str, batch_id: int, whole: bool, new_layout: bool = False
+    ) -> None:
+        """Merge ``rows`` on ``_row``, or with ``whole`` make them the table (one overwrite:
+        cheaper than a merge when the batch rewrites most of it, and compacting); with
+        ``new_layout`` the table takes their schema (a rebuild from the first layout)."""
+        commit = self._commit(app_id, batch_id)
+        if whole:
+            write_deltalake(
+                str(self.current),
+                rows,
+                mode="overwrite",
+                schema_mode="overwrite" if new_layout else "merge",
+                commit_properties=commit,
+            )
+            return
         table = DeltaTable(str(self.current))
         (
             table.merge(
@@ -155,7 +176,7 @@ class DeltaStore:
                 source_alias="s",
                 target_alias="t",
                 merge_schema=True,
-                commit_properties=self._commit(app_id, batch_id),
+                commit_properties=commit,
             )
             .when_matched_update_all()
             .when_not_matched_insert_all()

@@ -41,12 +41,14 @@ from ringflow.pipeline._changes import table_from_json, table_to_json
 from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._lakehouse_state import (
     EXPIRES_AT_FIELD,
+    LEGACY_STATE_FIELD,
     PK_FIELD,
     ROW_FIELD,
-    STATE_FIELD,
     Wanted,
+    conform,
     expired_ids,
-    selected_states,
+    selection_mask,
+    without_rows,
 )
 from ringflow.schema import Table
 
@@ -235,20 +237,22 @@ class IcebergStore:
             )
             transaction.set_properties({BATCH_PROPERTY + app_id: str(batch_id)})
 
-    def current_states(self, wanted: Wanted) -> list[str]:
-        """The ``_state`` of the stored rows ``wanted`` names. Past ``_IN_FILTER_MAX`` ids, one
-        whole scan filtered in Arrow; else the expired rows found first (a scan filtered on
-        ``_expires_at``, pruned by the files' statistics), then every row wanted (an ``In``
-        filter, or a whole scan when the expired ones take it past the limit)."""
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any | None]:
+        """(The stored rows ``wanted`` names, the others or None when not read), conformed to
+        ``schema``. Past ``_IN_FILTER_MAX`` ids, one whole scan split in Arrow; else the
+        expired rows found first (a scan filtered on ``_expires_at``, pruned by the files'
+        statistics), then every row wanted (an ``In`` filter, or a whole scan when the expired
+        ones take it past the limit)."""
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
         table = self.catalog.load_table(self.location.current)
-        names = {field.name for field in table.schema().fields}
         if len(wanted.partitions) + len(wanted.rows) > _IN_FILTER_MAX:
             # a whole scan anyway (pyiceberg evaluates big sets slowly): one pass, the expired
-            # rows picked in Arrow by ``selected_states`` with the rest
-            expiry = (EXPIRES_AT_FIELD,) if EXPIRES_AT_FIELD in names else ()
-            fields = (PK_FIELD, ROW_FIELD, STATE_FIELD, *expiry)
-            return selected_states(table.scan(selected_fields=fields).to_arrow(), wanted)
-        if wanted.expired_by_us is not None and EXPIRES_AT_FIELD in names:
+            # rows picked in Arrow by ``selection_mask`` with the rest
+            found = conform(table.scan().to_arrow(), schema)
+            mask = selection_mask(found, wanted)
+            return found.filter(mask), found.filter(pc.invert(mask))
+        if wanted.expired_by_us is not None:
             expired = table.scan(
                 row_filter=_expression("LessThanOrEqual", EXPIRES_AT_FIELD, wanted.expired_by_us),
                 selected_fields=(PK_FIELD, ROW_FIELD, EXPIRES_AT_FIELD),
@@ -256,43 +260,57 @@ class IcebergStore:
             partitions, rows = expired_ids(expired, wanted)
             wanted = Wanted(wanted.partitions + partitions, wanted.rows + rows)
         if not wanted.partitions and not wanted.rows:
-            return []
+            return conform(schema.empty_table(), schema), None
         if len(wanted.partitions) + len(wanted.rows) <= _IN_FILTER_MAX:
             row_filter = _expression(
                 "Or",
                 _expression("In", PK_FIELD, set(wanted.partitions or [""])),
                 _expression("In", ROW_FIELD, set(wanted.rows or [""])),
             )
-        else:  # pyiceberg evaluates big sets slowly: scan, then filter in Arrow
-            row_filter = _expression("AlwaysTrue")
-        found = table.scan(
-            row_filter=row_filter, selected_fields=(PK_FIELD, ROW_FIELD, STATE_FIELD)
-        )
-        return selected_states(found.to_arrow(), wanted)
+            found = conform(table.scan(row_filter=row_filter).to_arrow(), schema)
+            return found.filter(selection_mask(found, wanted)), None
+        found = conform(table.scan().to_arrow(), schema)  # pyiceberg binds big sets slowly
+        mask = selection_mask(found, wanted)
+        return found.filter(mask), found.filter(pc.invert(mask))
 
-    def write_current(self, rows: Any, app_id: str, batch_id: int) -> None:
-        """Replace the rows with the ``_row`` of ``rows``: an ``In`` filter for a few, else
-        (pyiceberg binds a big set of literals slowly, and copy-on-write rewrites every file
-        holding one anyway) the table read, the rows replaced in Arrow, written whole."""
+    def legacy_current(self) -> bool:
+        """Whether the current-state table is in the first layout (a JSON state per row)."""
+        found = self._load(self.location.current)
+        return found is not None and any(
+            f.name == LEGACY_STATE_FIELD for f in found.schema().fields
+        )
+
+    def read_changes(self) -> Any:
+        """The whole change log (Arrow), to rebuild the current state from."""
+        return self.catalog.load_table(self.location.changes).scan().to_arrow()
+
+    def write_current(
+        self, rows: Any, app_id: str, batch_id: int, whole: bool, new_layout: bool = False
+    ) -> None:
+        """Replace the rows with the ``_row`` of ``rows`` (an ``In`` filter for a few, else the
+        table read, the rows replaced in Arrow, written whole: pyiceberg binds a big set of
+        literals slowly, and copy-on-write rewrites every file holding one anyway), or with
+        ``whole`` make them the table; ``new_layout``: its schema becomes theirs first (a
+        rebuild from the first layout)."""
         import pyarrow as pa
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
 
         table = self.catalog.load_table(self.location.current)
-        identities = set(rows.column(ROW_FIELD).to_pylist())
+        if new_layout:
+            with table.update_schema() as update:
+                for name in table.schema().as_arrow().names:
+                    if name not in rows.schema.names:
+                        update.delete_column(name)
+            with table.update_schema() as update:
+                update.union_by_name(rows.schema)
+            table = self.catalog.load_table(self.location.current)
         data = self._as_table_schema(table, rows)
-        if len(identities) <= _IN_FILTER_MAX:
-            row_filter = _expression("In", ROW_FIELD, identities)
+        if whole:
+            row_filter = _expression("AlwaysTrue")
+        elif rows.num_rows <= _IN_FILTER_MAX:
+            row_filter = _expression("In", ROW_FIELD, set(rows.column(ROW_FIELD).to_pylist()))
         else:
             row_filter = _expression("AlwaysTrue")
-            stored = table.scan().to_arrow()
-            kept = stored.filter(
-                pc.invert(
-                    pc.is_in(
-                        stored.column(ROW_FIELD).cast(pa.string()),
-                        value_set=pa.array(sorted(identities), pa.string()),
-                    )
-                )
-            )
+            kept = without_rows(conform(table.scan().to_arrow(), rows.schema), rows)
             data = pa.concat_tables([self._as_table_schema(table, kept), data])
         with table.transaction() as transaction:
             transaction.overwrite(

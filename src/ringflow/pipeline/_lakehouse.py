@@ -15,11 +15,15 @@ driver as one Arrow IPC message (at most ``max_task_bytes``; a bigger task fails
 a PipelineConfigError saying to lower the source's batch size), and the driver's
 ``commit(messages, batch_id)`` makes the batch visible: the change rows, widened to the held
 table's change schema (a column dropped at the source stays, null from then on) with ``date``
-added, in one commit of the change log; then the current-state merge
-(:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`: the stored rows the changes
-touch read back, with their partitions' head rows, whole partitions only for partition-wide
-changes; the changes applied, the changed rows written) in one commit of the
-current-state table. Each commit is skipped when the table records the batch for the app id
+added, in one commit of the change log; then the current-state merge in one commit of the
+current-state table: the stored rows the changes touch read back, the changes applied, the
+changed rows written (merged on ``_row``, or the table rewritten whole when that is most of
+it). The merge runs over Arrow columns for the common batch
+(:class:`~ringflow.pipeline._lakehouse_columns.ColumnsMerge`: atomic columns, no range
+deletions) and row by row otherwise
+(:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`), with the same result. A
+current-state table in the first layout (a JSON state per row) is rebuilt from the change log
+when a job opens the destination (:func:`rebuild_current`). Each commit is skipped when the table records the batch for the app id
 (``ringflow-<query id>``) already: Spark re-runs a batch whose commit it did not record with the
 same offsets, so after any crash each table holds each batch once. The data never touches the
 executors' disks: what a task sent is lost with a failed batch, and re-sent by its replay.
@@ -58,11 +62,14 @@ from ringflow.pipeline._errors import PipelineConfigError
 from ringflow.pipeline._evolution import union_table
 from ringflow.pipeline._iceberg import IcebergLocation, IcebergStore, location_options
 from ringflow.pipeline._lake import task_context
+from ringflow.pipeline._lakehouse_columns import ColumnsMerge
 from ringflow.pipeline._lakehouse_state import (
     CurrentStateMerge,
     Wanted,
+    conform,
     current_arrow_schema,
     current_rows_table,
+    without_rows,
 )
 from ringflow.schema import Table
 
@@ -86,11 +93,21 @@ class LakehouseStore(Protocol):
     def changes_committed(self, app_id: str) -> int: ...
     def current_committed(self, app_id: str) -> int: ...
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None: ...
-    def current_states(self, wanted: Wanted) -> list[str]: ...
-    def write_current(self, rows: Any, app_id: str, batch_id: int) -> None: ...
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any | None]: ...
+    def legacy_current(self) -> bool: ...
+    def read_changes(self) -> Any: ...
+    def write_current(
+        self, rows: Any, app_id: str, batch_id: int, whole: bool, new_layout: bool = False
+    ) -> None: ...
     def data_files(self) -> tuple[list[str], list[str]]: ...
     def compact(self) -> dict[str, Any]: ...
     def expire(self) -> dict[str, Any]: ...
+
+
+class CurrentRows(Protocol):
+    """What a merge reads of a current-state table (:meth:`LakehouseStore.current_rows`)."""
+
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any | None]: ...
 
 
 def open_store(sink_format: str, options: Mapping[str, str]) -> LakehouseStore:
@@ -227,19 +244,74 @@ def commit_lakehouse_batch(
         store.append_changes(data, app_id, batch_id)
         appended = True
     if store.current_committed(app_id) < batch_id:
-        holds = config.holds
         now = int(time.time()) if now_s is None else now_s
-        with _collector_paused():
-            reader = ChangeReader(holds)
-            changes = [reader.read(row) for row in data.drop([DATE_FIELD]).to_pylist()]
-            merge = CurrentStateMerge(holds)
-            merge.load(store.current_states(merge.wanted(changes, now)))
-            merge.apply(changes, validated=True)  # the reader validated them
-            rows = merge.rows(now)
-        if rows:
-            store.write_current(current_rows_table(holds, rows), app_id, batch_id)
-            merged = True
+        merged = _merge_current(store, config.holds, data.drop([DATE_FIELD]), now, app_id, batch_id)
     return appended, merged
+
+
+_WHOLE_REWRITE_FACTOR = 4
+"""The current-state table is rewritten whole (one overwrite) when it holds at most this many
+times the rows a batch changes: a merge would rewrite nearly every file anyway."""
+
+
+def merge_batch(holds: Table, data: Any, store: CurrentRows, now_s: int) -> tuple[Any, Any, Any]:
+    """The current-state merge of one batch of change rows ``data`` (Arrow): (the rows to
+    write, the stored rows it read, the other stored rows or None when not read). Over columns
+    (:mod:`~ringflow.pipeline._lakehouse_columns`) when it can, else row by row."""
+    schema = current_arrow_schema(holds)
+    fast = ColumnsMerge.for_batch(holds, data)
+    if fast is not None:
+        stored, rest = store.current_rows(fast.wanted(now_s), schema)
+        rows = fast.merge(stored, now_s)
+        if rows is not None:
+            return rows, stored, rest
+    with _collector_paused():
+        reader = ChangeReader(holds)
+        changes = [reader.read(row) for row in data.to_pylist()]
+        merge = CurrentStateMerge(holds)
+        stored, rest = store.current_rows(merge.wanted(changes, now_s), schema)
+        merge.load(stored.to_pylist())
+        merge.apply(changes, validated=True)  # the reader validated them
+        rows = current_rows_table(holds, merge.rows(now_s))
+    return rows, stored, rest
+
+
+def _merge_current(
+    store: LakehouseStore, holds: Table, data: Any, now_s: int, app_id: str, batch_id: int
+) -> bool:
+    """Merge one batch into the current-state table and commit it; whether anything changed."""
+    rows, stored, rest = merge_batch(holds, data, store, now_s)
+    if not rows.num_rows:
+        return False
+    total = stored.num_rows + (0 if rest is None else rest.num_rows)
+    if rest is not None and total <= _WHOLE_REWRITE_FACTOR * rows.num_rows:
+        whole = pa.concat_tables([rest, without_rows(stored, rows), rows])
+        store.write_current(whole, app_id, batch_id, whole=True)
+    else:
+        store.write_current(rows, app_id, batch_id, whole=False)
+    return True
+
+
+def rebuild_current(store: LakehouseStore, holds: Table, now_s: int | None = None) -> int:
+    """Rebuild a current-state table in the first layout (a JSON state per row) from the
+    change log, in the layout of today; the rows it holds now."""
+    now = int(time.time()) if now_s is None else now_s
+    log = store.read_changes()
+    data = conform(log, change_arrow_schema(holds))
+    empty = _EmptyCurrent(current_arrow_schema(holds))
+    rows, _, _ = merge_batch(holds, data, empty, now)
+    store.write_current(rows, "ringflow-rebuild", 0, whole=True, new_layout=True)
+    return int(rows.num_rows)
+
+
+class _EmptyCurrent:
+    """A current-state table with no rows (what a rebuild merges the whole log into)."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any | None]:
+        return schema.empty_table(), None
 
 
 @contextmanager
@@ -343,6 +415,8 @@ def lakehouse_options(
         raise PipelineConfigError(f"{where}: {error}") from None
     holds = table if stored is None else union_table(stored, table, f"{where} ({sink_format})")
     store.record(holds, changes_with_date_schema(holds), current_arrow_schema(holds))
+    if store.legacy_current():
+        rebuild_current(store, holds)
     options = {**target, "schema": table_to_json(table), "holds": table_to_json(holds)}
     if channel:
         options["channel"] = channel

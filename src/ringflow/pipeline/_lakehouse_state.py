@@ -8,19 +8,30 @@ depends on the *set* of changes applied: a replayed or late batch never makes an
 Deletions leave tombstones: a deleted row stays, ``_deleted = true`` with ``_deleted_at``, and
 keeps its merge state, so a late older write to it is still refused.
 
-Layout of the table (:func:`current_arrow_schema`), rows keyed by ``_row``:
+Layout of the table (:func:`current_arrow_schema`), rows keyed by ``_row``, every part of the
+merge state a typed column (no per-row blob to parse), so that a batch of simple changes is
+merged over Arrow columns (:mod:`ringflow.pipeline._lakehouse_columns`) and the row logic here
+is needed only for what those cannot take (range deletions, static and collection columns):
 
 - the key columns (for a partition's *head* row, the one holding its static columns, partition
   deletion and range tombstones, the clustering columns are null, as ``SELECT *`` shows a
   partition with only a static row); in a table without clustering columns the head is the row;
 - per value column ``c``: ``c`` (its live value, null when dead) and ``_wt_c`` (its write
   timestamp in µs; a non-frozen collection: its newest live element's), as the ``_live`` view;
+- the merge state of an atomic column ``c``: ``_ts_c`` (the winning cell's timestamp, µs, a
+  tombstone's too; null: no cell), ``_ttl_c`` (its TTL in seconds, null: none) and ``_xv_c``
+  (its value when ``c`` does not show it: a value past its TTL, or a static value the head row
+  does not show); a cell with neither value is a tombstone. A cell at or below a deletion
+  covering it is dropped: nothing can bring it back, and a later cell beats it anyway. A
+  non-frozen collection keeps its element cells and tombstone in ``_cells_c`` (JSON);
+- ``_mk_ts`` and ``_mk_ttl`` (the row marker an INSERT writes), ``_rdel`` (the row's deletion),
+  on the head row ``_pdel`` (the partition's deletion) and ``_ranges`` (JSON: its range
+  tombstones, the range bounds waiting for their pair, and those already paired);
 - ``_deleted`` (the row shows nothing: ``SELECT *`` would not return it), ``_deleted_at`` (the
   newest deletion shadowing it: row, range or partition), ``_expires_at`` (µs: the first second
   a TTL'd value the row shows, its row marker or a static cell, stops being live; null when
   none will), ``_pk`` (the partition key, for the merge to find a partition's rows), ``_row``
-  (the row id), ``_state`` (JSON: every cell with its timestamp, tie bytes and expiry, the row
-  marker and tombstones: what the merge needs).
+  (the row id).
 
 TTL: the table is as of its last commit. Every commit also merges again the rows whose
 ``_expires_at`` has passed (:class:`Wanted`), so a value past its TTL shows until the next
@@ -58,9 +69,11 @@ from ringflow.pipeline._materialize import (
     _Partition,
     _Row,
     canonical_value,
+    cell_order,
+    expiry_s,
     hashable,
 )
-from ringflow.pipeline._spark_types import arrow_type, to_spark_value
+from ringflow.pipeline._spark_types import arrow_type, from_spark_value, to_spark_value
 from ringflow.schema import (
     SMALLINT,
     Column,
@@ -76,12 +89,17 @@ ROW_FIELD = "_row"
 DELETED_FIELD = "_deleted"
 DELETED_AT_FIELD = "_deleted_at"
 EXPIRES_AT_FIELD = "_expires_at"
-STATE_FIELD = "_state"
+MARKER_TS_FIELD = "_mk_ts"
+MARKER_TTL_FIELD = "_mk_ttl"
+ROW_DELETED_FIELD = "_rdel"
+PARTITION_DELETED_FIELD = "_pdel"
+RANGES_FIELD = "_ranges"
+LEGACY_STATE_FIELD = "_state"
+"""The JSON merge state of the first layout (a table still holding it is rebuilt)."""
 _NONE = -(2**63)
 _PARTITION_OPERATIONS = (
     RANGE_START_OPERATIONS | RANGE_END_OPERATIONS | {CdcOperation.PARTITION_DELETE}
 )
-_EMPTY: dict[str, object] = {"marker": None, "deleted": _NONE, "cells": {}, "collections": {}}
 _Where = tuple[Key, Key, bytes]
 """Where a change applies: (partition key, clustering prefix, its encoding)."""
 
@@ -91,19 +109,49 @@ def write_time_field(name: str) -> str:
     return f"_wt_{name}"
 
 
+def cell_time_field(name: str) -> str:
+    """``_ts_<name>``: the timestamp (µs) of column ``name``'s winning cell, live or not."""
+    return f"_ts_{name}"
+
+
+def cell_ttl_field(name: str) -> str:
+    """``_ttl_<name>``: the TTL (s) of column ``name``'s winning cell, null when none."""
+    return f"_ttl_{name}"
+
+
+def kept_value_field(name: str) -> str:
+    """``_xv_<name>``: column ``name``'s winning cell's value, when ``name`` does not show it."""
+    return f"_xv_{name}"
+
+
+def cells_field(name: str) -> str:
+    """``_cells_<name>``: a non-frozen collection's element cells and tombstone (JSON)."""
+    return f"_cells_{name}"
+
+
 def current_arrow_schema(table: Table) -> Any:
     """The Arrow schema of ``table``'s current-state table (module docstring)."""
     fields = [pa.field(c.name, arrow_type(c.type)) for c in table.primary_key_columns]
     for column in value_columns(table):
         fields.append(pa.field(column.name, arrow_type(column.type)))
         fields.append(pa.field(write_time_field(column.name), pa.int64()))
+        if column.type.is_multicell:
+            fields.append(pa.field(cells_field(column.name), pa.string()))
+        else:
+            fields.append(pa.field(cell_time_field(column.name), pa.int64()))
+            fields.append(pa.field(cell_ttl_field(column.name), pa.int64()))
+            fields.append(pa.field(kept_value_field(column.name), arrow_type(column.type)))
     fields += [
+        pa.field(MARKER_TS_FIELD, pa.int64()),
+        pa.field(MARKER_TTL_FIELD, pa.int64()),
+        pa.field(ROW_DELETED_FIELD, pa.int64()),
+        pa.field(PARTITION_DELETED_FIELD, pa.int64()),
+        pa.field(RANGES_FIELD, pa.string()),
         pa.field(DELETED_FIELD, pa.bool_()),
         pa.field(DELETED_AT_FIELD, pa.int64()),
         pa.field(EXPIRES_AT_FIELD, pa.int64()),
         pa.field(PK_FIELD, pa.string()),
         pa.field(ROW_FIELD, pa.string()),
-        pa.field(STATE_FIELD, pa.string()),
     ]
     return pa.schema(fields)
 
@@ -132,10 +180,21 @@ def row_id(pk_id: str, encoded_clustering: bytes | None) -> str:
 
 
 class _CellCodec:
-    """Cells to and from JSON lists ``[timestamp_us, tie hex, value hex or null, expiry]``."""
+    """A row's merge state to and from its typed columns (module docstring); a collection's
+    element cells to and from JSON lists ``[timestamp_us, tie hex, value hex or null, expiry]``."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
+        self._types = {c.name: c.type for c in value_columns(table)}
+        self._atomic = tuple(
+            (c.name, c.type, cell_time_field(c.name), cell_ttl_field(c.name))
+            for c in value_columns(table)
+            if not c.type.is_multicell
+        )
+        self._multicell = tuple(
+            (c.name, cells_field(c.name)) for c in value_columns(table) if c.type.is_multicell
+        )
+        self._static = frozenset(c.name for c in table.static_columns)
 
     @staticmethod
     def cell(cell: _Cell | None, encode: Any) -> list[object] | None:
@@ -186,44 +245,82 @@ class _CellCodec:
 
         return encode, decode
 
-    def row_to_json(self, row: _Row) -> dict[str, object]:
-        cells = {
-            name: self.cell(cell, lambda v, n=name: serialize(self.table.column(n).type, v))
-            for name, cell in sorted(row.cells.items())
-        }
-        collections = {}
-        for name, collection in sorted(row.collections.items()):
+    def columns_of(
+        self, row: _Row, shadow_us: int, shown: Mapping[str, object], static: bool
+    ) -> dict[str, object]:
+        """The merge-state columns of ``row`` (its static cells when ``static``): cells at or
+        below ``shadow_us`` dropped; ``shown`` the values the output row shows."""
+        out: dict[str, object] = {}
+        for name, column_type, ts_field, ttl_field in self._atomic:
+            if (name in self._static) != static:
+                continue
+            cell = row.cells.get(name)
+            if cell is None or cell.timestamp_us <= shadow_us:
+                continue
+            out[ts_field] = cell.timestamp_us
+            if cell.value is not None:
+                out[ttl_field] = _ttl(cell)
+                if shown.get(name) is None:
+                    out[kept_value_field(name)] = to_spark_value(column_type, cell.value)
+        for name, field_name in self._multicell:
+            if (name in self._static) != static:
+                continue
+            collection = row.collections.get(name)
+            if collection is None:
+                continue
             encode, _ = self._element_codec(name)
-            collections[name] = {
-                "tombstone": collection.tombstone_us,
-                "elements": {
-                    path.hex(): self.cell(cell, encode)
-                    for path, cell in sorted(collection.elements.items())
-                },
-            }
-        return {
-            "marker": self.cell(row.marker, lambda v: b""),
-            "deleted": row.deletion_us,
-            "cells": cells,
-            "collections": collections,
-        }
+            out[field_name] = json.dumps(
+                [
+                    collection.tombstone_us,
+                    [
+                        [path.hex(), self.cell(cell, encode)]
+                        for path, cell in sorted(collection.elements.items())
+                    ],
+                ]
+            )
+        marker = row.marker
+        if marker is not None and marker.timestamp_us > shadow_us:
+            out[MARKER_TS_FIELD] = marker.timestamp_us
+            out[MARKER_TTL_FIELD] = _ttl(marker)
+        if not static and row.deletion_us != _NONE:
+            out[ROW_DELETED_FIELD] = row.deletion_us
+        return out
 
-    def row_from_json(self, clustering: Key, data: Mapping[str, Any]) -> _Row:
-        row = _Row(clustering, deletion_us=int(data["deleted"]))
-        row.marker = self.uncell(data["marker"], lambda b: b"")
-        for name, item in data["cells"].items():
-            if not self.table.has_column(name):
+    def row_from_columns(self, clustering: Key, data: Mapping[str, Any], static: bool) -> _Row:
+        """The merge state of a stored row (its static cells when ``static``)."""
+        row = _Row(clustering)
+        if not static:
+            deleted = data.get(ROW_DELETED_FIELD)
+            row.deletion_us = _NONE if deleted is None else int(deleted)
+        marker_ts = data.get(MARKER_TS_FIELD)
+        if marker_ts is not None:
+            ttl = data.get(MARKER_TTL_FIELD)
+            ts = int(marker_ts)
+            row.marker = _Cell(ts, cell_order(ts, b"", ttl), b"", expiry_s(ts, ttl))
+        for name, column_type, ts_field, ttl_field in self._atomic:
+            if (name in self._static) != static or data.get(ts_field) is None:
                 continue
-            column_type = self.table.column(name).type
-            cell = self.uncell(item, lambda b, t=column_type: deserialize(t, b))
-            if cell is not None:
-                row.cells[name] = cell
-        for name, item in data["collections"].items():
-            if not self.table.has_column(name):
+            ts = int(data[ts_field])
+            value = data.get(name)
+            if value is None:
+                value = data.get(kept_value_field(name))
+            if value is None:
+                row.cells[name] = _Cell(ts, cell_order(ts, None, None), None, None)
                 continue
+            ttl = data.get(ttl_field)
+            cql_value = canonical_value(column_type, from_spark_value(column_type, value))
+            encoded = serialize(column_type, cql_value)
+            row.cells[name] = _Cell(
+                ts, cell_order(ts, encoded, ttl), cql_value, expiry_s(ts, ttl), encoded
+            )
+        for name, field_name in self._multicell:
+            text = data.get(field_name)
+            if (name in self._static) != static or text is None:
+                continue
+            tombstone, items = json.loads(text)
             _, decode = self._element_codec(name)
-            collection = _Collection(int(item["tombstone"]))
-            for path, element in item["elements"].items():
+            collection = _Collection(int(tombstone))
+            for path, element in items:
                 cell = self.uncell(element, decode)
                 if cell is not None:
                     collection.elements[bytes.fromhex(path)] = cell
@@ -251,16 +348,16 @@ class _PartitionEntry:
 
     pk: Key
     bounds: dict[tuple[bytes, int], tuple[bool, bytes, int]]
-    stored: dict[str, str]  # row id -> stored _state JSON
+    stored: dict[str, Mapping[str, Any]]  # row id -> the stored row
     paired: set[tuple[bytes, int]] = field(default_factory=set)
     """Bounds already made range tombstones: a replayed one is not pending again."""
 
 
 class CurrentStateMerge:
-    """The merge of one batch: load the stored state rows of the partitions the changes touch
-    (:meth:`load`), apply the changes (:meth:`apply`), then take the rows to write
-    (:meth:`rows`): those whose state changed, and every row of a partition whose head changed
-    (a partition or range deletion or a static column shadows or shows them all)."""
+    """The merge of one batch, row by row: load the stored rows of the partitions the changes
+    touch (:meth:`load`), apply the changes (:meth:`apply`), then take the rows to write
+    (:meth:`rows`): those that differ from what is stored. Any batch of any table; the common
+    case is merged over columns instead (:mod:`ringflow.pipeline._lakehouse_columns`)."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -270,6 +367,7 @@ class CurrentStateMerge:
         self._clustering = table.clustering_columns
         self._last: tuple[Sequence[Change], list[tuple[Change, _Where]]] | None = None
         self._pk_ids: dict[Key, str] = {}
+        self._schema_names = current_arrow_schema(table).names
 
     def _located(self, changes: Sequence[Change]) -> list[tuple[Change, _Where]]:
         """Each change with where it applies (:meth:`TableState.locate`), computed once for
@@ -314,34 +412,45 @@ class CurrentStateMerge:
             partition_wide,
         )
 
-    def load(self, states: Iterable[str]) -> None:
-        """Load stored ``_state`` JSONs (rows of the partitions to merge)."""
-        for text in states:
-            data = json.loads(text)
-            pk = _key_from_hex(self.table.partition_key_columns, data["pk"])
+    def load(self, stored: Iterable[Mapping[str, Any]]) -> None:
+        """Load stored rows (dicts of :func:`current_arrow_schema`) of the partitions to merge."""
+        clustering_types = [(c.name, c.type) for c in self._clustering]
+        for data in stored:
+            pk_id, _, encoded_hex = str(data[ROW_FIELD]).partition("/")
+            pk = _key_from_hex(self.table.partition_key_columns, pk_id)
             entry = self._entry(pk)
             partition = self.state.partition(pk)
-            head = data.get("partition")
-            if head is not None:
-                partition.deletion_us = int(head["deleted"])
-                partition.ranges.update(
-                    (bytes.fromhex(low), bytes.fromhex(high), int(ts))
-                    for low, high, ts in head["ranges"]
+            head = not self._clustering or data[clustering_types[0][0]] is None
+            if head:
+                deleted = data.get(PARTITION_DELETED_FIELD)
+                partition.deletion_us = _NONE if deleted is None else int(deleted)
+                if self._clustering:  # else the record is the row (no static columns)
+                    partition.static = self.codec.row_from_columns((), data, static=True)
+                self._load_ranges(entry, partition, data.get(RANGES_FIELD))
+            if not self._clustering or not head:
+                clustering = tuple(
+                    hashable(canonical_value(t, from_spark_value(t, data[n])))
+                    for n, t in clustering_types
                 )
-                partition.static = self.codec.row_from_json((), head["static"])
-                entry.paired.update((bytes.fromhex(t), int(q)) for t, q in head["paired"])
-                for time_hex, seq, is_start, edge, ts in head["bounds"]:
-                    entry.bounds[(bytes.fromhex(time_hex), int(seq))] = (
-                        bool(is_start),
-                        bytes.fromhex(edge),
-                        int(ts),
-                    )
-            row = data.get("row")
-            if row is not None:
-                encoded = bytes.fromhex(data["clustering"])
-                clustering = _key_from_hex(self._clustering, data["ck"])
-                partition.rows[encoded] = self.codec.row_from_json(clustering, row)
-            entry.stored[str(data["id"])] = text
+                encoded = bytes.fromhex(encoded_hex)
+                partition.rows[encoded] = self.codec.row_from_columns(clustering, data, False)
+            entry.stored[str(data[ROW_FIELD])] = data
+
+    @staticmethod
+    def _load_ranges(entry: _PartitionEntry, partition: _Partition, text: str | None) -> None:
+        if text is None:
+            return
+        ranges = json.loads(text)
+        partition.ranges.update(
+            (bytes.fromhex(low), bytes.fromhex(high), int(ts)) for low, high, ts in ranges["ranges"]
+        )
+        entry.paired.update((bytes.fromhex(t), int(q)) for t, q in ranges["paired"])
+        for time_hex, seq, is_start, edge, ts in ranges["bounds"]:
+            entry.bounds[(bytes.fromhex(time_hex), int(seq))] = (
+                bool(is_start),
+                bytes.fromhex(edge),
+                int(ts),
+            )
 
     def _entry(self, pk: Key) -> _PartitionEntry:
         found = self.partitions.get(pk)
@@ -381,19 +490,15 @@ class CurrentStateMerge:
             del entry.bounds[done]
 
     def rows(self, now_s: int) -> list[dict[str, object]]:
-        """The rows to write (module docstring), as dicts of the current-state schema."""
+        """The rows to write (those that differ from the stored ones), as dicts of the
+        current-state schema."""
         live = self.state.live_rows(now_s)
         result = []
         for pk, entry in self.partitions.items():
             partition = self.state.partition(pk)
-            built = self._partition_rows(entry, partition, live, now_s)
-            pk_id = self._pk_id(pk)
-            head_id = row_id(pk_id, None)
-            head_changed = head_id in built and built[head_id][STATE_FIELD] != entry.stored.get(
-                head_id
-            )
-            for identity, row in built.items():
-                if head_changed or row[STATE_FIELD] != entry.stored.get(identity):
+            for identity, row in self._partition_rows(entry, partition, live, now_s).items():
+                stored = entry.stored.get(identity)
+                if stored is None or any(row[n] != stored.get(n) for n in self._schema_names):
                     result.append(row)
         return result
 
@@ -405,58 +510,55 @@ class CurrentStateMerge:
         now_s: int,
     ) -> dict[str, dict[str, object]]:
         pk_id = self._pk_id(entry.pk)
-        head = {
-            "deleted": partition.deletion_us,
-            "ranges": sorted([low.hex(), high.hex(), ts] for low, high, ts in partition.ranges),
-            "static": self.codec.row_to_json(partition.static),
-            "bounds": sorted(
-                [time.hex(), seq, is_start, edge.hex(), ts]
-                for (time, seq), (is_start, edge, ts) in entry.bounds.items()
-            ),
-            "paired": sorted([time.hex(), seq] for time, seq in entry.paired),
-        }
+        head_id = row_id(pk_id, None)
         blank = (None,) * len(self._clustering)
-        parts: dict[str, dict[str, Any]] = {
-            row_id(pk_id, None): {"pk": pk_id, "partition": head, "key": entry.pk + blank}
-        }
+        static_expiry = _next_expiry(partition.static, partition.deletion_us, now_s)
+        built: dict[str, dict[str, object]] = {}
+        ranges = None
+        if partition.ranges or entry.bounds or entry.paired:
+            ranges = json.dumps(
+                {
+                    "ranges": sorted([lo.hex(), hi.hex(), ts] for lo, hi, ts in partition.ranges),
+                    "bounds": sorted(
+                        [time.hex(), seq, is_start, edge.hex(), ts]
+                        for (time, seq), (is_start, edge, ts) in entry.bounds.items()
+                    ),
+                    "paired": sorted([time.hex(), seq] for time, seq in entry.paired),
+                }
+            )
+        if self._clustering:
+            key = entry.pk + blank
+            found = live.get(key)
+            shown = found.values if found else {}
+            head = self.codec.columns_of(partition.static, partition.deletion_us, shown, True)
+            if partition.deletion_us != _NONE:
+                head[PARTITION_DELETED_FIELD] = partition.deletion_us
+            if ranges is not None:
+                head[RANGES_FIELD] = ranges
+            if head or found is not None or head_id in entry.stored:
+                expires = None if static_expiry is None or found is None else static_expiry
+                built[head_id] = self._output_row(
+                    key, found, partition.deletion_us, expires, pk_id, head_id, head
+                )
         for encoded, row in partition.rows.items():
             identity = row_id(pk_id, encoded)
-            part = parts.setdefault(identity, {"pk": pk_id, "key": entry.pk + row.clustering})
-            part["row"] = self.codec.row_to_json(row)
-            part["clustering"] = encoded.hex()
-            part["ck"] = _hex_key(self._clustering, row.clustering)
-            part["key"] = entry.pk + row.clustering
-        head_part = parts[row_id(pk_id, None)]
-        empty_head = not any(
-            (
-                partition.deletion_us != _NONE,
-                partition.ranges,
-                entry.bounds,
-                head["static"] != _EMPTY,
-            )
-        )
-        if empty_head and "row" not in head_part and row_id(pk_id, None) not in entry.stored:
-            del parts[row_id(pk_id, None)]  # nothing to keep: no row for it
-        static_expiry = _next_expiry(partition.static, partition.deletion_us, now_s)
-        built = {}
-        for identity, part in parts.items():
-            shadow = partition.deletion_us
-            expiry = static_expiry
-            if "row" in part:
-                encoded = bytes.fromhex(part["clustering"])
-                row = partition.rows[encoded]
-                covering = [ts for low, high, ts in partition.ranges if low <= encoded < high]
-                shadow = max(shadow, row.deletion_us, *covering)
-                expiry = _sooner(expiry, _next_expiry(row, shadow, now_s))
-            key: Key = part.pop("key")
+            covering = [ts for low, high, ts in partition.ranges if low <= encoded < high]
+            shadow = max(partition.deletion_us, row.deletion_us, *covering)
+            key = entry.pk + row.clustering
             found = live.get(key)
-            expires_us = None if expiry is None or found is None else expiry * US_PER_SECOND
-            # the expiry is part of the state compared: a row merged again after it passed
-            # is written again (it shows less, and expires later or never)
-            part["expires"] = expires_us
-            state = json.dumps({"id": identity, **part}, sort_keys=True)
+            shown = found.values if found else {}
+            columns = self.codec.columns_of(row, shadow, shown, False)
+            if not self._clustering and partition.deletion_us != _NONE:  # the head is the row
+                columns[PARTITION_DELETED_FIELD] = partition.deletion_us
+            expiry = _sooner(static_expiry, _next_expiry(row, shadow, now_s))
+            expires = None if expiry is None or found is None else expiry
             built[identity] = self._output_row(
-                key, found, shadow, expires_us, pk_id, identity, state
+                key, found, shadow, expires, pk_id, identity, columns
+            )
+        if not self._clustering and head_id not in built and partition.deletion_us != _NONE:
+            columns = {PARTITION_DELETED_FIELD: partition.deletion_us}
+            built[head_id] = self._output_row(
+                entry.pk, None, partition.deletion_us, None, pk_id, head_id, columns
             )
         return built
 
@@ -465,12 +567,12 @@ class CurrentStateMerge:
         key: Key,
         found: LiveRow | None,
         shadow_us: int,
-        expires_us: int | None,
+        expires_s: int | None,
         pk_id: str,
         identity: str,
-        state: str,
+        state: Mapping[str, object],
     ) -> dict[str, object]:
-        row: dict[str, object] = {}
+        row: dict[str, object] = dict.fromkeys(self._schema_names)
         for column, value in zip(self.table.primary_key_columns, key, strict=True):
             row[column.name] = None if value is None else to_spark_value(column.type, value)
         values = found.values if found else {}
@@ -479,13 +581,20 @@ class CurrentStateMerge:
             value = values.get(column.name)
             row[column.name] = None if value is None else to_spark_value(column.type, value)
             row[write_time_field(column.name)] = times.get(column.name)
+        row.update(state)
         row[DELETED_FIELD] = found is None
         row[DELETED_AT_FIELD] = None if shadow_us == _NONE else shadow_us
-        row[EXPIRES_AT_FIELD] = expires_us
+        row[EXPIRES_AT_FIELD] = None if expires_s is None else expires_s * US_PER_SECOND
         row[PK_FIELD] = pk_id
         row[ROW_FIELD] = identity
-        row[STATE_FIELD] = state
         return row
+
+
+def _ttl(cell: _Cell) -> int | None:
+    """The TTL (s) a live or expiring cell was written with, None when it has none."""
+    if cell.expires_s is None:
+        return None
+    return cell.expires_s - cell.timestamp_us // US_PER_SECOND
 
 
 def _next_expiry(row: _Row, shadow_us: int, now_s: int) -> int | None:
@@ -514,11 +623,11 @@ def current_rows_table(table: Table, rows: Sequence[Mapping[str, object]]) -> An
     return pa.Table.from_pylist(list(rows), schema=current_arrow_schema(table))
 
 
-def selected_states(found: Any, wanted: Wanted) -> list[str]:
-    """The ``_state`` of the rows of ``found`` (an Arrow table with ``_pk``, ``_row``,
-    ``_state`` and, once written, ``_expires_at``) that ``wanted`` names."""
+def selection_mask(found: Any, wanted: Wanted) -> Any:
+    """Which rows of ``found`` (an Arrow table with ``_pk``, ``_row`` and ``_expires_at``)
+    ``wanted`` names (a boolean array)."""
     partition_ids, row_ids = expired_ids(found, wanted)
-    keep = pc.or_(
+    return pc.or_(
         pc.is_in(
             found.column(PK_FIELD).cast(pa.string()),
             value_set=pa.array(wanted.partitions + partition_ids, pa.string()),
@@ -528,14 +637,12 @@ def selected_states(found: Any, wanted: Wanted) -> list[str]:
             value_set=pa.array(wanted.rows + row_ids, pa.string()),
         ),
     )
-    return [str(s) for s in found.filter(keep).column(STATE_FIELD).to_pylist()]
 
 
 def expired_ids(found: Any, wanted: Wanted) -> tuple[list[str], list[str]]:
     """What the rows of ``found`` expired by ``wanted.expired_by_us`` bring in: (``_pk`` of
-    whole partitions, ``_row`` of rows and their heads); none for a table written before
-    ``_expires_at`` existed."""
-    if wanted.expired_by_us is None or EXPIRES_AT_FIELD not in found.column_names:
+    whole partitions, ``_row`` of rows and their heads)."""
+    if wanted.expired_by_us is None:
         return [], []
     expired = found.filter(
         pc.less_equal(found.column(EXPIRES_AT_FIELD), pa.scalar(wanted.expired_by_us, pa.int64()))
@@ -545,3 +652,25 @@ def expired_ids(found: Any, wanted: Wanted) -> tuple[list[str], list[str]]:
         return partitions, []
     rows = [str(r) for r in expired.column(ROW_FIELD).to_pylist()]
     return [], rows + [row_id(p, None) for p in partitions]
+
+
+def conform(found: Any, schema: Any) -> Any:
+    """``found`` (rows read back from a table) with the columns of ``schema``, in its order and
+    types: a column the table does not have yet (added to the source since) is null."""
+    columns = []
+    for target in schema:
+        index = found.schema.get_field_index(target.name)
+        if index < 0:
+            columns.append(pa.nulls(found.num_rows, target.type))
+        else:
+            columns.append(found.column(index).cast(target.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def without_rows(found: Any, rows: Any) -> Any:
+    """The rows of ``found`` whose ``_row`` is not one of ``rows``'."""
+    return found.filter(
+        pc.invert(
+            pc.is_in(found.column(ROW_FIELD), value_set=rows.column(ROW_FIELD).combine_chunks())
+        )
+    )

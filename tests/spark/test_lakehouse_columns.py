@@ -1,0 +1,233 @@
+"""The current-state merge over columns (issue 19) against the row-by-row merge and the
+materialized oracle: random batches of inserts, updates, TTLs, cells set to null, row and
+partition deletions, with many writes at equal timestamps (Cassandra's tie rules), replayed
+batches and TTLs running out between batches. Both merges keep their own stored table; after
+every batch the two tables must be the same rows, column for column, and at the end equal to
+the oracle. Range deletions (which the column merge leaves to the row merge) mix in through
+:func:`merge_batch`, as the sink runs it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from ringflow.cdc import CdcOperation
+from ringflow.pipeline import Change, change_arrow_schema, change_to_arrow_row
+from ringflow.pipeline._changes import value_columns
+from ringflow.pipeline._lakehouse import merge_batch
+from ringflow.pipeline._lakehouse_columns import ColumnsMerge, columns_mergeable
+from ringflow.pipeline._lakehouse_state import (
+    DELETED_FIELD,
+    ROW_FIELD,
+    CurrentStateMerge,
+    Wanted,
+    current_arrow_schema,
+    current_rows_table,
+    selection_mask,
+    write_time_field,
+)
+from ringflow.pipeline._materialize import canonical_value, hashable, materialize
+from ringflow.schema import (
+    BIGINT,
+    INT,
+    TEXT,
+    ClusteringOrder,
+    SetType,
+    Table,
+    timeuuid_from_micros,
+)
+
+T0_S = 1_800_000_000
+CLUSTERED = Table.create(
+    "shop",
+    "events",
+    partition_key=[("pk", INT), ("region", TEXT)],
+    clustering=[("ck", INT, ClusteringOrder.DESC)],
+    regular=[("v", TEXT), ("n", BIGINT)],
+)
+KEYED = Table.create("shop", "accounts", partition_key=[("id", BIGINT)], regular=[("v", TEXT)])
+_Store = dict[str, dict[str, Any]]
+
+
+def _changes(table: Table, size: int, seed: int, ranges: bool = False) -> list[Change]:
+    """Writes crowded on few keys and few timestamps (ties are common), some with TTLs short
+    enough to run out while the batches are merged."""
+    rng = random.Random(seed)
+    out: list[Change] = []
+    clustered = bool(table.clustering_columns)
+    for index in range(size):
+        second = T0_S + rng.randint(0, 40)
+        time = timeuuid_from_micros(second * 10**6 + rng.choice((0, 0, 1, 7)), index)
+        pk = {"pk": rng.randint(0, 3), "region": rng.choice("ab")} if clustered else {}
+        key = {**pk, "ck": rng.randint(0, 5)} if clustered else {"id": rng.randint(-2, 4)}
+        roll = rng.random()
+        names = [c.name for c in value_columns(table)]
+        if roll < 0.05:
+            out.append(Change("shop", table.name, CdcOperation.PARTITION_DELETE, time, pk or key))
+        elif ranges and roll < 0.3 and pk == {"pk": 0, "region": "a"}:
+            high = {**pk, "ck": key["ck"] + rng.randint(1, 3)}
+            start, end = (
+                CdcOperation.RANGE_DELETE_START_INCLUSIVE,
+                CdcOperation.RANGE_DELETE_END_EXCLUSIVE,
+            )
+            out.append(Change("shop", table.name, start, time, key, 0))
+            out.append(Change("shop", table.name, end, time, high, 1))
+        elif roll < 0.14:
+            out.append(Change("shop", table.name, CdcOperation.ROW_DELETE, time, key))
+        else:
+            op = CdcOperation.INSERT if roll < 0.55 else CdcOperation.UPDATE
+            values: dict[str, object] = {}
+            deleted = set()
+            for name in names:
+                pick = rng.random()
+                if pick < 0.15:
+                    deleted.add(name)
+                elif pick < 0.8:
+                    values[name] = f"x{rng.randint(0, 3)}" if name == "v" else rng.randint(-3, 3)
+            ttl = rng.choice((None, None, 5, 30, 500))
+            out.append(
+                Change("shop", table.name, op, time, key, 0, values, frozenset(deleted), {}, ttl)
+            )
+    return out
+
+
+def _arrow(table: Table, changes: list[Change]) -> Any:
+    rows = [change_to_arrow_row(table, c) for c in changes]
+    return pa.Table.from_pylist(rows, schema=change_arrow_schema(table))
+
+
+def _selected(table: Table, store: _Store, wanted: Wanted) -> Any:
+    found = current_rows_table(table, list(store.values()))
+    return found.filter(selection_mask(found, wanted))
+
+
+def _by_columns(table: Table, store: _Store, batch: list[Change], now_s: int) -> None:
+    plan = ColumnsMerge.for_batch(table, _arrow(table, batch))
+    assert plan is not None
+    rows = plan.merge(_selected(table, store, plan.wanted(now_s)), now_s)
+    assert rows is not None
+    store.update({r[ROW_FIELD]: r for r in rows.to_pylist()})
+
+
+def _by_rows(table: Table, store: _Store, batch: list[Change], now_s: int) -> None:
+    merge = CurrentStateMerge(table)
+    merge.load(_selected(table, store, merge.wanted(batch, now_s)).to_pylist())
+    merge.apply(batch)
+    written = current_rows_table(table, merge.rows(now_s)).to_pylist()
+    store.update({r[ROW_FIELD]: r for r in written})
+
+
+def _live(table: Table, store: _Store) -> dict[tuple[object, ...], Any]:
+    found = {}
+    for row in store.values():
+        if row[DELETED_FIELD]:
+            continue
+        key = tuple(
+            None if row[c.name] is None else hashable(canonical_value(c.type, row[c.name]))
+            for c in table.primary_key_columns
+        )
+        present = [c for c in value_columns(table) if row[c.name] is not None]
+        values = {c.name: row[c.name] for c in present}
+        times = {c.name: row[write_time_field(c.name)] for c in present}
+        found[key] = (values, times)
+    return found
+
+
+def _oracle(table: Table, changes: list[Change], now_s: int) -> dict[tuple[object, ...], Any]:
+    return {
+        key: (dict(row.values), dict(row.write_times_us))
+        for key, row in materialize(table, changes, now_s).items()
+    }
+
+
+@pytest.mark.parametrize("table", [CLUSTERED, KEYED], ids=["clustered", "keyed"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_column_merge_writes_what_the_row_merge_writes(table: Table, seed: int) -> None:
+    assert columns_mergeable(table)
+    changes = _changes(table, 400, seed)
+    rng = random.Random(seed)
+    replayed = changes + rng.sample(changes, 60)
+    rng.shuffle(replayed)
+    by_columns: _Store = {}
+    by_rows: _Store = {}
+    now_s = T0_S
+    start = 0
+    while start < len(replayed):
+        batch = replayed[start : start + rng.randint(1, 50)]
+        start += len(batch)
+        now_s += rng.randint(0, 6)  # TTLs of 5 s and 30 s run out between batches
+        _by_columns(table, by_columns, batch, now_s)
+        _by_rows(table, by_rows, batch, now_s)
+        assert by_columns == by_rows
+    assert _live(table, by_columns) == _oracle(table, changes, now_s)
+    # a replayed batch writes nothing
+    plan = ColumnsMerge.for_batch(table, _arrow(table, replayed[:40]))
+    assert plan is not None
+    assert plan.merge(_selected(table, by_columns, plan.wanted(now_s)), now_s).num_rows == 0
+
+
+class _MemoryStore:
+    """The part of a lakehouse store :func:`merge_batch` reads, over a dict of rows."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.rows: _Store = {}
+
+    def current_rows(self, wanted: Wanted, schema: Any) -> tuple[Any, Any]:
+        found = current_rows_table(self.table, list(self.rows.values()))
+        mask = selection_mask(found, wanted)
+        return found.filter(mask), None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_with_range_deletions_go_row_by_row_and_the_rest_by_columns(seed: int) -> None:
+    changes = _changes(CLUSTERED, 300, seed, ranges=True)  # ranges in one partition only
+    rng = random.Random(seed)
+    store = _MemoryStore(CLUSTERED)
+    now_s, start, by_columns, by_rows = T0_S + 50, 0, 0, 0
+    while start < len(changes):
+        size = rng.randint(1, 8)
+        while start + size < len(changes) and changes[start + size].batch_seq_no:
+            size += 1  # a range's two bounds in one batch, as the source sends them
+        batch = changes[start : start + size]
+        start += size
+        data = _arrow(CLUSTERED, batch)
+        plan = ColumnsMerge.for_batch(CLUSTERED, data)
+        rows, _, _ = merge_batch(CLUSTERED, data, store, now_s)
+        if (
+            plan is not None
+            and plan.merge(store.current_rows(plan.wanted(now_s), None)[0], now_s) is not None
+        ):
+            by_columns += 1
+        else:
+            by_rows += 1
+        store.rows.update({r[ROW_FIELD]: r for r in rows.to_pylist()})
+    assert _live(CLUSTERED, store.rows) == _oracle(CLUSTERED, changes, now_s)
+    assert by_columns > 0 and by_rows > 0
+
+
+def test_what_the_column_merge_does_not_take() -> None:
+    with_set = Table.create("shop", "t", partition_key=[("k", INT)], regular=[("s", SetType(TEXT))])
+    with_static = Table.create(
+        "shop", "t", partition_key=[("k", INT)], clustering=[("c", INT, ClusteringOrder.ASC)],
+        static=[("o", TEXT)], regular=[("v", TEXT)],
+    )  # fmt: skip
+    assert not columns_mergeable(with_set) and not columns_mergeable(with_static)
+    key = {"pk": 1, "region": "a", "ck": 1}
+    time = timeuuid_from_micros(T0_S * 10**6, 1)
+    ranged = [
+        Change("shop", "events", CdcOperation.RANGE_DELETE_START_INCLUSIVE, time, key, 0),
+        Change("shop", "events", CdcOperation.RANGE_DELETE_END_EXCLUSIVE, time, key, 1),
+    ]
+    assert ColumnsMerge.for_batch(CLUSTERED, _arrow(CLUSTERED, ranged)) is None
+    # stored range tombstones: the row merge takes the partition
+    store: _Store = {}
+    _by_rows(CLUSTERED, store, ranged, T0_S)
+    insert = Change("shop", "events", CdcOperation.INSERT, time, key, 0, {"v": "a"})
+    plan = ColumnsMerge.for_batch(CLUSTERED, _arrow(CLUSTERED, [insert]))
+    assert plan is not None
+    assert plan.merge(_selected(CLUSTERED, store, plan.wanted(T0_S)), T0_S) is None
+    assert current_arrow_schema(CLUSTERED).names == current_rows_table(CLUSTERED, []).schema.names
