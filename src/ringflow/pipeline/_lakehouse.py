@@ -23,10 +23,11 @@ it). The merge runs over Arrow columns for the common batch
 deletions) and row by row otherwise
 (:class:`~ringflow.pipeline._lakehouse_state.CurrentStateMerge`), with the same result. A
 current-state table in the first layout (a JSON state per row) is rebuilt from the change log
-when a job opens the destination (:func:`rebuild_current`). Each commit is skipped when the table records the batch for the app id
-(``ringflow-<query id>``) already: Spark re-runs a batch whose commit it did not record with the
-same offsets, so after any crash each table holds each batch once. The data never touches the
-executors' disks: what a task sent is lost with a failed batch, and re-sent by its replay.
+when a job opens the destination (:func:`rebuild_current`). Each commit is skipped when the
+table records the batch for the app id (``ringflow-<query id>``) already: Spark re-runs a batch
+whose commit it did not record with the same offsets, so after any crash each table holds each
+batch once. The data never touches the executors' disks: what a task sent is lost with a failed
+batch, and re-sent by its replay.
 """
 
 from __future__ import annotations

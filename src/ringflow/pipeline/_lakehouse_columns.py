@@ -59,12 +59,10 @@ from ringflow.pipeline._lakehouse_state import (
     cell_ttl_field,
     current_arrow_schema,
     kept_value_field,
-    partition_id,
-    row_id,
     write_time_field,
 )
 from ringflow.pipeline._materialize import US_PER_SECOND
-from ringflow.schema import NativeType, Table, encode_clustering, serialize
+from ringflow.schema import NativeType, Table, serialize
 
 _NONE = -(2**63)
 _PLAIN_TYPES = frozenset(
@@ -168,10 +166,9 @@ class ColumnsMerge:
         """The ``_pk`` of every partition the batch touches."""
         if self._pk_ids is None:
             unique = self.data.select(self.pk_names).group_by(self.pk_names).aggregate([])
-            self._pk_ids = sorted(
-                partition_id(self.table, tuple(row[n] for n in self.pk_names))
-                for row in unique.to_pylist()
-            )
+            columns = {n: unique.column(n) for n in self.pk_names}
+            found = key_ids(self.table, columns, clustered=False)[0]
+            self._pk_ids = sorted(str(i) for i in found.to_pylist())
         return self._pk_ids
 
     def wanted(self, now_s: int) -> Wanted:
@@ -310,9 +307,7 @@ class _Merge:
         keys_first = pa.array(self.first)
         for name in self.plan.keys:
             out[name] = self.key_arrays[name].take(keys_first)
-        pk_ids, row_ids = self._ids(out)
-        out[PK_FIELD] = pk_ids
-        out[ROW_FIELD] = row_ids
+        out[PK_FIELD], out[ROW_FIELD] = key_ids(self.plan.table, out)
         table = pa.Table.from_arrays(
             [out[f.name].cast(f.type) for f in self.plan.schema], schema=self.plan.schema
         )
@@ -401,42 +396,6 @@ class _Merge:
             )
             winners[index] = best
 
-    def _ids(self, out: dict[str, Any]) -> tuple[Any, Any]:
-        """``_pk`` and ``_row`` of every row: the stored ones', computed for new rows."""
-        stored_at = self.stored_at
-        pk_ids = np.empty(self.rows, dtype=object)
-        row_ids = np.empty(self.rows, dtype=object)
-        known = stored_at >= 0
-        if known.any():
-            pk_ids[known] = np.asarray(
-                self._stored(PK_FIELD).take(pa.array(stored_at[known])).to_pylist(), dtype=object
-            )
-            row_ids[known] = np.asarray(
-                self._stored(ROW_FIELD).take(pa.array(stored_at[known])).to_pylist(), dtype=object
-            )
-        new = np.nonzero(~known)[0]
-        if len(new):
-            table = self.plan.table
-            keys = pa.table({n: out[n].take(pa.array(new)) for n in self.plan.keys}).to_pylist()
-            by_pk: dict[tuple[object, ...], str] = {}
-            types = tuple((c.type, c.order) for c in self.plan.ck_columns)
-            for index, key in zip(new, keys, strict=True):
-                pk = tuple(key[n] for n in self.plan.pk_names)
-                pk_id = by_pk.get(pk)
-                if pk_id is None:
-                    pk_id = by_pk[pk] = partition_id(table, pk)
-                pk_ids[index] = pk_id
-                clustering = [key[c.name] for c in self.plan.ck_columns]
-                if not clustering or clustering[0] is None:
-                    row_ids[index] = row_id(pk_id, None)
-                else:
-                    parts = [
-                        serialize(c.type, v)
-                        for c, v in zip(self.plan.ck_columns, clustering, strict=True)
-                    ]
-                    row_ids[index] = row_id(pk_id, encode_clustering(types, parts))
-        return pa.array(pk_ids, pa.string()), pa.array(row_ids, pa.string())
-
     def _changed(self, table: Any) -> Any:
         """Rows that are new or differ from the stored row in any column."""
         changed = self.stored_at < 0
@@ -454,6 +413,46 @@ class _Merge:
             differs |= ~pc.or_(equal, both_null).to_numpy(zero_copy_only=False)
         changed[known] = differs
         return changed
+
+
+_INT_WIDTH = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
+_TEXT = frozenset({"ascii", "text", "varchar"})
+
+
+def _hex_column(values: Any, cql_type: Any) -> Any:
+    """Each value's serialized bytes as hex (a string array; nulls stay null): integers by
+    numpy (big-endian two's complement), text as its UTF-8, other plain types by the codec."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    nulls = values.is_null().to_numpy(zero_copy_only=False)
+    width = _INT_WIDTH.get(cql_type.name)
+    if width is not None:
+        packed = _numpy(values).astype(f">i{width}").tobytes().hex().encode("ascii")
+        text = np.frombuffer(packed, dtype=f"S{2 * width}").astype(str)
+        return pa.array(text, pa.string(), mask=nulls)
+    items = values.to_pylist()
+    if cql_type.name in _TEXT:
+        return pa.array([None if v is None else v.encode().hex() for v in items], pa.string())
+    return pa.array(
+        [None if v is None else serialize(cql_type, v).hex() for v in items], pa.string()
+    )
+
+
+def _joined(parts: Sequence[Any]) -> Any:
+    return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, ".")
+
+
+def key_ids(table: Table, columns: Any, clustered: bool = True) -> tuple[Any, Any]:
+    """(``_pk``, ``_row``) of rows given as their key ``columns`` (name -> Arrow array), as
+    :func:`~ringflow.pipeline._lakehouse_state.partition_id` and ``row_id`` make them; the
+    ``_row`` only when ``clustered``."""
+    pk = _joined([_hex_column(columns[c.name], c.type) for c in table.partition_key_columns])
+    head = pc.binary_join_element_wise(pk, pa.scalar("/"), "")
+    if not clustered or not table.clustering_columns:
+        return pk, head
+    ck = _joined([_hex_column(columns[c.name], c.type) for c in table.clustering_columns])
+    row = pc.binary_join_element_wise(pk, pa.scalar("/:"), ck, "")
+    return pk, pc.if_else(pc.is_null(ck), head, row)
 
 
 def _seconds(us: Any) -> Any:

@@ -81,6 +81,7 @@ from ringflow.schema import (
     SetType,
     Table,
     deserialize,
+    encode_clustering,
     serialize,
 )
 
@@ -173,10 +174,16 @@ def partition_id(table: Table, pk: Key) -> str:
     return _hex_key(table.partition_key_columns, pk)
 
 
-def row_id(pk_id: str, encoded_clustering: bytes | None) -> str:
-    """``_row``: ``<_pk>/`` for the head row, ``<_pk>/<encoded clustering hex>`` otherwise (in a
-    table without clustering columns both are ``<_pk>/``: one row)."""
-    return f"{pk_id}/{(encoded_clustering or b'').hex()}"
+def clustering_id(table: Table, clustering: Key) -> str:
+    """A clustering row's part of its ``_row``: its clustering key's serialized bytes, hex,
+    dot-separated (as ``_pk``)."""
+    return _hex_key(table.clustering_columns, clustering)
+
+
+def row_id(pk_id: str, clustering: str | None) -> str:
+    """``_row``: ``<_pk>/`` for the head row, ``<_pk>/:<clustering_id>`` for a clustering row
+    (in a table without clustering columns the row is the head: ``<_pk>/``)."""
+    return f"{pk_id}/" if clustering is None else f"{pk_id}/:{clustering}"
 
 
 class _CellCodec:
@@ -398,13 +405,13 @@ class CurrentStateMerge:
         whole: set[str] = set()
         rows: set[str] = set()
         partition_wide = bool(self.table.static_columns) or not self._clustering
-        for change, (pk, _, encoded) in self._located(changes):
+        for change, (pk, prefix, _) in self._located(changes):
             pk_id = self._pk_id(pk)
             if partition_wide or change.operation in _PARTITION_OPERATIONS:
                 whole.add(pk_id)
             else:
                 rows.add(row_id(pk_id, None))
-                rows.add(row_id(pk_id, encoded))
+                rows.add(row_id(pk_id, clustering_id(self.table, prefix)))
         return Wanted(
             sorted(whole),
             sorted(r for r in rows if r.partition("/")[0] not in whole),
@@ -415,9 +422,9 @@ class CurrentStateMerge:
     def load(self, stored: Iterable[Mapping[str, Any]]) -> None:
         """Load stored rows (dicts of :func:`current_arrow_schema`) of the partitions to merge."""
         clustering_types = [(c.name, c.type) for c in self._clustering]
+        encoding = tuple((c.type, c.order) for c in self._clustering)
         for data in stored:
-            pk_id, _, encoded_hex = str(data[ROW_FIELD]).partition("/")
-            pk = _key_from_hex(self.table.partition_key_columns, pk_id)
+            pk = _key_from_hex(self.table.partition_key_columns, str(data[PK_FIELD]))
             entry = self._entry(pk)
             partition = self.state.partition(pk)
             head = not self._clustering or data[clustering_types[0][0]] is None
@@ -432,7 +439,10 @@ class CurrentStateMerge:
                     hashable(canonical_value(t, from_spark_value(t, data[n])))
                     for n, t in clustering_types
                 )
-                encoded = bytes.fromhex(encoded_hex)
+                parts = [
+                    serialize(t, v) for (_, t), v in zip(clustering_types, clustering, strict=True)
+                ]
+                encoded = encode_clustering(encoding, parts)
                 partition.rows[encoded] = self.codec.row_from_columns(clustering, data, False)
             entry.stored[str(data[ROW_FIELD])] = data
 
@@ -541,7 +551,8 @@ class CurrentStateMerge:
                     key, found, partition.deletion_us, expires, pk_id, head_id, head
                 )
         for encoded, row in partition.rows.items():
-            identity = row_id(pk_id, encoded)
+            ck_id = clustering_id(self.table, row.clustering) if self._clustering else None
+            identity = row_id(pk_id, ck_id)
             covering = [ts for low, high, ts in partition.ranges if low <= encoded < high]
             shadow = max(partition.deletion_us, row.deletion_us, *covering)
             key = entry.pk + row.clustering
