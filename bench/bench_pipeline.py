@@ -1,7 +1,8 @@
 """End-to-end pipeline figures (issue 8 §5): throughput edge -> lake / hub, and lag under load.
 
 Run with the project venv: ``.venv/bin/python bench/bench_pipeline.py [--changes N]
-[--lag-seconds S] [--rate R] [--skip-lag] [--skip-throughput] [--idle-seconds S]``.
+[--lag-seconds S] [--rate R] [--skip-lag] [--skip-throughput] [--idle-seconds S]
+[--lakehouse]``.
 
 Set-up: an edge cluster of 3 real ``ringflow`` node processes (``ringflow cluster start --nodes 3``,
 gossip every 200 ms, keyspace ``SimpleStrategy`` RF 3) and a 1-node hub (``ringflow cluster start
@@ -23,6 +24,10 @@ statements, ``execute_concurrent_with_args`` at 64 in flight, QUORUM). Then, in 
   two warm runs, each with a fresh lake and checkpoint; the ratio is the best warm run against
   the best plain run, every run printed), and once to the hub. Each run's time is the job's own
   wall time (queries started to queries done); its rows must be the N preloaded log rows.
+- with ``--lakehouse`` (issue 19), each warm lake run is followed by one to a fresh Delta
+  destination (``delta:DIR``) and one to a fresh Iceberg one (``iceberg:CATALOG#bench.events``,
+  SQLite catalog): the change log and the current-state table each micro-batch; the ratio is
+  the best of each against the best warm lake run.
 
 Lag: a writer thread paces ``--rate`` writes/s (default 1,000; async driver writes, at most 256 in
 flight, each at its own client timestamp) for ``--lag-seconds`` (default 60), while a continuous
@@ -68,7 +73,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for ``_cluster``
 from _cluster import free_block, local_cluster, make_session
 
 from ringflow.cdc import CdcOperation
-from ringflow.pipeline import Change, change_schema, change_to_row, local_spark_session
+from ringflow.pipeline import (
+    Change,
+    IcebergStore,
+    change_schema,
+    change_to_row,
+    local_spark_session,
+    parse_iceberg_location,
+)
 from ringflow.pipeline._replicate import cdc_options, plan_replication, run_replication
 from ringflow.schema import BIGINT, INT, TEXT, ClusteringOrder, Table, timeuuid_from_micros
 
@@ -268,21 +280,25 @@ def run_throughput(
     plain = min(plain_spark(spark, rows, scratch / f"plain-{i}") for i in range(2))
     print(f"plain Spark list -> Parquet: {plain:.2f} s, {args.changes / plain:,.0f} rows/s")
 
-    warm: list[float] = []
-    for run, (name, url) in enumerate(
-        (
-            ("lake (cold: first source read)", f"parquet:{scratch / 'lake-cold'}"),
-            ("lake (warm 1)", f"parquet:{scratch / 'lake-warm-1'}"),
-            ("lake (warm 2)", f"parquet:{scratch / 'lake-warm-2'}"),
-            ("hub (1 node)", f"ringflow://{hub}"),
-        )
-    ):
+    warm: dict[str, list[float]] = {}
+    runs = [("lake (cold: first source read)", f"parquet:{scratch / 'lake-cold'}")]
+    for round_number in (1, 2):  # the destinations alternate, each fresh in every round
+        runs.append((f"lake (warm {round_number})", f"parquet:{scratch / f'lake-{round_number}'}"))
+        if args.lakehouse:
+            runs.append(
+                (f"delta (warm {round_number})", f"delta:{scratch / f'delta-{round_number}'}")
+            )
+            catalog = f"{scratch / f'catalog-{round_number}.db'}#{KEYSPACE}.{TABLE_NAME}"
+            IcebergStore(parse_iceberg_location(catalog)).catalog.create_namespace(KEYSPACE)
+            runs.append((f"iceberg (warm {round_number})", f"iceberg:{catalog}"))
+    runs.append(("hub (1 node)", f"ringflow://{hub}"))
+    for run, (name, url) in enumerate(runs):
         checkpoint = scratch / f"checkpoint-{run}"
         summary = replicate(spark, edge, [url], checkpoint, True, 1800, CATCH_UP_WINDOW_MS)
         stats = summary.channels[0]
         per_change = stats.seconds / max(stats.rows, 1)
-        if name.startswith("lake (warm"):
-            warm.append(per_change * args.changes)
+        if "(warm" in name:
+            warm.setdefault(name.split(" ")[0], []).append(per_change * args.changes)
         print(
             f"replicate -> {name}: {stats.rows:,} changes in {stats.seconds:.2f} s, "
             f"{stats.rows / stats.seconds:,.0f} changes/s, {stats.batches} batch(es), "
@@ -290,11 +306,20 @@ def run_throughput(
             f"{per_change * args.changes / plain:.2f}x",
             flush=True,
         )
+    lake = min(warm["lake"])
     print(
-        f"edge -> lake, best warm run vs best plain run: {min(warm):.2f} s vs {plain:.2f} s = "
-        f"{min(warm) / plain:.2f}x (target <= 3x)",
+        f"edge -> lake, best warm run vs best plain run: {lake:.2f} s vs {plain:.2f} s = "
+        f"{lake / plain:.2f}x (target <= 3x)",
         flush=True,
     )
+    for name in ("delta", "iceberg"):
+        if name in warm:
+            best = min(warm[name])
+            print(
+                f"edge -> {name}, best warm run vs the lake's: {best:.2f} s vs {lake:.2f} s = "
+                f"{best / lake:.2f}x (target <= 1.5x); vs plain Spark {best / plain:.2f}x",
+                flush=True,
+            )
 
 
 def run_lag(spark: Any, args: argparse.Namespace, edge: str, scratch: Path) -> None:
@@ -405,6 +430,11 @@ def main() -> None:
     parser.add_argument("--hub-address", help="hub node address (default: a free block)")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-lag", action="store_true")
+    parser.add_argument(
+        "--lakehouse",
+        action="store_true",
+        help="also replicate to Delta and Iceberg (issue 19), alternating with the lake",
+    )
     parser.add_argument(
         "--idle-seconds", type=float, default=0.0, help="also time idle micro-batches this long"
     )

@@ -17,6 +17,7 @@ import pytest
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline import Change, change_arrow_schema, change_to_arrow_row
 from ringflow.pipeline._changes import value_columns
+from ringflow.pipeline._errors import InvalidChange
 from ringflow.pipeline._lakehouse import merge_batch
 from ringflow.pipeline._lakehouse_columns import ColumnsMerge, columns_mergeable
 from ringflow.pipeline._lakehouse_state import (
@@ -231,3 +232,24 @@ def test_what_the_column_merge_does_not_take() -> None:
     assert plan is not None
     assert plan.merge(_selected(CLUSTERED, store, plan.wanted(T0_S)), T0_S) is None
     assert current_arrow_schema(CLUSTERED).names == current_rows_table(CLUSTERED, []).schema.names
+
+
+def test_a_malformed_change_is_refused_by_name_not_merged() -> None:
+    """What the row logic refuses, the column merge does not take: the row logic then names
+    the change and the rule (InvalidChange), and nothing is merged."""
+    time = timeuuid_from_micros(T0_S * 10**6, 1)
+    good = Change("shop", "events", CdcOperation.INSERT, time, {"pk": 1, "region": "a", "ck": 1})
+    rows = [change_to_arrow_row(CLUSTERED, good)]
+    broken = {
+        "no clustering key": {**rows[0], "ck": None},
+        "no partition key": {**rows[0], "region": None},
+        "a value on a deletion": {**rows[0], "cdc$operation": int(CdcOperation.ROW_DELETE),
+                                  "v": "x"},
+        "an unknown operation": {**rows[0], "cdc$operation": 77},
+        "a negative TTL": {**rows[0], "cdc$ttl": -5},
+    }  # fmt: skip
+    for what, row in broken.items():
+        data = pa.Table.from_pylist([row], schema=change_arrow_schema(CLUSTERED))
+        assert ColumnsMerge.for_batch(CLUSTERED, data) is None, what
+        with pytest.raises(InvalidChange):
+            merge_batch(CLUSTERED, data, _MemoryStore(CLUSTERED), T0_S)

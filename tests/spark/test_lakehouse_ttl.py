@@ -1,8 +1,9 @@
 """TTL in the lakehouse current-state table (issue 19): a value past its TTL leaves the Delta and
 Iceberg tables at the next commit, whatever rows that commit's batch touches, and each shown
-row says when its next TTL runs out (``_expires_at``); read back by DuckDB. Iceberg also with
-every read and write taking its whole-scan path (the one past ``_IN_FILTER_MAX`` ids, where the
-expired rows are picked in the same scan)."""
+row says when its next TTL runs out (``_expires_at``); read back by DuckDB. Iceberg both through
+its filtered scans (a big table's) and with every read and write taking its whole-scan path
+(past ``_IN_FILTER_MAX`` ids or in a small table, where the expired rows are picked in the same
+scan)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def test_a_value_past_its_ttl_leaves_the_table_at_the_next_commit(
     if kind == "iceberg, whole scans":  # every read and write past the In-filter limit
         monkeypatch.setattr(_iceberg, "_IN_FILTER_MAX", 0)
         kind = "iceberg"
+    elif kind == "iceberg":  # the filtered scans a big table takes, not its small one's whole scan
+        monkeypatch.setattr(_iceberg, "_WHOLE_SCAN_ROWS", 0)
     sink, options, store = destination(kind, tmp_path, TABLE)
     first = [
         _write(T0_S, 0, 1, {"v": "short", "n": 1}, 30),  # the whole row dies at T0 + 30

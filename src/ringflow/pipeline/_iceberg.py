@@ -61,6 +61,9 @@ EXPIRE_KEEP = 1
 DATE_FIELD = "date"
 CURRENT_SUFFIX = "_current"
 _IN_FILTER_MAX = 2000  # more partitions than this: scan and filter in Arrow
+_WHOLE_SCAN_ROWS = 100_000
+"""A current-state table of at most this many rows is read whole, the wanted rows picked in
+Arrow: cheaper than binding an ``In`` filter of a batch's ids and scanning twice."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class IcebergStore:
     def __init__(self, location: IcebergLocation) -> None:
         self.location = location
         self._catalog: Any = None
+        self._tables: dict[str, Any] = {}
 
     @property
     def catalog(self) -> Any:
@@ -197,8 +201,19 @@ class IcebergStore:
                 if found.properties.get(TABLE_PROPERTY) != text:
                     transaction.set_properties({TABLE_PROPERTY: text})
 
+    def _batch_table(self, identifier: str) -> Any | None:
+        """The table as a batch's commit uses it: loaded once per store (a store serves one
+        batch), kept up to date by its own transactions (pyiceberg updates a ``Table`` in place
+        when one commits); None when absent."""
+        found = self._tables.get(identifier)
+        if found is None:
+            found = self._load(identifier)
+            if found is not None:
+                self._tables[identifier] = found
+        return found
+
     def _committed(self, identifier: str, app_id: str) -> int:
-        found = self._load(identifier)
+        found = self._batch_table(identifier)
         if found is None:
             return -1
         return int(found.properties.get(BATCH_PROPERTY + app_id, "-1"))
@@ -229,7 +244,7 @@ class IcebergStore:
         return pa.Table.from_arrays(columns, schema=target)
 
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None:
-        table = self.catalog.load_table(self.location.changes)
+        table = self._batch_table(self.location.changes)
         with table.transaction() as transaction:
             transaction.append(
                 self._as_table_schema(table, data),
@@ -245,10 +260,15 @@ class IcebergStore:
         ones take it past the limit)."""
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-        table = self.catalog.load_table(self.location.current)
-        if len(wanted.partitions) + len(wanted.rows) > _IN_FILTER_MAX:
-            # a whole scan anyway (pyiceberg evaluates big sets slowly): one pass, the expired
-            # rows picked in Arrow by ``selection_mask`` with the rest
+        table = self._batch_table(self.location.current)
+        snapshot = table.current_snapshot()
+        summary = {} if snapshot is None or snapshot.summary is None else snapshot.summary
+        rows = int(summary.get("total-records", "0"))
+        wanted_ids = len(wanted.partitions) + len(wanted.rows)
+        if wanted_ids > _IN_FILTER_MAX or rows <= _WHOLE_SCAN_ROWS:
+            # one whole scan (pyiceberg evaluates big sets slowly, and a small table is read
+            # faster whole than through two filtered scans), the rows picked in Arrow by
+            # ``selection_mask``, the expired ones with them
             found = conform(table.scan().to_arrow(), schema)
             mask = selection_mask(found, wanted)
             return found.filter(mask), found.filter(pc.invert(mask))
@@ -294,7 +314,7 @@ class IcebergStore:
         rebuild from the first layout)."""
         import pyarrow as pa
 
-        table = self.catalog.load_table(self.location.current)
+        table = self._batch_table(self.location.current)
         if new_layout:
             with table.update_schema() as update:
                 for name in table.schema().as_arrow().names:
@@ -302,7 +322,9 @@ class IcebergStore:
                         update.delete_column(name)
             with table.update_schema() as update:
                 update.union_by_name(rows.schema)
-            table = self.catalog.load_table(self.location.current)
+            table = self._tables[self.location.current] = self.catalog.load_table(
+                self.location.current
+            )
         data = self._as_table_schema(table, rows)
         if whole:
             row_filter = _expression("AlwaysTrue")

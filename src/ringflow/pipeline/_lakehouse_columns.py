@@ -39,6 +39,7 @@ from ringflow.pipeline._changes import (
     OPERATION_FIELD,
     RANGE_END_OPERATIONS,
     RANGE_START_OPERATIONS,
+    TIME_FIELD,
     TIME_US_FIELD,
     TTL_FIELD,
     value_columns,
@@ -87,6 +88,34 @@ def columns_mergeable(table: Table) -> bool:
         type(c.type) is NativeType and c.type.name in _PLAIN_TYPES and not c.type.is_multicell
         for c in columns
     )
+
+
+def _null(column: Any) -> Any:
+    return column.is_null().to_numpy(zero_copy_only=False)
+
+
+def _well_formed(table: Table, data: Any, operations: Any) -> bool:
+    """What :func:`~ringflow.pipeline._changes.validate_change` checks of these changes, over
+    columns: known operations, whole partition keys, the whole clustering key on a row change
+    and none on a partition deletion, values only on writes, a write time, TTLs positive."""
+    if not np.isin(operations, (_INSERT, _UPDATE, _ROW_DELETE, _PARTITION_DELETE)).all():
+        return False
+    if any(_null(data.column(c.name)).any() for c in table.partition_key_columns):
+        return False
+    if _null(data.column(TIME_US_FIELD)).any() or _null(data.column(TIME_FIELD)).any():
+        return False
+    partition_wide = operations == _PARTITION_DELETE
+    for column in table.clustering_columns:
+        if (_null(data.column(column.name)) != partition_wide).any():
+            return False
+    writes = (operations == _INSERT) | (operations == _UPDATE)
+    for column in value_columns(table):
+        deleted = pc.fill_null(data.column(deleted_column_name(column.name)), False)
+        touched = ~_null(data.column(column.name)) | deleted.to_numpy(zero_copy_only=False)
+        if (touched & ~writes).any():
+            return False
+    ttl = data.column(TTL_FIELD)
+    return not pc.any(pc.less_equal(ttl, 0)).as_py()
 
 
 def _numpy(column: Any, fill: int = 0) -> Any:
@@ -160,6 +189,9 @@ class ColumnsMerge:
         kept = ~np.isin(operations, _IMAGE_CODES)
         if not kept.all():
             data = data.filter(pa.array(kept))
+            operations = operations[kept]
+        if not _well_formed(table, data, operations):
+            return None  # the row logic names the change and the rule it breaks
         return cls(table, data)
 
     def partition_ids(self) -> list[str]:
@@ -307,11 +339,16 @@ class _Merge:
         keys_first = pa.array(self.first)
         for name in self.plan.keys:
             out[name] = self.key_arrays[name].take(keys_first)
-        out[PK_FIELD], out[ROW_FIELD] = key_ids(self.plan.table, out)
-        table = pa.Table.from_arrays(
-            [out[f.name].cast(f.type) for f in self.plan.schema], schema=self.plan.schema
+        fields = [f for f in self.plan.schema if f.name not in (PK_FIELD, ROW_FIELD)]
+        for field in fields:
+            out[field.name] = out[field.name].cast(field.type)
+        chosen = pa.array(np.nonzero(self._changed(out, fields))[0])
+        for field in fields:
+            out[field.name] = out[field.name].take(chosen)
+        out[PK_FIELD], out[ROW_FIELD] = self._ids(out, self.stored_at[chosen.to_numpy()])
+        return pa.Table.from_arrays(
+            [out[f.name] for f in self.plan.schema], schema=self.plan.schema
         )
-        return table.filter(pa.array(self._changed(table)))
 
     def _cell(self, name: str, column_type: Any, shadow: Any) -> dict[str, Any]:
         """Column ``name``'s winning cell per row, and what it shows at ``now_s``."""
@@ -396,23 +433,41 @@ class _Merge:
             )
             winners[index] = best
 
-    def _changed(self, table: Any) -> Any:
-        """Rows that are new or differ from the stored row in any column."""
-        changed = self.stored_at < 0
-        known = np.nonzero(~changed)[0]
-        if not len(known):
-            return changed
-        mine = table.take(pa.array(known))
-        theirs = self.stored.take(pa.array(self.stored_at[known]))
-        differs = np.zeros(len(known), dtype=bool)
-        for field in self.plan.schema:
-            a = mine.column(field.name)
-            b = theirs.column(field.name).cast(field.type)
-            equal = pc.fill_null(pc.equal(a, b), False)
-            both_null = pc.and_(a.is_null(), b.is_null())
+    def _changed(self, out: dict[str, Any], fields: Sequence[Any]) -> Any:
+        """Rows that are new or differ from their stored row in a column (``_pk`` and ``_row``
+        are the same by construction)."""
+        new = self.stored_at < 0
+        if new.all():
+            return new
+        at = pa.array(self.stored_at, mask=new)  # null: no stored row, the take gives null
+        differs = new.copy()
+        for field in fields:
+            mine = out[field.name]
+            theirs = self._stored(field.name).take(at)
+            equal = pc.fill_null(pc.equal(mine, theirs), False)
+            both_null = pc.and_(mine.is_null(), theirs.is_null())
             differs |= ~pc.or_(equal, both_null).to_numpy(zero_copy_only=False)
-        changed[known] = differs
-        return changed
+        return differs
+
+    def _ids(self, out: dict[str, Any], stored_at: Any) -> tuple[Any, Any]:
+        """``_pk`` and ``_row`` of the chosen rows (``stored_at``: their stored rows, -1 for
+        none): the stored ones', computed (:func:`key_ids`) for new rows."""
+        new = stored_at < 0
+        at = pa.array(stored_at, mask=new)
+        pk_ids = self._stored(PK_FIELD).take(at).cast(pa.string()).combine_chunks()
+        row_ids = self._stored(ROW_FIELD).take(at).cast(pa.string()).combine_chunks()
+        if not new.any():
+            return pk_ids, row_ids
+        where = np.nonzero(new)[0]
+        keys = {n: out[n].take(pa.array(where)) for n in self.plan.keys}
+        new_pk, new_row = key_ids(self.plan.table, keys)
+        index = np.arange(len(stored_at))
+        index[where] = len(stored_at) + np.arange(len(where))
+        order = pa.array(index)
+        return (
+            pa.concat_arrays([pk_ids, new_pk]).take(order),
+            pa.concat_arrays([row_ids, new_row]).take(order),
+        )
 
 
 _INT_WIDTH = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
