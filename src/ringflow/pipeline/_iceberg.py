@@ -141,7 +141,6 @@ class IcebergStore:
     def __init__(self, location: IcebergLocation) -> None:
         self.location = location
         self._catalog: Any = None
-        self._tables: dict[str, Any] = {}
 
     @property
     def catalog(self) -> Any:
@@ -201,19 +200,8 @@ class IcebergStore:
                 if found.properties.get(TABLE_PROPERTY) != text:
                     transaction.set_properties({TABLE_PROPERTY: text})
 
-    def _batch_table(self, identifier: str) -> Any | None:
-        """The table as a batch's commit uses it: loaded once per store (a store serves one
-        batch), kept up to date by its own transactions (pyiceberg updates a ``Table`` in place
-        when one commits); None when absent."""
-        found = self._tables.get(identifier)
-        if found is None:
-            found = self._load(identifier)
-            if found is not None:
-                self._tables[identifier] = found
-        return found
-
     def _committed(self, identifier: str, app_id: str) -> int:
-        found = self._batch_table(identifier)
+        found = self._load(identifier)
         if found is None:
             return -1
         return int(found.properties.get(BATCH_PROPERTY + app_id, "-1"))
@@ -244,7 +232,7 @@ class IcebergStore:
         return pa.Table.from_arrays(columns, schema=target)
 
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None:
-        table = self._batch_table(self.location.changes)
+        table = self.catalog.load_table(self.location.changes)
         with table.transaction() as transaction:
             transaction.append(
                 self._as_table_schema(table, data),
@@ -260,12 +248,12 @@ class IcebergStore:
         ones take it past the limit)."""
         import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-        table = self._batch_table(self.location.current)
+        table = self.catalog.load_table(self.location.current)
         snapshot = table.current_snapshot()
         summary = {} if snapshot is None or snapshot.summary is None else snapshot.summary
-        rows = int(summary.get("total-records", "0"))
+        stored = int(summary.get("total-records", "0"))
         wanted_ids = len(wanted.partitions) + len(wanted.rows)
-        if wanted_ids > _IN_FILTER_MAX or rows <= _WHOLE_SCAN_ROWS:
+        if wanted_ids > _IN_FILTER_MAX or stored <= _WHOLE_SCAN_ROWS:
             # one whole scan (pyiceberg evaluates big sets slowly, and a small table is read
             # faster whole than through two filtered scans), the rows picked in Arrow by
             # ``selection_mask``, the expired ones with them
@@ -314,7 +302,7 @@ class IcebergStore:
         rebuild from the first layout)."""
         import pyarrow as pa
 
-        table = self._batch_table(self.location.current)
+        table = self.catalog.load_table(self.location.current)
         if new_layout:
             with table.update_schema() as update:
                 for name in table.schema().as_arrow().names:
@@ -322,9 +310,7 @@ class IcebergStore:
                         update.delete_column(name)
             with table.update_schema() as update:
                 update.union_by_name(rows.schema)
-            table = self._tables[self.location.current] = self.catalog.load_table(
-                self.location.current
-            )
+            table = self.catalog.load_table(self.location.current)
         data = self._as_table_schema(table, rows)
         if whole:
             row_filter = _expression("AlwaysTrue")
