@@ -8,8 +8,9 @@ log, the current state equal to the materialized oracle; the next batch goes on 
 The dying process is a real one (``multiprocessing``' spawn: a fresh interpreter) that writes
 the real Delta table or Iceberg catalog; the fault is its ``write_current`` replaced by an exit.
 
-Also here: an Iceberg destination whose SQL catalog is the session's real PostgreSQL (until now
-only an unreachable one was tested) holds the batches exactly once.
+Also here: a failed change-log append commits no current state; an Iceberg destination whose
+SQL catalog is the session's real PostgreSQL (until now only an unreachable one was tested)
+holds the batches exactly once.
 """
 
 from __future__ import annotations
@@ -110,3 +111,27 @@ def test_an_iceberg_table_in_a_postgresql_catalog_holds_the_batches(
     expected = live_rows(TABLE, materialize(TABLE, changes, int(time.time())))
     assert differences(expected, current_rows(store, TABLE)) == []
     assert len(store.catalog.list_tables("pgshop")) == 2  # the change log and its _current
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_failed_log_append_commits_no_current_state(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change log's append runs beside the current-state merge: when it fails, the batch
+    fails with its error and the current-state table is not committed either (it never gets
+    ahead of the log); the replay then commits both."""
+    changes = workload()
+    sink, options, store = _destination(kind, tmp_path)
+    store_class = DeltaStore if kind == "delta" else IcebergStore
+
+    def refuse(*_: object, **__: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store_class, "append_changes", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        commit_changes(sink, options, TABLE, changes, APP, 1)
+    assert (store.changes_committed(APP), store.current_committed(APP)) == (-1, -1)
+    monkeypatch.undo()
+    assert commit_changes(sink, options, TABLE, changes, APP, 1) == (True, True)
+    expected = live_rows(TABLE, materialize(TABLE, changes, int(time.time())))
+    assert differences(expected, current_rows(store, TABLE)) == []

@@ -36,6 +36,7 @@ import gc
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -240,14 +241,19 @@ def commit_lakehouse_batch(
     holds the batch already (module docstring); whether each was committed now."""
     store = config.store()
     data = _batch_changes(config, messages)
-    appended = merged = False
-    if store.changes_committed(app_id) < batch_id:
-        store.append_changes(data, app_id, batch_id)
-        appended = True
-    if store.current_committed(app_id) < batch_id:
+    appending: Future[None] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ringflow-lakehouse") as pool:
+        if store.changes_committed(app_id) < batch_id:
+            # the log's append runs while the current state is read and merged (both tables'
+            # libraries leave the GIL for their I/O); the current state commits after it
+            appending = pool.submit(store.append_changes, data, app_id, batch_id)
+        merging = store.current_committed(app_id) < batch_id
         now = int(time.time()) if now_s is None else now_s
-        merged = _merge_current(store, config.holds, data.drop([DATE_FIELD]), now, app_id, batch_id)
-    return appended, merged
+        rows = merge_batch(config.holds, data.drop([DATE_FIELD]), store, now) if merging else None
+        if appending is not None:
+            appending.result()  # its error, if any, before the current state commits
+    merged = rows is not None and _write_current(store, *rows, app_id, batch_id)
+    return appending is not None, merged
 
 
 _WHOLE_REWRITE_FACTOR = 4
@@ -277,11 +283,11 @@ def merge_batch(holds: Table, data: Any, store: CurrentRows, now_s: int) -> tupl
     return rows, stored, rest
 
 
-def _merge_current(
-    store: LakehouseStore, holds: Table, data: Any, now_s: int, app_id: str, batch_id: int
+def _write_current(
+    store: LakehouseStore, rows: Any, stored: Any, rest: Any, app_id: str, batch_id: int
 ) -> bool:
-    """Merge one batch into the current-state table and commit it; whether anything changed."""
-    rows, stored, rest = merge_batch(holds, data, store, now_s)
+    """Commit a batch's merge (:func:`merge_batch`) to the current-state table; whether
+    anything changed."""
     if not rows.num_rows:
         return False
     total = stored.num_rows + (0 if rest is None else rest.num_rows)
