@@ -2,7 +2,7 @@
 
 Run with the project venv: ``.venv/bin/python bench/bench_pipeline.py [--changes N]
 [--lag-seconds S] [--rate R] [--skip-lag] [--skip-throughput] [--idle-seconds S]
-[--lakehouse]``.
+[--lakehouse] [--max-rows-per-batch N]``.
 
 Set-up: an edge cluster of 3 real ``ringflow`` node processes (``ringflow cluster start --nodes 3``,
 gossip every 200 ms, keyspace ``SimpleStrategy`` RF 3) and a 1-node hub (``ringflow cluster start
@@ -19,7 +19,8 @@ statements, ``execute_concurrent_with_args`` at 64 in flight, QUORUM). Then, in 
 - baseline: a plain Spark job writing the same number of rows, same schema (the change schema of
   the table), from a Python list in memory to Parquet (``createDataFrame(rows).write.parquet``),
   best of 2 after a warm-up;
-- ``replicate --once`` (confidence window 2 s, the default 30 s query window) to a Parquet
+- ``replicate --once`` (confidence window 2 s, the default 30 s query window; all the changes
+  in one micro-batch unless ``--max-rows-per-batch`` caps them) to a Parquet
   change lake, three times (a cold run, the first Python data source read of the session, then
   two warm runs, each with a fresh lake and checkpoint; the ratio is the best warm run against
   the best plain run, every run printed), and once to the hub. Each run's time is the job's own
@@ -244,6 +245,7 @@ def replicate(
     timeout_s: float,
     window_ms: int = WINDOW_MS,
     starting_ms: int | None = None,
+    max_rows: int | None = None,
 ) -> Any:
     options = cdc_options(
         source,
@@ -252,6 +254,7 @@ def replicate(
         confidence_window_ms=CONFIDENCE_MS,
         query_window_ms=window_ms,
         startingTime=starting_ms,
+        max_rows_per_batch=max_rows,
     )
     plan = plan_replication(options, urls, checkpoint)
     quiet = Console(file=io.StringIO())
@@ -294,7 +297,16 @@ def run_throughput(
     runs.append(("hub (1 node)", f"ringflow://{hub}"))
     for run, (name, url) in enumerate(runs):
         checkpoint = scratch / f"checkpoint-{run}"
-        summary = replicate(spark, edge, [url], checkpoint, True, 1800, CATCH_UP_WINDOW_MS)
+        summary = replicate(
+            spark,
+            edge,
+            [url],
+            checkpoint,
+            True,
+            1800,
+            CATCH_UP_WINDOW_MS,
+            max_rows=args.max_rows_per_batch,
+        )
         stats = summary.channels[0]
         per_change = stats.seconds / max(stats.rows, 1)
         if "(warm" in name:
@@ -430,6 +442,11 @@ def main() -> None:
     parser.add_argument("--hub-address", help="hub node address (default: a free block)")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-lag", action="store_true")
+    parser.add_argument(
+        "--max-rows-per-batch",
+        type=int,
+        help="the source's max_rows_per_batch in the throughput runs (default: none, one batch)",
+    )
     parser.add_argument(
         "--lakehouse",
         action="store_true",
