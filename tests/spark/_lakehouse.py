@@ -120,3 +120,21 @@ def _plain(value: object) -> object:
     if isinstance(value, dict) and set(value) == {"key", "value"}:
         return list(zip(value["key"], value["value"], strict=True))
     return value
+
+
+def stored_live(table: Table, store: Mapping[str, Mapping[str, Any]]) -> dict[Any, Any]:
+    """The live rows of current-state rows held in memory (``_row`` -> row dict), in the
+    shape of the oracle (key -> (values, write times))."""
+    found = {}
+    for row in store.values():
+        if row[DELETED_FIELD]:
+            continue
+        key = tuple(
+            None if row[c.name] is None else hashable(canonical_value(c.type, row[c.name]))
+            for c in table.primary_key_columns
+        )
+        present = [c for c in value_columns(table) if row[c.name] is not None]
+        values = {c.name: canonical_value(c.type, row[c.name]) for c in present}
+        times = {c.name: row[write_time_field(c.name)] for c in present}
+        found[key] = (values, times)
+    return found

@@ -21,16 +21,14 @@ from ringflow.pipeline._errors import InvalidChange
 from ringflow.pipeline._lakehouse import merge_batch
 from ringflow.pipeline._lakehouse_columns import ColumnsMerge, columns_mergeable
 from ringflow.pipeline._lakehouse_state import (
-    DELETED_FIELD,
     ROW_FIELD,
     CurrentStateMerge,
     Wanted,
     current_arrow_schema,
     current_rows_table,
     selection_mask,
-    write_time_field,
 )
-from ringflow.pipeline._materialize import canonical_value, hashable, materialize
+from ringflow.pipeline._materialize import materialize
 from ringflow.schema import (
     BIGINT,
     INT,
@@ -40,6 +38,8 @@ from ringflow.schema import (
     Table,
     timeuuid_from_micros,
 )
+
+from ._lakehouse import stored_live
 
 T0_S = 1_800_000_000
 CLUSTERED = Table.create(
@@ -121,22 +121,6 @@ def _by_rows(table: Table, store: _Store, batch: list[Change], now_s: int) -> No
     store.update({r[ROW_FIELD]: r for r in written})
 
 
-def _live(table: Table, store: _Store) -> dict[tuple[object, ...], Any]:
-    found = {}
-    for row in store.values():
-        if row[DELETED_FIELD]:
-            continue
-        key = tuple(
-            None if row[c.name] is None else hashable(canonical_value(c.type, row[c.name]))
-            for c in table.primary_key_columns
-        )
-        present = [c for c in value_columns(table) if row[c.name] is not None]
-        values = {c.name: row[c.name] for c in present}
-        times = {c.name: row[write_time_field(c.name)] for c in present}
-        found[key] = (values, times)
-    return found
-
-
 def _oracle(table: Table, changes: list[Change], now_s: int) -> dict[tuple[object, ...], Any]:
     return {
         key: (dict(row.values), dict(row.write_times_us))
@@ -163,7 +147,7 @@ def test_the_column_merge_writes_what_the_row_merge_writes(table: Table, seed: i
         _by_columns(table, by_columns, batch, now_s)
         _by_rows(table, by_rows, batch, now_s)
         assert by_columns == by_rows
-    assert _live(table, by_columns) == _oracle(table, changes, now_s)
+    assert stored_live(table, by_columns) == _oracle(table, changes, now_s)
     # a replayed batch writes nothing
     plan = ColumnsMerge.for_batch(table, _arrow(table, replayed[:40]))
     assert plan is not None
@@ -206,7 +190,7 @@ def test_batches_with_range_deletions_go_row_by_row_and_the_rest_by_columns(seed
         else:
             by_rows += 1
         store.rows.update({r[ROW_FIELD]: r for r in rows.to_pylist()})
-    assert _live(CLUSTERED, store.rows) == _oracle(CLUSTERED, changes, now_s)
+    assert stored_live(CLUSTERED, store.rows) == _oracle(CLUSTERED, changes, now_s)
     assert by_columns > 0 and by_rows > 0
 
 

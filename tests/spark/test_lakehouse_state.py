@@ -11,7 +11,6 @@ import pytest
 
 from ringflow.cdc import CdcOperation
 from ringflow.pipeline import Change
-from ringflow.pipeline._changes import value_columns
 from ringflow.pipeline._lakehouse_state import (
     DELETED_FIELD,
     EXPIRES_AT_FIELD,
@@ -19,11 +18,11 @@ from ringflow.pipeline._lakehouse_state import (
     CurrentStateMerge,
     current_rows_table,
     selection_mask,
-    write_time_field,
 )
-from ringflow.pipeline._materialize import canonical_value, hashable, materialize
+from ringflow.pipeline._materialize import materialize
 from ringflow.schema import BIGINT, INT, TEXT, ClusteringOrder, Table, timeuuid_from_micros
 
+from ._lakehouse import stored_live
 from ._workload import NOW_S, TABLE, as_comparable, shuffled_with_duplicates, workload
 
 
@@ -43,22 +42,6 @@ def _merge(table: Table, store: dict[str, dict[str, Any]], batch: list[Change], 
     store.update({r[ROW_FIELD]: r for r in written})
 
 
-def _live(table: Table, store: dict[str, dict[str, Any]]) -> dict[tuple[object, ...], Any]:
-    found = {}
-    for row in store.values():
-        if row[DELETED_FIELD]:
-            continue
-        key = tuple(
-            None if row[c.name] is None else hashable(canonical_value(c.type, row[c.name]))
-            for c in table.primary_key_columns
-        )
-        present = [c for c in value_columns(table) if row[c.name] is not None]
-        values = {c.name: canonical_value(c.type, row[c.name]) for c in present}
-        times = {c.name: row[write_time_field(c.name)] for c in present}
-        found[key] = (values, times)
-    return found
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_batches_merged_through_stored_rows_equal_the_oracle(seed: int) -> None:
     changes = shuffled_with_duplicates(workload(), seed)
@@ -69,7 +52,7 @@ def test_batches_merged_through_stored_rows_equal_the_oracle(seed: int) -> None:
         batch = changes[start : start + rng.randint(1, 6)]
         start += len(batch)
         _merge(TABLE, store, batch, NOW_S)
-    assert _live(TABLE, store) == as_comparable(materialize(TABLE, workload(), NOW_S))
+    assert stored_live(TABLE, store) == as_comparable(materialize(TABLE, workload(), NOW_S))
     # a replayed batch changes nothing: no row to write
     merge = CurrentStateMerge(TABLE)
     merge.load(store.values())
@@ -137,7 +120,7 @@ def test_a_table_without_statics_loads_touched_rows_only_and_equals_the_oracle(s
         size = rng.randint(1, 40)
         _merge(PLAIN, store, doubled[start : start + size], NOW_S)
         start += size
-    assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, changes, NOW_S))
+    assert stored_live(PLAIN, store) == as_comparable(materialize(PLAIN, changes, NOW_S))
 
 
 def _ttl_workload(size: int, seed: int, start_s: int) -> list[Change]:
@@ -187,7 +170,7 @@ def test_values_past_their_ttl_leave_the_table_at_the_next_commit(seed: int) -> 
         applied += batch
         now_s = max(now_s, batch[-1].time_us // 1_000_000 + 1) + rng.randint(0, 3)
         _merge(PLAIN, store, batch, now_s)
-        assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, now_s))
+        assert stored_live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, now_s))
     expired_some = False
     for later in (now_s + 20, now_s + 61):  # commits of batches touching one other row
         other = Change(
@@ -200,10 +183,10 @@ def test_values_past_their_ttl_leave_the_table_at_the_next_commit(seed: int) -> 
             {"n": 1},
         )
         applied.append(other)
-        before = {k: v for k, v in _live(PLAIN, store).items() if k != (99, 0)}
+        before = {k: v for k, v in stored_live(PLAIN, store).items() if k != (99, 0)}
         _merge(PLAIN, store, [other], later)
-        assert _live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, later))
-        after = {k: v for k, v in _live(PLAIN, store).items() if k != (99, 0)}
+        assert stored_live(PLAIN, store) == as_comparable(materialize(PLAIN, applied, later))
+        after = {k: v for k, v in stored_live(PLAIN, store).items() if k != (99, 0)}
         expired_some |= before != after  # rows the batch did not touch changed: TTLs ran out
     assert expired_some  # the workload made the clock matter
     for row in store.values():  # what shows has no expiry in the past

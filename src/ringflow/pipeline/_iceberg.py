@@ -219,17 +219,7 @@ class IcebergStore:
     @staticmethod
     def _as_table_schema(table: Any, data: Any) -> Any:
         """``data`` with the table's columns, in its order and types (absent ones null)."""
-        import pyarrow as pa  # type: ignore[import-untyped]
-
-        target = table.schema().as_arrow()
-        columns = []
-        for field in target:
-            index = data.schema.get_field_index(field.name)
-            if index < 0:
-                columns.append(pa.nulls(data.num_rows, field.type))
-            else:
-                columns.append(data.column(index).cast(field.type))
-        return pa.Table.from_arrays(columns, schema=target)
+        return conform(data, table.schema().as_arrow())
 
     def append_changes(self, data: Any, app_id: str, batch_id: int) -> None:
         table = self.catalog.load_table(self.location.changes)
