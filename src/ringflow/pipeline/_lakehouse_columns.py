@@ -173,7 +173,7 @@ class ColumnsMerge:
         self.keys = [c.name for c in table.primary_key_columns]
         self.pk_names = [c.name for c in table.partition_key_columns]
         self.ck_columns = table.clustering_columns
-        self.values = [c for c in value_columns(table)]
+        self.values = list(value_columns(table))
         self.data = data
         self._pk_ids: list[str] | None = None
 
@@ -226,7 +226,6 @@ class _Merge:
         self.now_s = now_s
         self.n_stored = stored.num_rows
         size = stored.num_rows + self.data.num_rows
-        self.size = size
         key_arrays = {
             c.name: _concat(
                 [stored.column(c.name), self.data.column(c.name)],
