@@ -41,7 +41,6 @@ PRIVATE_KNOWN = frozenset(
     {
         ("cdc", "ringflow.schema._codec"),
         ("cli", "ringflow.cluster.service._bootstrap"),
-        ("cli", "ringflow.cluster.service._cdc_generations"),
         ("cli", "ringflow.cluster.service._settings"),
         ("cli", "ringflow.pipeline._materialize"),
         ("cli", "ringflow.pipeline._replicate"),

@@ -1,9 +1,9 @@
 """CDC admin command: ``ringflow cluster new-cdc-generation ADDRESS --data CLUSTER``.
 
 Asks the node at ``ADDRESS`` to create a new CDC generation over the current ring (as Scylla's
-``nodetool checkAndRepairCdcStreams`` regenerates streams). The request is a file,
-``new-cdc-generation.request``, in the node's data directory, which the running node polls every
-second (the same local channel as ``decommission.request``: no extra port). The node proposes
+``nodetool checkAndRepairCdcStreams`` regenerates streams). The request goes over the node's
+request channel (the owner-only Unix socket ``control.sock`` in its data directory, as
+``decommission``: no extra port; ``ringflow.node._control``). The node proposes
 the generation once the cluster is ready and settled: a v1 generation while some node lacks
 ``CDC_GENERATIONS_V2``, else a v2 one (``ringflow.cluster.service._cdc_generations``). The
 command returns once the node has taken the request; ``ringflow cluster status`` then shows the
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
 from ringflow.cli import _cluster as cluster_cli
-from ringflow.cluster.service._cdc_generations import NEW_GENERATION_REQUEST_FILE
 from ringflow.errors import ConfigurationError
+from ringflow.node import request_until_taken
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands  # noqa: F401
@@ -43,15 +43,8 @@ def run_new_cdc_generation(arguments: argparse.Namespace) -> int:
     directory = data / str(node["dir"])
     if cluster_cli._pid(directory) is None:
         raise ConfigurationError(f"node {arguments.address} is not running")
-    request = directory / NEW_GENERATION_REQUEST_FILE
-    request.write_text("new CDC generation\n")
     deadline = time.monotonic() + arguments.timeout
-    while request.exists():
-        if time.monotonic() > deadline:
-            request.unlink(missing_ok=True)
-            raise ConfigurationError(
-                f"node {arguments.address} did not take the request within {arguments.timeout} s"
-            )
-        time.sleep(0.1)
+    request = {"request": "new-cdc-generation"}
+    request_until_taken(directory, request, deadline, f"new CDC generation at {arguments.address}")
     print(f"node {arguments.address} will propose a new CDC generation", flush=True)
     return EXIT_OK

@@ -10,14 +10,16 @@ add|decommission``.
   the foreground, outside a cluster directory (without ``--address``, ``DIR`` is a cluster
   directory and this is ``cluster add``).
 * ``cluster removenode HOST_ID --data CLUSTER`` (or ``node removenode HOST_ID --data NODE_DIR``
-  of a live node): a running node coordinates the removal of the dead node (request file
-  ``removenode.request``): every live node pulls what it gains from surviving replicas, the dead
-  node is dropped from the ring and ``system.peers``, a new CDC generation is made.
+  of a live node): a running node coordinates the removal of the dead node (asked over its
+  request channel, ``ringflow.node._control``): every live node pulls what it gains from
+  surviving replicas, the dead node is dropped from the ring and ``system.peers``, a new CDC
+  generation is made.
 * ``node decommission ADDRESS --data DIR`` (and ``cluster decommission``): ``DIR`` is a cluster
-  directory (the node is found by address) or the node's data directory. The request is a file,
-  ``decommission.request``, in the node's data directory, which the running node polls every
-  second (a local channel: no extra port, nothing reachable from outside the machine); the
-  command then waits for the node to finish leaving and exit, and drops it from ``cluster.json``.
+  directory (the node is found by address) or the node's data directory. The request goes over
+  the node's request channel, the owner-only Unix socket ``control.sock`` in its data directory
+  (a local channel: no extra port, nothing reachable from outside the machine;
+  ``ringflow.node._control``), asked again while another topology change runs; the command
+  then waits for the node to finish leaving and exit, and drops it from ``cluster.json``.
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ from ringflow.cli import EXIT_OK
 from ringflow.cli import _cluster as cluster_cli
 from ringflow.cli._tls_options import add_node_tls_options, given_node_tls, node_tls_arguments
 from ringflow.errors import ConfigurationError
-from ringflow.node import node_config, prepare_data_dir
+from ringflow.node import node_config, prepare_data_dir, request_until_taken
 from ringflow.runtime import run_event_loop
 
 if TYPE_CHECKING:
     from ringflow.cli import Subcommands  # noqa: F401
 
-REQUEST_FILE = "decommission.request"
 RECORD_FILE = "node.json"
 
 
@@ -252,8 +253,9 @@ def run_decommission(arguments: argparse.Namespace) -> int:
     managed = (directory / cluster_cli.PID_FILE).exists()
     if managed and cluster_cli._pid(directory) is None:
         raise ConfigurationError(f"node {arguments.address} is not running in {directory}")
-    (directory / REQUEST_FILE).write_text(str(time.time()))
     deadline = time.monotonic() + arguments.timeout
+    request = {"request": "decommission"}
+    request_until_taken(directory, request, deadline, f"decommission of {arguments.address}")
     while cluster_cli._pid(directory) is not None if managed else not _left(directory):
         if time.monotonic() > deadline:
             raise ConfigurationError(
@@ -298,13 +300,10 @@ def run_removenode(arguments: argparse.Namespace) -> int:
         directory = running[0]
     else:
         directory = data
-    refused = directory / "removenode.refused"
-    refused.unlink(missing_ok=True)
-    (directory / "removenode.request").write_text(host_id)
     deadline = time.monotonic() + arguments.timeout
+    request = {"request": "removenode", "host_id": host_id}
+    request_until_taken(directory, request, deadline, f"removenode {host_id}")
     while not _removal_done(directory, host_id):
-        if refused.exists():
-            raise ConfigurationError(f"removenode {host_id} refused: {refused.read_text()}")
         if time.monotonic() > deadline:
             raise ConfigurationError(f"removenode {host_id} not done in {arguments.timeout} s")
         time.sleep(0.2)

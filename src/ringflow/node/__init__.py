@@ -45,6 +45,12 @@ from ringflow.node._config import (
     save_record,
     server_limits,
 )
+from ringflow.node._control import (
+    CONTROL_SOCKET_NAME,
+    ControlServer,
+    control_request,
+    request_until_taken,
+)
 from ringflow.node._startup import (
     Node,
     create_first_generation,
@@ -59,6 +65,7 @@ from ringflow.node._startup import (
 __all__ = [
     "AUTHENTICATORS",
     "AUTHORIZERS",
+    "CONTROL_SOCKET_NAME",
     "DEFAULT_CLUSTER_NAME",
     "DEFAULT_DC",
     "DEFAULT_IGNORE_MSB",
@@ -72,6 +79,7 @@ __all__ = [
     "RECORD_FILE_NAME",
     "STORE_FILE_NAME",
     "CdcGeneration",
+    "ControlServer",
     "DataDirLock",
     "Node",
     "NodeConfig",
@@ -79,6 +87,7 @@ __all__ = [
     "auth_mode",
     "auth_settings",
     "check_address",
+    "control_request",
     "create_first_generation",
     "ensure_cdc_generation",
     "internode_tls",
@@ -95,6 +104,7 @@ __all__ = [
     "prepare_join",
     "publish_generation",
     "read_generation_v2_rows",
+    "request_until_taken",
     "run_cluster_node",
     "run_node",
     "save_record",

@@ -102,6 +102,7 @@ from ringflow.node._config import (
     prepare_data_dir,
     save_record,
 )
+from ringflow.node._control import ControlServer
 from ringflow.node._startup import Node, open_node, write_local_row
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
@@ -494,6 +495,15 @@ async def _serve(
     )
     repair = RepairService(cluster, config.data_dir, loop)
     register_repair_procedures(repair)
+    control = ControlServer(
+        config.data_dir,
+        {
+            "decommission": topology.decommission_request,
+            "removenode": topology.removenode_request,
+            "new-cdc-generation": generations.new_generation_request,
+        },
+    )
+    await control.start()
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
@@ -504,11 +514,9 @@ async def _serve(
         if on_ready is not None:
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
         while not stop.is_set():
-            generations.poll_request(config.data_dir)
             if superuser is not None and node.processor.auth is not None:
                 superuser.poll(node.processor.auth)
             with contextlib.suppress(Exception):
-                topology.poll()
                 repair.poll()
                 document = {
                     **status_document(cluster, node),
@@ -534,6 +542,7 @@ async def _serve(
         if capture is not None:
             capture.stop()
         cluster.stop()
+        await control.close()
         await server.close()
         await network.aclose()
         await loop.run_in_executor(storage, plane.close)

@@ -37,22 +37,23 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    then STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data dir records it (a node
    restarted before that bootstraps again with its saved tokens).
 
-Decommission (``TopologyService.decommission``, asked through the ``decommission.request`` file
-in the data dir, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
+Decommission (``TopologyService.decommission``, asked through the node's request channel,
+``decommission_request``, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
 ``ring_delay``, a new generation for the ring without this node (made the same way), push every
 piece it holds to the hosts gaining it (``leave_plan``), wait until the generation operates,
 STATUS=``LEFT,<token>``, wait ``ring_delay`` for gossip to spread it, then the process exits.
 One change at a time: a node announces BOOT or starts leaving only when gossip shows no other
 node joining or leaving.
 
-Removenode (``TopologyService.removenode``, asked through ``removenode.request`` holding the dead
-node's host id): this node gossips REMOVAL_COORDINATOR ``removing:<host id>`` (every node then
-treats the dead node as leaving: writes also go to the replicas gaining its ranges), waits
-``ring_delay``, has every live member (itself too) pull what it gains from surviving replicas
-(STREAM_REQ ``restream``, ``restream_plan``), gossips ``removed:<host id>`` (every node drops it
-from the ring and ``system.peers``), then makes the generation without its tokens. Here the
-generation comes last: while the dead node is a member its CL=ALL write could not succeed, and
-the previous generation, finer than the smaller ring, stays colocated in it.
+Removenode (``TopologyService.removenode``, asked through the request channel with the dead
+node's host id, ``removenode_request``): this node gossips REMOVAL_COORDINATOR
+``removing:<host id>`` (every node then treats the dead node as leaving: writes also go to the
+replicas gaining its ranges), waits ``ring_delay``, has every live member (itself too) pull what
+it gains from surviving replicas (STREAM_REQ ``restream``, ``restream_plan``), gossips
+``removed:<host id>`` (every node drops it from the ring and ``system.peers``), then makes the
+generation without its tokens. Here the generation comes last: while the dead node is a member
+its CL=ALL write could not succeed, and the previous generation, finer than the smaller ring,
+stays colocated in it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ringflow.cdc import (
@@ -120,9 +121,6 @@ from ringflow.runtime import Network, ProtocolViolation
 _log = logging.getLogger(__name__)
 
 BOOTSTRAP_FILE = "bootstrap.json"
-DECOMMISSION_REQUEST_FILE = "decommission.request"
-REMOVENODE_REQUEST_FILE = "removenode.request"
-REMOVENODE_REFUSED_FILE = "removenode.refused"
 ALIVE = "the node is alive (decommission a live node)"
 BUSY = "a topology change is in progress here"
 STARTING_STATUS = "STARTING"
@@ -725,26 +723,29 @@ class TopologyService:
         self.stream_attempts = 0
         self._take_back()
 
-    def poll(self) -> None:
-        """Called every second: a ``decommission.request`` file asks this node to leave, a
-        ``removenode.request`` file (holding a host id) to remove that dead node."""
-        removal = self.data_dir / REMOVENODE_REQUEST_FILE
-        if removal.exists():
-            text = removal.read_text().strip()
-            try:
-                refused = self.removenode(uuid.UUID(text))
-            except ValueError:
-                refused = f"not a host id: {text!r}"
-            if refused in (ALIVE, BUSY):  # kept: a killed node takes a few seconds to convict
-                return
-            removal.unlink(missing_ok=True)
-            if refused is not None:
-                _log.warning("removenode refused: %s", refused)
-                (self.data_dir / REMOVENODE_REFUSED_FILE).write_text(refused)
-        request = self.data_dir / DECOMMISSION_REQUEST_FILE
-        if request.exists() and self.decommission():  # else kept until no change is running
-            request.unlink(missing_ok=True)
-            save_bootstrap_state(self.data_dir, "leaving")
+    def decommission_request(self, _request: Mapping[str, object]) -> dict[str, object]:
+        """The operator's ``decommission`` (over the node's request channel): accepted, or to
+        be asked again while another topology change runs."""
+        if not self.decommission():
+            return {"accepted": False, "refused": BUSY, "retry": True}
+        save_bootstrap_state(self.data_dir, "leaving")
+        return {"accepted": True}
+
+    def removenode_request(self, request: Mapping[str, object]) -> dict[str, object]:
+        """The operator's ``removenode`` of ``request["host_id"]``: accepted, refused (not a
+        member, not a host id), or to be asked again (the node is not convicted dead yet, a
+        killed node takes a few seconds; another change runs)."""
+        text = str(request.get("host_id", ""))
+        try:
+            refused = self.removenode(uuid.UUID(text))
+        except ValueError:
+            refused = f"not a host id: {text!r}"
+        if refused is None:
+            return {"accepted": True}
+        retry = refused in (ALIVE, BUSY)
+        if not retry:
+            _log.warning("removenode refused: %s", refused)
+        return {"accepted": False, "refused": refused, "retry": retry}
 
     def status(self) -> dict[str, object]:
         """For ``status.json`` (what streamed so far, the sessions in progress included)."""

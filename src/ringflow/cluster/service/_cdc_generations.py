@@ -35,8 +35,8 @@ Pure decisions (no I/O; ``GenerationDecider`` and the functions above it):
   gossip and ordered by timestamp. A node without the feature (an "old version") publishes to
   the v1 ``cdc_streams_descriptions`` table; one with it publishes every generation, v1 or v2, to
   the v2 tables (and rewrites older v1 generations: ``_cdc_rewrite``).
-* **Later generations** on request (``request_new_generation``; the file
-  ``new-cdc-generation.request`` of ``ringflow cluster new-cdc-generation``, as Scylla's
+* **Later generations** on request (``request_new_generation``; ``ringflow cluster
+  new-cdc-generation`` over the node's request channel, as Scylla's
   ``checkAndRepairCdcStreams``): the requesting node proposes one over the current ring once the
   cluster is ready and settled, starting ``now + 2 * max(ring_delay, 2 gossip rounds) + leeway``
   so every node learns it before it operates.
@@ -58,7 +58,6 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
@@ -107,7 +106,6 @@ from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)
 
-NEW_GENERATION_REQUEST_FILE = "new-cdc-generation.request"
 DEFAULT_SETTLE_MS = 2_000
 DEFAULT_LEARN_WAIT_MS = 10_000
 LEARN_WAIT_GOSSIP_ROUNDS = 10
@@ -710,20 +708,11 @@ class CdcGenerationService:
         """Admin request: propose a new generation over the current ring (see the decider)."""
         self.decider.request_new_generation()
 
-    def poll_request(self, data_dir: Path) -> bool:
-        """Take a ``new-cdc-generation.request`` file from ``data_dir`` (``ringflow cluster
-        new-cdc-generation``), if one is there; the process calls it every second."""
-        request = data_dir / NEW_GENERATION_REQUEST_FILE
-        try:
-            request.unlink()
-        except FileNotFoundError:
-            return False
-        except OSError:
-            _log.exception("taking the CDC generation request failed")
-            return False
+    def new_generation_request(self, _request: Mapping[str, object]) -> dict[str, object]:
+        """The operator's ``new-cdc-generation`` (over the node's request channel)."""
         _log.info("admin request: a new CDC generation")
         self.request_new_generation()
-        return True
+        return {"accepted": True}
 
     def known_v2_ids(self) -> dict[uuid.UUID, int]:
         """The v2 generation ids this node activated since it started, with their timestamps
