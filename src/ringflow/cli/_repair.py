@@ -2,14 +2,14 @@
 [--preview] [--node ADDRESS]``: Merkle-tree anti-entropy repair (issue 17, cassandra-core.md §7.3).
 
 The command asks one running node (``--node``, else the first running node of the cluster) to
-coordinate: it writes a ``repair-<id>.request`` file in that node's data directory (the local
-channel ``removenode`` uses; a node runs one repair at a time, the others wait), then follows
-``repair-<id>.progress`` with a progress bar per table and prints the summary from
-``repair-<id>.result``: per table the ranges, leaves compared, mismatching leaves (and their
-ranges with ``--preview``), partitions differing and streamed, bytes streamed, time, and every
-range that could not be repaired with its reason. Exit status: 0 when every range was repaired
-(or previewed), 1 when any range failed (e.g. a replica down), 2 for bad input (unknown keyspace
-or table, a token outside the Murmur3 bounds, a node that is not running): nothing is done then.
+coordinate, over that node's request channel (the owner-only ``control.sock`` in its data
+directory that ``removenode`` uses; a node runs one repair at a time, the others wait), then
+follows its progress there with a progress bar per table and prints its summary: per table the
+ranges, leaves compared, mismatching leaves (and their ranges with ``--preview``), partitions
+differing and streamed, bytes streamed, time, and every range that could not be repaired with
+its reason. Exit status: 0 when every range was repaired (or previewed), 1 when any range failed
+(e.g. a replica down), 2 for bad input (unknown keyspace or table, a token outside the Murmur3
+bounds, a node that is not running): nothing is done then.
 """
 
 from __future__ import annotations
@@ -31,11 +31,9 @@ from ringflow.cluster import (
     LAST_REPAIRS_FILE,
     RepairOptions,
     RepairSummary,
-    repair_progress_file,
-    repair_request_file,
-    repair_result_file,
 )
 from ringflow.errors import ConfigurationError, RingflowError
+from ringflow.node import control_request, request_until_taken
 
 if TYPE_CHECKING:
     import argparse as _argparse
@@ -93,34 +91,36 @@ def _coordinator_dir(data: Path, address: str | None) -> Path:
 
 
 def _wait(directory: Path, options: RepairOptions, timeout_s: float, quiet: bool) -> RepairSummary:
+    """Follow the repair over the node's request channel (``repair-status`` every 0.2 s) with
+    a progress bar per table until its summary comes."""
     from ringflow.cli import _cluster as cluster_cli
 
     request_id = str(options.id)
-    result = directory / repair_result_file(request_id)
-    progress_path = directory / repair_progress_file(request_id)
     deadline = time.monotonic() + timeout_s
     console = Console(stderr=True, quiet=quiet)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as bar:
         tasks: dict[str, object] = {}
-        while not result.exists():
+        while True:
             if not cluster_cli._pid(directory):
                 raise RingflowError(f"the coordinator in {directory} stopped during the repair")
+            try:
+                status = control_request(directory, {"request": "repair-status", "id": request_id})
+            except ConfigurationError as error:
+                raise RingflowError(f"repair {request_id}: {error}") from None
+            _show(bar, tasks, status.get("progress"))
+            result = status.get("result")
+            if result is not None:
+                return RepairSummary.from_json(json.dumps(result))
+            if not status.get("known"):
+                raise RingflowError(f"the coordinator in {directory} lost repair {request_id}")
             if time.monotonic() > deadline:
                 raise RingflowError(f"repair {request_id} not done in {timeout_s} s")
-            _show(bar, tasks, progress_path)
             time.sleep(0.2)
-        _show(bar, tasks, progress_path)
-    summary = RepairSummary.from_json(result.read_text())
-    for path in (result, progress_path):
-        path.unlink(missing_ok=True)
-    return summary
 
 
-def _show(bar: Progress, tasks: dict[str, object], path: Path) -> None:
-    try:
-        progress = json.loads(path.read_text())
-    except (OSError, ValueError):
+def _show(bar: Progress, tasks: dict[str, object], progress: object) -> None:
+    if not isinstance(progress, dict):
         return
     for table, (done, total) in sorted(progress.items()):
         if table not in tasks:
@@ -156,8 +156,6 @@ def format_summary(summary: RepairSummary) -> str:
 def run_cluster_repair(arguments: argparse.Namespace) -> int:
     options = _options(arguments)
     directory = _coordinator_dir(arguments.data, arguments.node)
-    request = directory / repair_request_file(str(options.id))
-    temporary = request.with_suffix(".tmp")
     fields = {
         "id": str(options.id),
         "keyspace": options.keyspace,
@@ -167,9 +165,10 @@ def run_cluster_repair(arguments: argparse.Namespace) -> int:
         "end_token": options.end_token,
         "preview": options.preview,
     }
-    temporary.write_text(json.dumps(fields))
-    temporary.replace(request)
-    summary = _wait(directory, options, arguments.timeout, arguments.json)
+    deadline = time.monotonic() + arguments.timeout
+    request = {"request": "repair", "options": fields}
+    request_until_taken(directory, request, deadline, "repair")
+    summary = _wait(directory, options, max(0.0, deadline - time.monotonic()), arguments.json)
     if summary.error is not None:
         raise ConfigurationError(f"repair refused: {summary.error}")
     print(summary.to_json() if arguments.json else format_summary(summary), flush=True)

@@ -157,7 +157,6 @@ from ringflow.cluster._read_repair import (
 from ringflow.cluster._repair_plan import (
     LAST_REPAIRS_FILE,
     MISMATCHES_LISTED_MAX,
-    REPAIR_REQUEST_GLOB,
     KeySyncTask,
     RangeToRepair,
     RepairOptions,
@@ -171,9 +170,6 @@ from ringflow.cluster._repair_plan import (
     plan_partition_sync,
     plan_sync,
     ranges_to_repair,
-    repair_progress_file,
-    repair_request_file,
-    repair_result_file,
 )
 from ringflow.cluster._write_path import (
     Complete,
@@ -218,7 +214,6 @@ __all__ = [
     "PHI_FACTOR",
     "QUARANTINE_DELAY_MS",
     "READ_TIMEOUT_MS",
-    "REPAIR_REQUEST_GLOB",
     "SAMPLE_SIZE",
     "SERIAL_LEVELS",
     "SHUTDOWN_STATUS",
@@ -342,9 +337,6 @@ __all__ = [
     "reconcile_versions",
     "repair_mutation",
     "repair_mutations",
-    "repair_progress_file",
-    "repair_request_file",
-    "repair_result_file",
     "select_contacts",
     "validate_for_read",
     "validate_for_write",

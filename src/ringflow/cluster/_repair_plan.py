@@ -28,25 +28,10 @@ from ringflow.cluster._merkle import MerkleTree, common_depth, differing_leaves,
 from ringflow.errors import InvalidRequest
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, ReplicationStrategy, TokenMetadata, TokenRange
 
-REPAIR_REQUEST_GLOB: Final = "repair-*.request"
-"""Files in a node's data directory that ask it to coordinate a repair (JSON options), one per
-repair (``repair_request_file``), so two commands never overwrite each other's request."""
 LAST_REPAIRS_FILE: Final = "repairs.json"
 """Per node: the last fully successful repair it coordinated, by ``keyspace.table``."""
 MISMATCHES_LISTED_MAX: Final = 200
 """A summary lists at most this many mismatching ranges per table (the count is exact)."""
-
-
-def repair_request_file(repair_id: str) -> str:
-    return f"repair-{repair_id}.request"
-
-
-def repair_progress_file(repair_id: str) -> str:
-    return f"repair-{repair_id}.progress"
-
-
-def repair_result_file(repair_id: str) -> str:
-    return f"repair-{repair_id}.result"
 
 
 @dataclass(frozen=True, slots=True)

@@ -501,6 +501,8 @@ async def _serve(
             "decommission": topology.decommission_request,
             "removenode": topology.removenode_request,
             "new-cdc-generation": generations.new_generation_request,
+            "repair": repair.repair_request,
+            "repair-status": repair.repair_status,
         },
     )
     await control.start()
@@ -517,7 +519,6 @@ async def _serve(
             if superuser is not None and node.processor.auth is not None:
                 superuser.poll(node.processor.auth)
             with contextlib.suppress(Exception):
-                repair.poll()
                 document = {
                     **status_document(cluster, node),
                     "topology": topology.status(),

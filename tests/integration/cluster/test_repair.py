@@ -29,6 +29,7 @@ from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.query import SimpleStatement
 
+from ringflow.node import control_request
 from tests.integration.cluster.conftest import (
     LocalCluster,
     started_cluster,
@@ -384,15 +385,12 @@ def test_replica_dying_mid_repair_fails_its_ranges_and_the_rest_goes_on(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     coordinator = diverged.cluster.data / "node1"
-    wait_until(
-        lambda: any(
-            done >= 1
-            for path in coordinator.glob("repair-*.progress")
-            for done, _total in json.loads(path.read_text()).values()
-        ),
-        60,
-        "a range repaired",
-    )
+
+    def repaired_some() -> bool:  # asked over the node's request channel, as the CLI does
+        progress = control_request(coordinator, {"request": "repair-status"})["progress"]
+        return any(done >= 1 for tables in progress.values() for done, _ in tables.values())
+
+    wait_until(repaired_some, 60, "a range repaired")
     pid = int((diverged.cluster.data / "node3" / "pid").read_text())
     os.kill(pid, signal.SIGKILL)  # directly: the CLI's own start-up would give the repair time
     stdout, stderr = running.communicate(timeout=300)

@@ -4,9 +4,9 @@ cassandra-core.md §7.3 and replication-and-repair.md §4 (Cassandra's ``RepairS
 ``ValidationManager``, ``SyncTask``); seed 003 "Merkle repair". The pure parts are
 ``ringflow.cluster``'s Merkle core and sync plan; this is their asyncio shell. Rules:
 
-* A repair is coordinated by one node, asked by ``ringflow cluster repair`` (a
-  ``repair-<id>.request`` file in its data directory, the CLI's local channel like
-  ``removenode``), by a CQL client connected to it (``CALL NodeOps.repair(...)``,
+* A repair is coordinated by one node, asked by ``ringflow cluster repair`` (over the node's
+  request channel, as ``removenode``: ``repair_request``, then ``repair_status`` for its
+  progress and summary), by a CQL client connected to it (``CALL NodeOps.repair(...)``,
   ``_repair_procedures``) or by any node over REPAIR_REQ ``run``. One repair at a time per
   coordinator (the others wait their turn, at most ``REPAIRS_QUEUED_MAX``); within it one
   range at a time (one session per range), the replicas of the range validating at once.
@@ -40,7 +40,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -55,7 +55,6 @@ from ringflow.cluster._merkle import (
 from ringflow.cluster._messages import InternodeProtocolError, Verb
 from ringflow.cluster._repair_plan import (
     LAST_REPAIRS_FILE,
-    REPAIR_REQUEST_GLOB,
     KeySyncTask,
     RangeToRepair,
     RepairOptions,
@@ -66,8 +65,6 @@ from ringflow.cluster._repair_plan import (
     plan_partition_sync,
     plan_sync,
     ranges_to_repair,
-    repair_progress_file,
-    repair_result_file,
 )
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._repair_codec import (
@@ -111,6 +108,7 @@ SYNC_TIMEOUT_S: Final = 1800.0
 PULL_TIMEOUT_S: Final = 60.0
 RUN_TIMEOUT_S: Final = 6 * 3600.0
 REPAIRS_QUEUED_MAX: Final = 16
+REPAIR_RESULTS_KEPT: Final = 32
 """Repairs waiting for their turn on one coordinator (CQL calls, internode ``run``, the CLI's
 files); one more is refused (Overloaded) rather than queued without end."""
 START_TIMEOUT_S: Final = 10.0
@@ -145,10 +143,12 @@ class RepairService:
         self.page_partitions = page_partitions
         self.max_depth = max_depth_for_bytes(tree_memory_bytes)
         self.refine_partitions_max = refine_partitions_max
-        self.running: asyncio.Task[RepairSummary] | None = None
         self._turn = asyncio.Lock()
         self._queued = 0
-        self.progress: dict[str, list[int]] = {}
+        self.progress: dict[str, dict[str, list[int]]] = {}
+        """Per queued or running repair id: per table ``[leaves done, leaves]``."""
+        self.results: dict[str, object] = {}
+        """The summaries of the last ``REPAIR_RESULTS_KEPT`` repairs, by id (oldest first)."""
         self.last_repairs: dict[str, dict[str, object]] = _load_last(data_dir)
         self._next_id = _REQUEST_IDS
         self._waiters: dict[int, asyncio.Future[bytes]] = {}
@@ -655,37 +655,51 @@ class RepairService:
         temporary.write_text(json.dumps(self.last_repairs, sort_keys=True))
         temporary.replace(path)
 
-    # -- the CLI's channel ----------------------------------------------------------------
+    # -- the operator's requests (the node's request channel) -------------------------------
 
-    def poll(self) -> None:
-        """Called every second: start the oldest repair a ``repair-<id>.request`` file asks
-        for, once no repair is running here (the others wait their turn); its progress and
-        result go to ``repair-<id>.progress`` / ``.result`` files."""
-        if self.running is not None and not self.running.done():
-            return
-        requests = sorted(self.data_dir.glob(REPAIR_REQUEST_GLOB), key=_modified)
-        if not requests:
-            return
-        text = requests[0].read_text()
-        requests[0].unlink(missing_ok=True)
+    def repair_request(self, request: Mapping[str, object]) -> dict[str, object]:
+        """``ringflow cluster repair``: check ``request["options"]`` (RepairOptions as JSON)
+        and queue the repair (one runs at a time, at most ``REPAIRS_QUEUED_MAX`` wait):
+        accepted, refused (unknown keyspace or table, bad tokens), or to be asked again (the
+        queue is full). Its progress and summary: :meth:`repair_status`."""
         try:
-            options = options_from_json(text)
+            options = options_from_json(json.dumps(request.get("options")))
+            self.tables_of(options)
         except (InternodeProtocolError, InvalidRequest) as error:
-            _log.warning("repair request %s refused: %s", requests[0].name, error)
-            return
-        self.progress = {}
+            return {"accepted": False, "refused": str(error), "retry": False}
+        if self._queued >= REPAIRS_QUEUED_MAX:
+            why = f"{self._queued} repairs are waiting on this coordinator"
+            return {"accepted": False, "refused": why, "retry": True}
+        repair_id = str(options.id)
+        self.progress[repair_id] = {}
 
         def progress(table: str, done: int, total: int) -> None:
-            self.progress[table] = [done, total]
-            _write_json(self.data_dir / repair_progress_file(str(options.id)), self.progress)
+            self.progress.setdefault(repair_id, {})[table] = [done, total]
 
-        self.running = self.loop.create_task(self.submit(options, progress))
+        task = self.loop.create_task(self.submit(options, progress))
+        self._serving.add(task)
 
-        def finished(task: asyncio.Task[RepairSummary]) -> None:
-            error = task.exception()
-            self._finish(options, None if error is not None else task.result(), error)
+        def finished(done: asyncio.Task[RepairSummary]) -> None:
+            self._serving.discard(done)
+            error = None if done.cancelled() else done.exception()
+            failed = done.cancelled() or error is not None
+            self._finish(options, None if failed else done.result(), error)
 
-        self.running.add_done_callback(finished)
+        task.add_done_callback(finished)
+        return {"accepted": True}
+
+    def repair_status(self, request: Mapping[str, object]) -> dict[str, object]:
+        """A queued repair's progress (per table ``[done, total]`` leaves) and, once it is
+        over, its summary (``result``, RepairSummary as JSON; the last
+        ``REPAIR_RESULTS_KEPT`` are kept); without an ``id``, every queued or running
+        repair's progress."""
+        if request.get("id") is None:  # every queued or running repair's progress, by id
+            return {"accepted": True, "progress": {k: dict(v) for k, v in self.progress.items()}}
+        repair_id = str(request.get("id"))
+        result = self.results.get(repair_id)
+        known = result is not None or repair_id in self.progress
+        progress = self.progress.get(repair_id, {})
+        return {"accepted": True, "known": known, "progress": progress, "result": result}
 
     def _finish(
         self, options: RepairOptions, summary: RepairSummary | None, error: BaseException | None
@@ -697,13 +711,21 @@ class RepairService:
             summary.error = f"{error}" or repr(error)
             if not isinstance(error, RingflowError):
                 _log.error("repair %s failed", options.id, exc_info=error)
-        _write_json(
-            self.data_dir / repair_result_file(str(options.id)), json.loads(summary.to_json())
-        )
+        repair_id = str(options.id)
+        self.progress.pop(repair_id, None)
+        self.results[repair_id] = json.loads(summary.to_json())
+        while len(self.results) > REPAIR_RESULTS_KEPT:
+            del self.results[next(iter(self.results))]
 
     def status(self) -> dict[str, object]:
-        running = self.running is not None and not self.running.done()
-        return {"last_repairs": self.last_repairs, "running": running}
+        """For ``status.json``: the last repairs, whether one runs, and each queued or running
+        repair's progress by id."""
+        progress = {k: dict(v) for k, v in self.progress.items()}
+        return {
+            "last_repairs": self.last_repairs,
+            "running": self._queued > 0,
+            "progress": progress,
+        }
 
 
 def encode_repair_message_any(message: RepairMessage) -> bytes:
@@ -721,19 +743,6 @@ def _now() -> datetime.datetime:
 def _address(endpoint: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
     host, _, port = endpoint.rpartition(":")
     return ipaddress.ip_address(host), int(port)
-
-
-def _modified(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _write_json(path: Path, value: object) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value, sort_keys=True))
-    temporary.replace(path)
 
 
 def _load_last(data_dir: Path) -> dict[str, dict[str, object]]:
