@@ -515,10 +515,11 @@ async def _serve(
     try:
         if on_ready is not None:
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
+        last_status_error = ""
         while not stop.is_set():
             if superuser is not None and node.processor.auth is not None:
                 superuser.poll(node.processor.auth)
-            with contextlib.suppress(Exception):
+            try:
                 document = {
                     **status_document(cluster, node),
                     "topology": topology.status(),
@@ -531,6 +532,11 @@ async def _serve(
                     }
                 _write_status(status_path, document)
                 metrics.metrics.update(document)
+                last_status_error = ""
+            except Exception as error:  # the status is for operators: log it, never stop
+                if repr(error) != last_status_error:
+                    _log.warning("writing %s failed: %r", status_path, error)
+                    last_status_error = repr(error)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
