@@ -28,6 +28,7 @@ from ringflow.pipeline._lakehouse import (
 )
 from ringflow.pipeline._lakehouse_state import DELETED_FIELD, write_time_field
 from ringflow.pipeline._materialize import canonical_value, hashable
+from ringflow.pipeline._spark_types import from_spark_value
 from ringflow.schema import Table
 
 from ._schema_evolution import Rows
@@ -123,18 +124,22 @@ def _plain(value: object) -> object:
 
 
 def stored_live(table: Table, store: Mapping[str, Mapping[str, Any]]) -> dict[Any, Any]:
-    """The live rows of current-state rows held in memory (``_row`` -> row dict), in the
-    shape of the oracle (key -> (values, write times))."""
+    """The live rows of current-state rows held in memory (``_row`` -> row dict, Arrow's
+    values), in the shape of the oracle (key -> (values, write times), CQL values)."""
+
+    def cql(column: Any, value: object) -> object:
+        return canonical_value(column.type, from_spark_value(column.type, value))
+
     found = {}
     for row in store.values():
         if row[DELETED_FIELD]:
             continue
         key = tuple(
-            None if row[c.name] is None else hashable(canonical_value(c.type, row[c.name]))
+            None if row[c.name] is None else hashable(cql(c, row[c.name]))
             for c in table.primary_key_columns
         )
         present = [c for c in value_columns(table) if row[c.name] is not None]
-        values = {c.name: canonical_value(c.type, row[c.name]) for c in present}
+        values = {c.name: cql(c, row[c.name]) for c in present}
         times = {c.name: row[write_time_field(c.name)] for c in present}
         found[key] = (values, times)
     return found

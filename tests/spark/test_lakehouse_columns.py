@@ -8,7 +8,9 @@ the oracle. Range deletions (which the column merge leaves to the row merge) mix
 
 from __future__ import annotations
 
+import datetime
 import random
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -31,8 +33,12 @@ from ringflow.pipeline._lakehouse_state import (
 from ringflow.pipeline._materialize import materialize
 from ringflow.schema import (
     BIGINT,
+    BLOB,
     INT,
     TEXT,
+    TIMESTAMP,
+    TIMEUUID,
+    UUID,
     ClusteringOrder,
     SetType,
     Table,
@@ -50,7 +56,41 @@ CLUSTERED = Table.create(
     regular=[("v", TEXT), ("n", BIGINT)],
 )
 KEYED = Table.create("shop", "accounts", partition_key=[("id", BIGINT)], regular=[("v", TEXT)])
+TYPED = Table.create(
+    "shop",
+    "readings",
+    partition_key=[("id", UUID)],
+    clustering=[("at", TIMESTAMP, ClusteringOrder.ASC)],
+    regular=[("raw", BLOB), ("seen", TIMESTAMP), ("ref", TIMEUUID)],
+)
 _Store = dict[str, dict[str, Any]]
+_UUIDS = [uuid.UUID(int=n * 0x1234567 + 5) for n in range(3)]
+_MOMENTS = [datetime.datetime(2027, 1, 1) + datetime.timedelta(milliseconds=n) for n in (0, 1, 999)]
+_TIMEUUIDS = [timeuuid_from_micros(ms * 1000, n) for n, ms in enumerate((5, 5, 9))]
+
+
+def _key(rng: random.Random, table: Table) -> tuple[dict[str, object], dict[str, object]]:
+    """(partition key, full key) of a random row of ``table``."""
+    if table is TYPED:
+        pk: dict[str, object] = {"id": rng.choice(_UUIDS)}
+        return pk, {**pk, "at": rng.choice(_MOMENTS)}
+    if table.clustering_columns:
+        pk = {"pk": rng.randint(0, 3), "region": rng.choice("ab")}
+        return pk, {**pk, "ck": rng.randint(0, 5)}
+    return {}, {"id": rng.randint(-2, 4)}
+
+
+def _value(rng: random.Random, name: str) -> object:
+    """A value of a small domain (equal values are common) for column ``name``."""
+    if name == "v":
+        return f"x{rng.randint(0, 3)}"
+    if name == "raw":
+        return bytes(rng.randint(0, 2) for _ in range(rng.randint(0, 2)))
+    if name == "seen":
+        return rng.choice(_MOMENTS)
+    if name == "ref":
+        return rng.choice(_TIMEUUIDS)
+    return rng.randint(-3, 3)
 
 
 def _changes(table: Table, size: int, seed: int, ranges: bool = False) -> list[Change]:
@@ -58,12 +98,10 @@ def _changes(table: Table, size: int, seed: int, ranges: bool = False) -> list[C
     enough to run out while the batches are merged."""
     rng = random.Random(seed)
     out: list[Change] = []
-    clustered = bool(table.clustering_columns)
     for index in range(size):
         second = T0_S + rng.randint(0, 40)
         time = timeuuid_from_micros(second * 10**6 + rng.choice((0, 0, 1, 7)), index)
-        pk = {"pk": rng.randint(0, 3), "region": rng.choice("ab")} if clustered else {}
-        key = {**pk, "ck": rng.randint(0, 5)} if clustered else {"id": rng.randint(-2, 4)}
+        pk, key = _key(rng, table)
         roll = rng.random()
         names = [c.name for c in value_columns(table)]
         if roll < 0.05:
@@ -87,7 +125,7 @@ def _changes(table: Table, size: int, seed: int, ranges: bool = False) -> list[C
                 if pick < 0.15:
                     deleted.add(name)
                 elif pick < 0.8:
-                    values[name] = f"x{rng.randint(0, 3)}" if name == "v" else rng.randint(-3, 3)
+                    values[name] = _value(rng, name)
             ttl = rng.choice((None, None, 5, 30, 500))
             out.append(
                 Change("shop", table.name, op, time, key, 0, values, frozenset(deleted), {}, ttl)
@@ -128,7 +166,7 @@ def _oracle(table: Table, changes: list[Change], now_s: int) -> dict[tuple[objec
     }
 
 
-@pytest.mark.parametrize("table", [CLUSTERED, KEYED], ids=["clustered", "keyed"])
+@pytest.mark.parametrize("table", [CLUSTERED, KEYED, TYPED], ids=["clustered", "keyed", "typed"])
 @pytest.mark.parametrize("seed", range(6))
 def test_the_column_merge_writes_what_the_row_merge_writes(table: Table, seed: int) -> None:
     assert columns_mergeable(table)
@@ -216,6 +254,26 @@ def test_what_the_column_merge_does_not_take() -> None:
     assert plan is not None
     assert plan.merge(_selected(CLUSTERED, store, plan.wanted(T0_S)), T0_S) is None
     assert current_arrow_schema(CLUSTERED).names == current_rows_table(CLUSTERED, []).schema.names
+
+
+def test_values_not_in_their_canonical_form_go_row_by_row() -> None:
+    """An uppercase UUID, a timestamp with microseconds, a timeuuid of another version: the
+    row logic takes them (it makes them canonical); the column merge would not see them as
+    equal to their canonical forms."""
+    time = timeuuid_from_micros(T0_S * 10**6, 1)
+    key = {"id": _UUIDS[0], "at": _MOMENTS[0]}
+    row = change_to_arrow_row(
+        TYPED, Change("shop", "readings", CdcOperation.INSERT, time, key, 0, {"raw": b"1"})
+    )
+    assert ColumnsMerge.for_batch(TYPED, pa.Table.from_pylist([row], change_arrow_schema(TYPED)))
+    uneven = {
+        "id": str(_UUIDS[1]).upper(),
+        "at": row["at"] + datetime.timedelta(microseconds=5),
+        "ref": str(uuid.uuid4()),
+    }
+    for column, value in uneven.items():
+        data = pa.Table.from_pylist([{**row, column: value}], change_arrow_schema(TYPED))
+        assert ColumnsMerge.for_batch(TYPED, data) is None, column
 
 
 def test_a_malformed_change_is_refused_by_name_not_merged() -> None:

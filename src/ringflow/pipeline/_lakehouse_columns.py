@@ -4,8 +4,9 @@ instead of change by change, with the same result as the row logic of
 test_lakehouse_columns.py`` holds them equal over random batches).
 
 It takes a table whose columns are all atomic with no static column, and whose key and value
-types reach Arrow as the CQL values themselves (text, integers, floats, booleans), and a batch
-without range deletions over partitions that hold none: inserts, updates (TTLs, cells set to
+types reach Arrow in one canonical form (text, integers, floats, booleans, blobs, UUIDs,
+timestamps: ``_PLAIN_TYPES``), and a batch without range deletions over partitions that hold
+none: inserts, updates (TTLs, cells set to
 null), row and partition deletions. Anything else (:meth:`ColumnsMerge.for_batch` or
 :meth:`ColumnsMerge.merge` answer None) goes to the row logic.
 
@@ -63,14 +64,17 @@ from ringflow.pipeline._lakehouse_state import (
     write_time_field,
 )
 from ringflow.pipeline._materialize import US_PER_SECOND
+from ringflow.pipeline._spark_types import from_spark_value
 from ringflow.schema import NativeType, Table, serialize
 
 _NONE = -(2**63)
 _PLAIN_TYPES = frozenset(
     {"ascii", "text", "varchar", "int", "bigint", "smallint", "tinyint", "boolean", "float",
-     "double"}
+     "double", "blob", "uuid", "timeuuid", "timestamp"}
 )  # fmt: skip
-"""Types whose Arrow values are the CQL values themselves (``_changes._AS_IS`` but counters)."""
+"""Types whose Arrow values the merge can take as they come: the change rows (``change_to_row``)
+hold them in their one canonical form (a str, an int, a float, bytes, a UUID's text, a UTC
+timestamp in whole milliseconds), so equal values are equal Arrow values."""
 _RANGE_CODES = np.array([int(o) for o in RANGE_START_OPERATIONS | RANGE_END_OPERATIONS])
 _IMAGE_CODES = np.array([int(CdcOperation.PRE_IMAGE), int(CdcOperation.POST_IMAGE)])
 _INSERT = int(CdcOperation.INSERT)
@@ -115,7 +119,30 @@ def _well_formed(table: Table, data: Any, operations: Any) -> bool:
         if (touched & ~writes).any():
             return False
     ttl = data.column(TTL_FIELD)
-    return not pc.any(pc.less_equal(ttl, 0)).as_py()
+    if pc.any(pc.less_equal(ttl, 0)).as_py():
+        return False
+    return all(
+        _canonical(data.column(c.name), str(getattr(c.type, "name", "")))
+        for c in (*table.primary_key_columns, *value_columns(table))
+    )
+
+
+_UUID_TEXT = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_TIMEUUID_TEXT = "^[0-9a-f]{8}-[0-9a-f]{4}-1[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def _canonical(values: Any, type_name: str) -> bool:
+    """Whether every value of a column is in the one form the codec gives it back in (the row
+    logic makes values canonical; the column merge takes them as they are): UUIDs as lowercase
+    hyphenated text (a timeuuid of version 1), timestamps in whole milliseconds."""
+    if type_name in ("uuid", "timeuuid"):
+        pattern = _UUID_TEXT if type_name == "uuid" else _TIMEUUID_TEXT
+        matches = pc.match_substring_regex(values, pattern)
+        return not pc.any(pc.invert(matches)).as_py()
+    if type_name == "timestamp":
+        micros = pc.cast(values, pa.int64())
+        return not pc.any(pc.not_equal(pc.remainder(micros, 1000), 0)).as_py()
+    return True
 
 
 def _numpy(column: Any, fill: int = 0) -> Any:
@@ -428,7 +455,7 @@ class _Merge:
             candidates = order[start : end + 1]
             best = max(
                 candidates,
-                key=lambda c: serialize(column_type, values[int(position[c])].as_py()),
+                key=lambda c: _serialized(column_type, values[int(position[c])].as_py()),
             )
             winners[index] = best
 
@@ -473,6 +500,11 @@ _INT_WIDTH = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
 _TEXT = frozenset({"ascii", "text", "varchar"})
 
 
+def _serialized(cql_type: Any, value: object) -> bytes:
+    """A column's value (as Arrow gives it) serialized as the CQL codec does."""
+    return serialize(cql_type, from_spark_value(cql_type, value))
+
+
 def _hex_column(values: Any, cql_type: Any) -> Any:
     """Each value's serialized bytes as hex (a string array; nulls stay null): integers by
     numpy (big-endian two's complement), text as its UTF-8, other plain types by the codec."""
@@ -488,7 +520,7 @@ def _hex_column(values: Any, cql_type: Any) -> Any:
     if cql_type.name in _TEXT:
         return pa.array([None if v is None else v.encode().hex() for v in items], pa.string())
     return pa.array(
-        [None if v is None else serialize(cql_type, v).hex() for v in items], pa.string()
+        [None if v is None else _serialized(cql_type, v).hex() for v in items], pa.string()
     )
 
 
