@@ -215,17 +215,8 @@ def _batch_changes(config: _Config, messages: Sequence[WriterCommitMessage | Non
         for m in messages
         if isinstance(m, LakehouseCommitMessage) and m.rows
     ]
-    columns = []
-    for field in target:
-        pieces = []
-        for part in parts:
-            index = part.schema.get_field_index(field.name)
-            if index < 0:  # a column dropped at the source: null from now on
-                pieces.append(pa.nulls(part.num_rows, field.type))
-            else:
-                pieces.extend(part.column(index).cast(field.type).chunks)
-        columns.append(pa.chunked_array(pieces, type=field.type))
-    data = pa.Table.from_arrays(columns, schema=target)
+    # a column dropped at the source is null from now on (``conform``)
+    data = pa.concat_tables([target.empty_table(), *(conform(part, target) for part in parts)])
     days = pc.cast(pc.cast(data[TIME_US_FIELD], pa.timestamp("us")), pa.date32())
     return data.append_column(pa.field(DATE_FIELD, pa.date32()), days)
 
@@ -267,16 +258,18 @@ def merge_batch(holds: Table, data: Any, store: CurrentRows, now_s: int) -> tupl
     (:mod:`~ringflow.pipeline._lakehouse_columns`) when it can, else row by row."""
     schema = current_arrow_schema(holds)
     fast = ColumnsMerge.for_batch(holds, data)
+    read: tuple[Any, Any] | None = None
     if fast is not None:
-        stored, rest = store.current_rows(fast.wanted(now_s), schema)
-        rows = fast.merge(stored, now_s)
+        read = store.current_rows(fast.wanted(now_s), schema)
+        rows = fast.merge(read[0], now_s)
         if rows is not None:
-            return rows, stored, rest
+            return rows, *read
     with _collector_paused():
         reader = ChangeReader(holds)
         changes = [reader.read(row) for row in data.to_pylist()]
         merge = CurrentStateMerge(holds)
-        stored, rest = store.current_rows(merge.wanted(changes, now_s), schema)
+        # what the column merge read (whole partitions) holds all the row merge wants
+        stored, rest = read or store.current_rows(merge.wanted(changes, now_s), schema)
         merge.load(stored.to_pylist())
         merge.apply(changes, validated=True)  # the reader validated them
         rows = current_rows_table(holds, merge.rows(now_s))
