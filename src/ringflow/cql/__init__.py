@@ -135,7 +135,7 @@ from ringflow.cql._error_responses import (
     WriteFailureResponse,
     WriteTimeoutResponse,
 )
-from ringflow.cql._exec_auth import AuthService, AuthSettings
+from ringflow.cql._exec_auth import AuthService, AuthSettings, EffectivePermissions
 from ringflow.cql._exec_common import (
     DEFAULT_EXECUTOR_LIMITS,
     SYSTEM_AUTH_KEYSPACE,
@@ -146,7 +146,7 @@ from ringflow.cql._exec_common import (
     UnpreparedStatement,
 )
 from ringflow.cql._exec_errors import response_for_error
-from ringflow.cql._exec_select import RowReader
+from ringflow.cql._exec_select import RowReader, RowsNotHeld, Steps, run_steps, select_steps
 from ringflow.cql._exec_system import (
     DISTRIBUTED_TABLES,
     ensure_system_tables,
@@ -156,6 +156,7 @@ from ringflow.cql._executor import (
     LocalDataPlane,
     NodeIdentity,
     QueryProcessor,
+    ReadRun,
     SchemaListener,
     SessionState,
 )
@@ -327,6 +328,7 @@ __all__ = [
     "DropTableStatement",
     "DropTypeStatement",
     "DurationLiteral",
+    "EffectivePermissions",
     "ElementRelation",
     "ElementSelector",
     "EmptyBraces",
@@ -390,6 +392,7 @@ __all__ = [
     "QueryParameters",
     "QueryProcessor",
     "ReadFailureResponse",
+    "ReadRun",
     "ReadTimeoutResponse",
     "Reader",
     "Ready",
@@ -408,6 +411,7 @@ __all__ = [
     "RoleRecord",
     "RowReader",
     "RowsMetadata",
+    "RowsNotHeld",
     "RowsResult",
     "SchemaChange",
     "SchemaChangeEvent",
@@ -433,6 +437,7 @@ __all__ = [
     "StatementRequest",
     "StatusChangeEvent",
     "StatusChangeType",
+    "Steps",
     "StringLiteral",
     "Supported",
     "Term",
@@ -481,6 +486,8 @@ __all__ = [
     "refit",
     "resolve_type",
     "response_for_error",
+    "run_steps",
+    "select_steps",
     "truncate_text",
     "unsupported_version_message",
     "when_answered",

@@ -13,13 +13,14 @@ import threading
 from typing import Any
 
 from ringflow.cql._auth_model import PASSWORD_AUTHENTICATOR
+from ringflow.cql._exec_auth import EffectivePermissions
 from ringflow.cql._executor import QueryProcessor, SessionState
 from ringflow.cql._requests import Execute, Prepare, Query
 from ringflow.cql._responses import Response
-from ringflow.cql._results import SchemaChange
+from ringflow.cql._results import SchemaChange, VoidResult
 from ringflow.cql._server import Handled
 from ringflow.cql._server import Statement as StatementRequest
-from ringflow.errors import InternalError
+from ringflow.errors import Consistency, InternalError
 
 
 class ProcessorBackend:
@@ -46,12 +47,28 @@ class ProcessorBackend:
     def open_session(self) -> SessionState:
         return SessionState(None)
 
-    def authenticate(self, session: SessionState, token: bytes | None) -> None:
-        """SASL PLAIN login (the server's ``Authenticator``), on a worker thread."""
-        auth = self._processor.auth
-        if auth is None:
+    def authenticate(
+        self, session: SessionState, token: bytes | None
+    ) -> concurrent.futures.Future[None]:
+        """SASL PLAIN login (the server's ``Authenticator``), on a login thread (bcrypt is
+        CPU): the role is read with no thread waiting (``QueryProcessor.run_auth``); the
+        future is done once ``session`` holds the role, or fails (AuthenticationFailed)."""
+        if self._processor.auth is None:
             raise InternalError("authenticate called on a node without an authenticator")
-        session.user = auth.authenticate(token)
+        logged_in: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def checked(done: concurrent.futures.Future[str]) -> None:
+            try:
+                session.user = done.result()
+            except BaseException as error:
+                logged_in.set_exception(error)
+            else:
+                logged_in.set_result(None)
+
+        self._processor.run_auth(lambda service: service.authenticate(token)).add_done_callback(
+            checked
+        )
+        return logged_in
 
     def server_authenticator(self) -> ProcessorBackend | None:
         """This backend as the server's authenticator when logins are required, else None."""
@@ -59,19 +76,59 @@ class ProcessorBackend:
         return self if auth is not None and auth.settings.authenticate else None
 
     def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
-        """Runs on the storage thread; the changes, warnings and pending write collected are
-        this thread's (a cluster node runs statements on several threads)."""
+        """Runs on the statement thread; the changes, warnings and pending write collected are
+        this thread's. The statement is checked against its user's grants: resolved first
+        (cached, or read with no thread waiting: then the statement runs on the thread that
+        finished resolving them, and its answer is pending)."""
+        processor = self._processor
+        resolving = (
+            None if isinstance(statement, Prepare) else processor.resolve_grants(session.user)
+        )
+        if resolving is None:
+            return self._handle(session, statement, None)
+        if resolving.done():
+            return self._resolved(session, statement, resolving)
+        handled: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
+
+        def resolved(done: concurrent.futures.Future[EffectivePermissions]) -> None:
+            try:
+                handled.set_result(self._resolved(session, statement, done))
+            except BaseException as error:  # a bug: answered ServerError (``when_answered``)
+                handled.set_exception(error)
+
+        resolving.add_done_callback(resolved)
+        return Handled(VoidResult(), pending=handled)
+
+    def _resolved(
+        self,
+        session: SessionState,
+        statement: StatementRequest,
+        resolving: concurrent.futures.Future[EffectivePermissions],
+    ) -> Handled:
+        """The statement run against the grants resolved, or answered with what refused
+        them (e.g. Unavailable: too few replicas of ``system_auth``)."""
+        error = resolving.exception()
+        if isinstance(error, Exception):
+            return Handled(self._processor.error_response(error, _consistency(statement)))
+        return self._handle(session, statement, resolving.result())
+
+    def _handle(
+        self,
+        session: SessionState,
+        statement: StatementRequest,
+        grants: EffectivePermissions | None,
+    ) -> Handled:
         self._changes.clear()
         processor = self._processor
         processor.take_warnings()  # a request's warnings are its own
         if isinstance(statement, Query):
-            response = processor.query(statement, session)
+            response = processor.query(statement, session, grants)
         elif isinstance(statement, Prepare):
             response = processor.prepare(statement, session)
         elif isinstance(statement, Execute):
-            response = processor.execute(statement, session)
+            response = processor.execute(statement, session, grants)
         else:
-            response = processor.batch(statement, session)
+            response = processor.batch(statement, session, grants)
         changes = tuple(self._changes)
         self._changes.clear()
         pending = processor.take_pending()
@@ -103,3 +160,11 @@ class ProcessorBackend:
 
         future.add_done_callback(finish)
         return Handled(response, changes, processor.take_warnings(), answered)
+
+
+def _consistency(statement: StatementRequest) -> Consistency:
+    if isinstance(statement, Query | Execute):
+        return statement.parameters.consistency
+    if isinstance(statement, Prepare):
+        return Consistency.ONE
+    return statement.consistency

@@ -29,9 +29,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringflow.cql._ast import (
     AlterKeyspaceStatement,
@@ -127,6 +129,16 @@ class EffectivePermissions:
         return any(permission in self.granted.get(level, ()) for level in resource.chain())
 
 
+@dataclass(slots=True)
+class _AuthCounts:
+    """What a node's ``AuthService`` counts, shared by its views (``over``)."""
+
+    failed_logins: int = 0
+    default_password_warnings: int = 0
+    default_warned_ms: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 def role_consistency(role: str) -> Consistency:
     return Consistency.QUORUM if role == DEFAULT_SUPERUSER else Consistency.LOCAL_ONE
 
@@ -155,9 +167,22 @@ class AuthService:
             clock_ms, validity_ms=settings.validity_ms
         )
         self._clock_ms = clock_ms
-        self.failed_logins = 0
-        self._default_warned_ms: float | None = None
-        self.default_password_warnings = 0
+        self._counts = _AuthCounts()
+
+    def over(self, rows: AuthRows) -> AuthService:
+        """This service with its reads and writes going to ``rows`` (a run of ``run_auth``):
+        the same caches and counts."""
+        view = copy.copy(self)
+        view.rows = rows
+        return view
+
+    @property
+    def failed_logins(self) -> int:
+        return self._counts.failed_logins
+
+    @property
+    def default_password_warnings(self) -> int:
+        return self._counts.default_password_warnings
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -214,7 +239,8 @@ class AuthService:
         try:
             return self._authenticate(token)
         except AuthenticationFailed:
-            self.failed_logins += 1
+            with self._counts.lock:
+                self._counts.failed_logins += 1
             raise
 
     def _authenticate(self, token: bytes | None) -> str:
@@ -237,27 +263,37 @@ class AuthService:
         """At most once a ``DEFAULT_PASSWORD_WARNING_MS`` while the default superuser logs in
         with its default password (so: until it is changed)."""
         now = self._clock_ms()
-        last = self._default_warned_ms
-        if last is None or now - last >= DEFAULT_PASSWORD_WARNING_MS:
-            self._default_warned_ms = now
-            self.default_password_warnings += 1
-            _log.warning(
-                "the default superuser %s still has its default password: change it (ALTER "
-                "ROLE %s WITH PASSWORD = '...') or create another superuser and drop it",
-                DEFAULT_SUPERUSER,
-                DEFAULT_SUPERUSER,
-            )
+        counts = self._counts
+        with counts.lock:
+            last = counts.default_warned_ms
+            if last is not None and now - last < DEFAULT_PASSWORD_WARNING_MS:
+                return
+            counts.default_warned_ms = now
+            counts.default_password_warnings += 1
+        _log.warning(
+            "the default superuser %s still has its default password: change it (ALTER "
+            "ROLE %s WITH PASSWORD = '...') or create another superuser and drop it",
+            DEFAULT_SUPERUSER,
+            DEFAULT_SUPERUSER,
+        )
 
     # --- statements ----------------------------------------------------------------------------
 
     def authorize(
-        self, user: str, statement: Statement, keyspace: str | None, schema: SchemaState
+        self,
+        user: str,
+        statement: Statement,
+        keyspace: str | None,
+        schema: SchemaState,
+        grants: EffectivePermissions | None = None,
     ) -> None:
-        """Unauthorized unless ``user`` may run ``statement`` (a no-op without an authorizer)."""
+        """Unauthorized unless ``user`` may run ``statement`` (a no-op without an authorizer),
+        checked against ``grants`` (``user``'s, resolved for this statement; None: resolved
+        here, through the cache)."""
         if not self.settings.authorize:
             return
         if isinstance(statement, CallStatement):  # node operations (repair): superusers only
-            if not self.effective(user).superuser:
+            if not (grants or self.effective(user)).superuser:
                 raise Unauthorized(f"User {user} is not a superuser: only superusers may CALL")
             return
         required = required_permission(statement, keyspace, schema)
@@ -266,7 +302,7 @@ class AuthService:
         permission, resource = required
         if _readable_anyway(permission, resource):
             return
-        effective = self.effective(user)
+        effective = grants or self.effective(user)
         if effective.allows(permission, resource):
             return
         base = _cdc_base(resource, schema)
@@ -277,35 +313,28 @@ class AuthService:
         )
 
     def authorize_all(
-        self, user: str, statement: Statement, keyspace: str | None, schema: SchemaState
+        self,
+        user: str,
+        statement: Statement,
+        keyspace: str | None,
+        schema: SchemaState,
+        grants: EffectivePermissions | None = None,
     ) -> None:
         """``authorize`` of a statement, or of each statement of a text batch."""
         if isinstance(statement, BeginBatchStatement):
             for child in statement.statements:
-                self.authorize(user, child, keyspace, schema)
+                self.authorize(user, child, keyspace, schema, grants)
         else:
-            self.authorize(user, statement, keyspace, schema)
+            self.authorize(user, statement, keyspace, schema, grants)
 
-    def preloaded(self, user: str | None) -> bool:
-        """Whether a statement of ``user`` is checked without reading ``system_auth``: no
-        authorization, no user, or the user's grants cached (:meth:`preload`)."""
-        return not self.settings.authorize or user is None or self._effective.holds(user)
-
-    def preload(self, user: str) -> None:
-        """Resolve ``user``'s grants into the cache before the processor takes its lock: a
-        miss reads ``system_auth`` through the cluster (the default superuser's at QUORUM),
-        which must not hold up the node's other statements; the check under the lock then
-        hits the cache (an error here is met again, and answered, there)."""
-        if not self.settings.authorize:
-            return
-        try:
-            self.effective(user)
-        except Exception:
-            _log.debug("loading the grants of %s failed", user, exc_info=True)
+    def grants_needed(self, user: str | None) -> bool:
+        """Whether a statement of ``user`` is checked against grants (an authorizer and a
+        logged-in user): the shell resolves them first (``effective``, through ``run_auth``)."""
+        return self.settings.authorize and user is not None
 
     def schema_change_work(
         self, user: str | None, change: SchemaChange
-    ) -> Callable[[], None] | None:
+    ) -> Callable[[AuthService], None] | None:
         """What a DDL's answer leads to, run after the processor's lock: the creator of a
         keyspace or table gets every permission on it; dropping one drops every grant on it and
         its CDC log (Cassandra's ``grantPermissionsToCreator``, ``AuthSchemaChangeListener``)."""
@@ -323,11 +352,11 @@ class AuthService:
         if not dropped and not created:
             return None
 
-        def work() -> None:
+        def work(service: AuthService) -> None:
             if dropped:
-                self.revoke_all_on(resources)
+                service.revoke_all_on(resources)
             else:
-                self.grant_to_creator(user, resources[0])
+                service.grant_to_creator(user, resources[0])
 
         return work
 

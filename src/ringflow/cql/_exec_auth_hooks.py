@@ -5,14 +5,13 @@ when the node runs without auth (``auth`` None) or the session is internal (``us
 the executor reads the same with auth on or off:
 
 * ``make_auth_service``: the ``AuthService`` of ``enable_auth``, its ``system_auth`` rows read
-  and written through the processor's data plane (``PlaneAuthRows``);
-* ``preload_grants``: before the processor's lock, a role's grants loaded into the cache (a
-  miss reads ``system_auth`` through the cluster, which must not hold up other statements);
-* ``check_statement``: Unauthorized (0x2100) unless the role may run
-  the statement (``AuthService.authorize_all`` / ``authorize``, ``CassandraAuthorizer``
-  semantics);
+  and written through the processor's data plane (``PlaneAuthRows``, ``PlaneAuthIO``);
+* ``check_statement``: Unauthorized (0x2100) unless the role may run the statement
+  (``AuthService.authorize_all`` / ``authorize``, ``CassandraAuthorizer`` semantics), against
+  the grants the shell resolved for the statement (``SessionState.grants``);
 * ``role_statement_work``: a role or permission statement (``_exec_roles``), to run once the
-  lock is released; Invalid when the node has no authenticator or authorizer;
+  lock is released (``_auth_runs``: no thread waits for its reads and writes); Invalid when the
+  node has no authenticator or authorizer;
 * ``schema_change_work``: what a DDL's answer leads to (the creator's grants, the grants on what
   was dropped), also after the lock.
 """
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 from ringflow.cql._ast import Statement
 from ringflow.cql._ast_auth import AuthStatement
 from ringflow.cql._auth_rows import PlaneAuthRows
-from ringflow.cql._exec_auth import AuthService, AuthSettings
+from ringflow.cql._exec_auth import AuthService, AuthSettings, EffectivePermissions
 from ringflow.cql._exec_roles import RoleStatements
 from ringflow.cql._responses import Response
 from ringflow.cql._results import SchemaChangeResult
@@ -35,7 +34,7 @@ from ringflow.schema import SchemaState
 if TYPE_CHECKING:
     from ringflow.cql._executor import DataPlane
 
-Work = Callable[[], Response | None]
+AuthWork = Callable[[AuthService], Response | None]
 
 
 def make_auth_service(
@@ -50,23 +49,19 @@ def make_auth_service(
     return AuthService(rows, settings, clock_ms=clock_ms, next_timestamp_us=next_timestamp_us)
 
 
-def preload_grants(auth: AuthService | None, user: str | None) -> None:
-    """Outside the lock (``AuthService.preload``)."""
-    if auth is not None and user is not None:
-        auth.preload(user)
-
-
 def check_statement(
     auth: AuthService | None,
     user: str | None,
     statement: Statement,
     keyspace: str | None,
     schema: SchemaState,
+    grants: EffectivePermissions | None = None,
 ) -> None:
     """Unauthorized unless ``user`` may run ``statement`` (each statement of a text batch; a
-    statement of a BATCH message is checked alone the same way)."""
+    statement of a BATCH message is checked alone the same way), against ``grants`` when the
+    shell resolved them."""
     if auth is not None and user is not None:
-        auth.authorize_all(user, statement, keyspace, schema)
+        auth.authorize_all(user, statement, keyspace, schema, grants)
 
 
 def role_statement_work(
@@ -75,21 +70,20 @@ def role_statement_work(
     user: str | None,
     keyspace: str | None,
     schema: SchemaState,
-) -> Work:
-    """A role or permission statement, to run once the lock is released (its reads and writes
-    go through the cluster)."""
+) -> AuthWork:
+    """A role or permission statement, to run once the lock is released over the service it
+    is given (``run_auth``: its reads and writes go through the cluster)."""
     if auth is None:
         raise InvalidRequest(
             "Roles and permissions need an authenticator or authorizer: start the node "
             "with authenticator: PasswordAuthenticator (ringflow cluster start --auth)"
         )
-    runner = RoleStatements(auth, schema)
-    return lambda: runner.execute(statement, user, keyspace)
+    return lambda service: RoleStatements(service, schema).execute(statement, user, keyspace)
 
 
 def schema_change_work(
     auth: AuthService | None, user: str | None, response: Response
-) -> Callable[[], None] | None:
+) -> Callable[[AuthService], None] | None:
     """The grants a DDL's answer leads to (a creator's, or none left on what was dropped)."""
     if auth is None or not isinstance(response, SchemaChangeResult):
         return None

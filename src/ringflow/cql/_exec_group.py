@@ -81,30 +81,56 @@ def grouped_rows(
     per_partition_limit: int | None,
 ) -> list[tuple[bytes | None, ...]]:
     """One answer row per group of ``rows`` (module rules)."""
-    answers: list[tuple[bytes | None, ...]] = []
-    group: list[ResultRow] = []
-    group_key: tuple[bytes, ...] | None = None
-    partition: tuple[bytes, ...] | None = None
-    in_partition = 0
-    skipping = False
+    grouping = GroupedRows(width, selection, limit, per_partition_limit)
     for row in rows:
-        key = (*row.partition_key, *row.clustering)[:width]
-        if key == group_key:
-            if not skipping:
-                group.append(row)
-            continue
-        if group:
-            answers.append(selection.fold(group))
-            group = []
-        if limit is not None and len(answers) >= limit:
-            return answers
-        group_key = key
-        if row.partition_key != partition:
-            partition, in_partition = row.partition_key, 0
-        in_partition += 1
-        skipping = per_partition_limit is not None and in_partition > per_partition_limit
-        if not skipping:
-            group.append(row)
-    if group and (limit is None or len(answers) < limit):
-        answers.append(selection.fold(group))
-    return answers
+        if not grouping.add(row):
+            break
+    return grouping.answers()
+
+
+class GroupedRows:
+    """``grouped_rows`` of rows given one at a time (rows read in steps: ``_exec_select``)."""
+
+    def __init__(
+        self, width: int, selection: Selection, limit: int | None, per_partition_limit: int | None
+    ) -> None:
+        self._width, self._selection = width, selection
+        self._limit, self._per_partition_limit = limit, per_partition_limit
+        self._answers: list[tuple[bytes | None, ...]] = []
+        self._group: list[ResultRow] = []
+        self._group_key: tuple[bytes, ...] | None = None
+        self._partition: tuple[bytes, ...] | None = None
+        self._in_partition = 0
+        self._skipping = False
+
+    def add(self, row: ResultRow) -> bool:
+        """Take ``row``; False once the answer is complete (``LIMIT`` groups): no more rows
+        are wanted, ``row`` included."""
+        key = (*row.partition_key, *row.clustering)[: self._width]
+        if key == self._group_key:
+            if not self._skipping:
+                self._group.append(row)
+            return True
+        if self._group:
+            self._answers.append(self._selection.fold(self._group))
+            self._group = []
+        limit = self._limit
+        if limit is not None and len(self._answers) >= limit:
+            return False
+        self._group_key = key
+        if row.partition_key != self._partition:
+            self._partition, self._in_partition = row.partition_key, 0
+        self._in_partition += 1
+        per_partition = self._per_partition_limit
+        self._skipping = per_partition is not None and self._in_partition > per_partition
+        if not self._skipping:
+            self._group.append(row)
+        return True
+
+    def answers(self) -> list[tuple[bytes | None, ...]]:
+        """The answer rows (the last group folded in, unless ``LIMIT`` stopped before it)."""
+        limit = self._limit
+        if self._group and (limit is None or len(self._answers) < limit):
+            self._answers.append(self._selection.fold(self._group))
+            self._group = []
+        return self._answers

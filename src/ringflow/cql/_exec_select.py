@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgpack
 
 from ringflow.cql._ast import SelectStatement, Term
 from ringflow.cql._exec_common import ExecutorLimits, StatementContext
+from ringflow.cql._exec_group import GroupedRows
 from ringflow.cql._exec_group import group_width as _group_width
-from ringflow.cql._exec_group import grouped_rows as _grouped_rows
 from ringflow.cql._exec_selectors import Selection, compile_selection, value_getter
 from ringflow.cql._exec_terms import partition_token, term_value
 from ringflow.cql._exec_where import (
@@ -58,7 +58,7 @@ from ringflow.cql._exec_where import (
 from ringflow.cql._json_values import json_object
 from ringflow.cql._results import ColumnSpec, RowsMetadata, RowsResult
 from ringflow.cql._wire import UNSET
-from ringflow.errors import InvalidRequest
+from ringflow.errors import InternalError, InvalidRequest
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import (
     INT,
@@ -112,6 +112,42 @@ class RowReader(Protocol):
         columns: Sequence[str] | None = ...,
         now_s: int,
     ) -> ScanPage: ...
+
+
+_T = TypeVar("_T")
+Steps = Generator["Sequence[object]", None, _T]
+"""A SELECT run in steps (``select_steps``): each step yields the reads its reader lacks
+(``RowsNotHeld.reads``) and is resumed once the reader holds them; it returns the answer."""
+
+
+class RowsNotHeld(Exception):
+    """A reader lacks rows it must read first (a cluster node's coordinated reader: slices and
+    range chunks not held yet). ``reads`` are the reader's own descriptions of them; a SELECT
+    in steps yields them, and calls the reader again once they are held."""
+
+    def __init__(self, reads: Sequence[object]) -> None:
+        super().__init__(f"{len(reads)} reads not held yet")
+        self.reads = reads
+
+
+def _held(read: Callable[[], _T]) -> Steps[_T]:
+    """``read()``, once its reader holds what it needs."""
+    while True:
+        try:
+            return read()
+        except RowsNotHeld as lacking:
+            yield lacking.reads
+
+
+def run_steps(steps: Steps[_T]) -> _T:
+    """The answer of steps whose reader reads at once (a store): no step may yield."""
+    try:
+        lacking = next(steps)
+    except StopIteration as done:
+        answer: _T = done.value
+        return answer
+    steps.close()
+    raise InternalError(f"a reader that reads at once lacked {len(lacking)} reads")
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +259,7 @@ class _PartitionSource:
             position.slice_index = 0
             position.partition_index += 1
 
-    def next_batch(self, count: int) -> list[ResultRow]:
+    def next_batch(self, count: int) -> Steps[list[ResultRow]]:
         rows: list[ResultRow] = []
         position = self.position
         while len(rows) < count and not self.exhausted:
@@ -233,7 +269,8 @@ class _PartitionSource:
                 resume = ClusteringBound(position.last_clustering, False)
                 start, end = (start, resume) if self.reverse else (resume, end)
             wanted = count - len(rows)
-            found = self.store.read_partition(
+            read = functools.partial(
+                self.store.read_partition,
                 self.table,
                 self.keys[position.partition_index],
                 start=start,
@@ -243,6 +280,7 @@ class _PartitionSource:
                 limit=wanted,
                 now_s=self.now_s,
             )
+            found = yield from _held(read)
             rows.extend(found)
             last = found[-1] if found else None
             if (
@@ -280,10 +318,11 @@ class _ScanSource:
     def skip_partition(self, key: Key) -> None:
         return None
 
-    def next_batch(self, count: int) -> list[ResultRow]:
+    def next_batch(self, count: int) -> Steps[list[ResultRow]]:
         size = min(count, self.store.limits.max_page_size_rows)
         high = MIN_TOKEN if self.tokens.high is None else self.tokens.high
-        page = self.store.scan(
+        scan = functools.partial(
+            self.store.scan,
             self.table,
             self.tokens.low,
             high,
@@ -292,6 +331,7 @@ class _ScanSource:
             columns=self.columns,
             now_s=self.now_s,
         )
+        page = yield from _held(scan)
         self.position.scan_state = page.paging_state
         self._exhausted = page.paging_state is None
         return page.rows
@@ -449,7 +489,7 @@ def _source(plan: _Plan, store: RowReader, now_s: int, position: _Position) -> _
 
 def _collect(
     source: _Source, plan: _Plan, wanted: int, examined_cap: int, *, apply_limit: bool = True
-) -> list[ResultRow]:
+) -> Steps[list[ResultRow]]:
     """Up to ``wanted`` accepted rows from ``source``, advancing its position."""
     position = source.position
     limit = plan.limit if apply_limit else None
@@ -462,7 +502,8 @@ def _collect(
             need = min(need, limit - position.returned)
             if need <= 0:
                 break
-        for row in source.next_batch(need):
+        batch = yield from source.next_batch(need)
+        for row in batch:
             examined += 1
             if row.partition_key != position.last_partition:
                 position.last_partition = row.partition_key
@@ -492,11 +533,18 @@ def _done(source: _Source, plan: _Plan) -> bool:
 
 
 def _all_rows(
-    source: _Source, plan: _Plan, limits: ExecutorLimits, *, apply_limit: bool
-) -> Iterator[ResultRow]:
+    source: _Source,
+    plan: _Plan,
+    limits: ExecutorLimits,
+    take: Callable[[ResultRow], bool],
+    *,
+    apply_limit: bool,
+) -> Steps[None]:
+    """Every accepted row of ``source`` to ``take``, batch by batch, until ``take`` answers
+    False (at most ``max_aggregate_rows``)."""
     seen = 0
     while not source.exhausted:
-        batch = _collect(
+        batch = yield from _collect(
             source, plan, limits.max_page_size_rows, limits.max_rows_examined_per_page,
             apply_limit=apply_limit,
         )  # fmt: skip
@@ -505,7 +553,9 @@ def _all_rows(
             raise InvalidRequest(
                 f"the query reads more than {limits.max_aggregate_rows} rows; restrict it"
             )
-        yield from batch
+        for row in batch:
+            if not take(row):
+                return
         if apply_limit and _done(source, plan):
             return
 
@@ -544,7 +594,15 @@ def plan_select(
 def answer_select(
     planned: SelectPlan, store: RowReader, limits: ExecutorLimits, request: PageRequest
 ) -> RowsResult:
-    """One page of rows of ``planned``, read from ``store``."""
+    """One page of rows of ``planned``, read from ``store``, which reads at once."""
+    return run_steps(select_steps(planned, store, limits, request))
+
+
+def select_steps(
+    planned: SelectPlan, store: RowReader, limits: ExecutorLimits, request: PageRequest
+) -> Steps[RowsResult]:
+    """``answer_select`` in steps: where ``store`` lacks rows (``RowsNotHeld``), the steps
+    yield what it lacks and go on from there once it holds them."""
     statement, context, plan = planned.statement, planned.context, planned.plan
     position = _Position()
     if request.paging_state is not None:
@@ -553,45 +611,42 @@ def answer_select(
     page_size = request.page_size if request.page_size and request.page_size > 0 else None
     if plan.group_width is not None and page_size is not None:
         page_size = min(page_size, limits.max_page_size_rows)
-        answers, done = _grouped_page(source, plan, limits, page_size)
+        answers, done = yield from _grouped_page(source, plan, limits, page_size)
         state = None if done else _encode_state(request.fingerprint, source.position)
         return _result(plan, answers, state, request)
     if plan.group_width is not None:
         # One answer per group, unpaged (each group is folded whole; at most
         # max_aggregate_rows rows read): LIMIT and PER PARTITION LIMIT count groups.
         grouping = dataclasses.replace(plan, limit=None, per_partition_limit=None)
-        answers = _grouped_rows(
-            _all_rows(source, grouping, limits, apply_limit=False),
-            plan.group_width,
-            plan.selection,
-            plan.limit,
-            plan.per_partition_limit,
-        )
-        return _result(plan, answers, None, request)
+        groups = GroupedRows(plan.group_width, plan.selection, plan.limit, plan.per_partition_limit)
+        yield from _all_rows(source, grouping, limits, groups.add, apply_limit=False)
+        return _result(plan, groups.answers(), None, request)
     if plan.selection.is_aggregate:
-        folded = plan.selection.fold(_all_rows(source, plan, limits, apply_limit=False))
-        return _result(plan, [folded], None, request)
+        folding = plan.selection.folding()
+        yield from _all_rows(source, plan, limits, folding.add, apply_limit=False)
+        return _result(plan, [folding.result()], None, request)
     many_keys = plan.keys is not None and len(plan.keys) > 1
     if statement.order_by and many_keys:
         if page_size is not None:
             raise InvalidRequest(ORDER_BY_PAGING_MESSAGE)
-        return _result(plan, _ordered_rows(plan, source, limits), None, request)
+        ordered = yield from _ordered_rows(plan, source, limits)
+        return _result(plan, ordered, None, request)
     if page_size is None:
-        rows = _collect(source, plan, limits.max_unpaged_rows + 1, 2**62)
+        rows = yield from _collect(source, plan, limits.max_unpaged_rows + 1, 2**62)
         if len(rows) > limits.max_unpaged_rows:
             raise InvalidRequest(
                 f"the result has more than {limits.max_unpaged_rows} rows: page the query"
             )
         return _result(plan, [plan.selection.row(r) for r in rows], None, request)
     page_size = min(page_size, limits.max_page_size_rows)
-    rows = _collect(source, plan, page_size, limits.max_rows_examined_per_page)
+    rows = yield from _collect(source, plan, page_size, limits.max_rows_examined_per_page)
     state = None if _done(source, plan) else _encode_state(request.fingerprint, source.position)
     return _result(plan, [plan.selection.row(r) for r in rows], state, request)
 
 
 def _grouped_page(
     source: _Source, plan: _Plan, limits: ExecutorLimits, page_groups: int
-) -> tuple[list[tuple[bytes | None, ...]], bool]:
+) -> Steps[tuple[list[tuple[bytes | None, ...]], bool]]:
     """Up to ``page_groups`` groups (module rules), and whether nothing is left."""
     position, width = source.position, plan.group_width
     assert width is not None
@@ -602,7 +657,7 @@ def _grouped_page(
     read = 0
     while not source.exhausted:
         before = dataclasses.replace(position)
-        batch = source.next_batch(limits.max_page_size_rows)
+        batch = yield from source.next_batch(limits.max_page_size_rows)
         read += len(batch)
         if read > limits.max_aggregate_rows:
             raise InvalidRequest(
@@ -618,7 +673,7 @@ def _grouped_page(
                     group = []
                 limit_reached = plan.limit is not None and position.returned >= plan.limit
                 if limit_reached or len(answers) == page_groups:
-                    _rewind(source, before, index)
+                    yield from _rewind(source, before, index)
                     return answers, limit_reached
                 key = row_key
                 if row.partition_key != position.last_partition:
@@ -635,7 +690,7 @@ def _grouped_page(
     return answers, True
 
 
-def _rewind(source: _Source, before: _Position, rows: int) -> None:
+def _rewind(source: _Source, before: _Position, rows: int) -> Steps[None]:
     """Put ``source`` back to just after the first ``rows`` rows read from ``before`` (the
     counters and the last group are kept); a shorter re-read leaves rows of the last group
     ahead, which the next page skips by its key."""
@@ -648,15 +703,24 @@ def _rewind(source: _Source, before: _Position, rows: int) -> None:
     if isinstance(source, _ScanSource):
         source._exhausted = False
     if rows > 0:
-        source.next_batch(rows)
+        yield from source.next_batch(rows)
 
 
 def _ordered_rows(
     plan: _Plan, source: _Source, limits: ExecutorLimits
-) -> list[tuple[bytes | None, ...]]:
+) -> Steps[list[tuple[bytes | None, ...]]]:
     types = tuple((c.type, c.order) for c in plan.table.clustering_columns)
-    rows = list(_all_rows(source, plan, limits, apply_limit=False))
+    rows: list[ResultRow] = []
+    yield from _all_rows(source, plan, limits, _appending(rows), apply_limit=False)
     rows.sort(key=lambda row: encode_clustering(types, row.clustering), reverse=plan.reverse)
     if plan.limit is not None:
         rows = rows[: plan.limit]
     return [plan.selection.row(row) for row in rows]
+
+
+def _appending(rows: list[ResultRow]) -> Callable[[ResultRow], bool]:
+    def take(row: ResultRow) -> bool:
+        rows.append(row)
+        return True
+
+    return take

@@ -105,19 +105,42 @@ class Selection:
 
     def fold(self, rows: Iterable[ResultRow]) -> tuple[bytes | None, ...]:
         """One row aggregating ``rows``."""
-        aggregators = [c.aggregate() if c.aggregate is not None else None for c in self.columns]
-        first: ResultRow | None = None
+        folding = self.folding()
         for row in rows:
-            if first is None:
-                first = row
-            for aggregator in aggregators:
-                if aggregator is not None:
-                    aggregator.add(row)
+            folding.add(row)
+        return folding.result()
+
+    def folding(self) -> Folding:
+        """A fold of rows given one at a time (rows read in steps: ``_exec_select``)."""
+        return Folding(self)
+
+
+class Folding:
+    """``Selection.fold`` of rows given one at a time."""
+
+    def __init__(self, selection: Selection) -> None:
+        self._columns = selection.columns
+        self._aggregators = [
+            c.aggregate() if c.aggregate is not None else None for c in selection.columns
+        ]
+        self._first: ResultRow | None = None
+
+    def add(self, row: ResultRow) -> bool:
+        """Fold ``row`` in; True (every row is wanted)."""
+        if self._first is None:
+            self._first = row
+        for aggregator in self._aggregators:
+            if aggregator is not None:
+                aggregator.add(row)
+        return True
+
+    def result(self) -> tuple[bytes | None, ...]:
+        first = self._first
         return tuple(
             aggregator.result()
             if aggregator is not None
             else (column.value(first) if first is not None else None)
-            for column, aggregator in zip(self.columns, aggregators, strict=True)
+            for column, aggregator in zip(self._columns, self._aggregators, strict=True)
         )
 
 

@@ -26,8 +26,9 @@ Rules:
   captures) and a SELECT planned there (``plan_select``), then the write or the SELECT's reads
   run after the lock is released. With the plane's ``submit_write`` / ``submit_read`` (a
   cluster node, a single node's group commit) they are only started there: the request leaves
-  a pending answer (``take_pending``) and its thread goes on; work that may wait for the
-  cluster on a thread (role statements, procedures) goes to ``submit_waiting``.
+  a pending answer (``take_pending``) and its thread goes on. So does auth work (a role
+  statement, a DDL's grants: ``run_auth``, its reads and writes through the same plane) and a
+  procedure answering a future: no request waits for the cluster on a thread.
 * The node-local virtual tables of ``system_replication`` (``captured_rows``,
   ``local_slices``) are read from this processor's own store's capture (``_exec_virtual``),
   never through the data plane, whatever the consistency level; writes to them are Invalid
@@ -46,9 +47,9 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ringflow.cdc import CdcMetadata
 from ringflow.cdc._log_rows import CdcCapture
@@ -67,6 +68,8 @@ from ringflow.cql._ast import (
     UseStatement,
 )
 from ringflow.cql._ast_auth import AUTH_STATEMENT_TYPES
+from ringflow.cql._auth_rows import PlaneAuthIO
+from ringflow.cql._auth_runs import run_auth
 from ringflow.cql._batch_size import check_batch_size
 from ringflow.cql._bind import (
     PreparedCache,
@@ -78,11 +81,10 @@ from ringflow.cql._bind import (
 )
 from ringflow.cql._cdc_log_rules import cdc_log_base
 from ringflow.cql._describe import DescribePage, describe_context, execute_describe
-from ringflow.cql._exec_auth import AuthService, AuthSettings
+from ringflow.cql._exec_auth import AuthService, AuthSettings, EffectivePermissions
 from ringflow.cql._exec_auth_hooks import (
     check_statement,
     make_auth_service,
-    preload_grants,
     role_statement_work,
     schema_change_work,
 )
@@ -108,9 +110,11 @@ from ringflow.cql._exec_errors import response_for_error
 from ringflow.cql._exec_select import (
     PageRequest,
     RowReader,
-    answer_select,
+    Steps,
     json_specs,
     plan_select,
+    run_steps,
+    select_steps,
 )
 from ringflow.cql._exec_selectors import compile_selection
 from ringflow.cql._exec_system import (
@@ -142,6 +146,7 @@ from ringflow.cql._results import (
 from ringflow.cql._wire import UNSET, CqlValue
 from ringflow.errors import (
     Consistency,
+    InternalError,
     InvalidRequest,
     invariant,
 )
@@ -159,6 +164,7 @@ from ringflow.schema import (
 from ringflow.storage import Store, UnknownTable
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SchemaListener = Callable[[SchemaChange], None]
 _SERIAL = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
@@ -202,9 +208,9 @@ class DataPlane(Protocol):
         """Apply ``batch`` (with ``captures`` by index) at ``consistency``; raises on failure."""
         ...
 
-    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
+    def read(self, consistency: Consistency, run: ReadRun) -> Response:
         """Run a SELECT's reads: ``run`` with the rows it reads at ``consistency`` (the local
-        store, or the coordinator's reconciled partitions)."""
+        store), its steps run through at once."""
         ...
 
 
@@ -214,16 +220,18 @@ SubmitWrite = Callable[
 ]
 """Queues a statement's write (batch, captures by index, consistency, timestamp µs); its future
 is done once the write is durable, or fails with the error that refused it."""
-SubmitRead = Callable[
-    [Consistency, Callable[[RowReader], Response]], "concurrent.futures.Future[Response]"
-]
+ReadRun = Callable[[RowReader], "Response | Steps[Response]"]
+"""What a read runs over its rows: a SELECT in steps (``select_steps``: it goes on where its
+reader lacks rows), or a plain function (run again until its reader lacks nothing)."""
+SubmitRead = Callable[[Consistency, ReadRun], "concurrent.futures.Future[Response]"]
 """Starts a SELECT's reads at the consistency and runs the SELECT (its argument) over them
 once they are here; its future is done with the SELECT's answer, or fails with its error."""
-SubmitWaiting = Callable[
-    [Callable[[], Response | None]], "concurrent.futures.Future[Response | None]"
-]
-"""Runs work that may wait for the cluster (a role statement's reads and writes, a procedure)
-where no statement waits behind it; its future is done with the work's answer or error."""
+AuthSubmit = Callable[[Callable[[], None]], object]
+"""Runs a later run of auth work (``_auth_runs``: once its reads are here) on a thread that
+waits for nothing and holds up no statement (a login's or a new role's bcrypt is CPU)."""
+Deferred = Callable[[], "Response | concurrent.futures.Future[Any] | None"]
+"""A request's work after the processor's lock: its answer (None: the request's stands), or a
+future of it."""
 PendingAnswer = tuple["concurrent.futures.Future[Any]", Consistency]
 """A request's write or read still in progress, and the consistency its error answers at.
 The future's result is the request's answer (a read's), or None (a write's: the request's
@@ -245,8 +253,8 @@ class LocalDataPlane:
     ) -> None:
         self._store.apply(batch, now_s=now_us // 1_000_000, cdc=dict(captures))
 
-    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
-        return run(self._store)
+    def read(self, consistency: Consistency, run: ReadRun) -> Response:
+        return run_read(run, self._store)
 
 
 class QueryProcessor:
@@ -271,9 +279,9 @@ class QueryProcessor:
         self.internal_errors = 0
         self.schema_listeners: list[SchemaListener] = []
         self._lock = threading.RLock()
-        self._deferred: Callable[[], Response | None] | None = None  # run after the lock
-        self._deferred_waits = False  # the deferred work may wait for the cluster
-        self._submit_waiting: SubmitWaiting | None = None
+        self._deferred: Deferred | None = None  # run after the lock
+        self._auth_submit: AuthSubmit | None = None
+        self._grants: EffectivePermissions | None = None  # the running request's, resolved
         self._timestamps = TimestampSource(clock)
         self._list_paths = ListPaths(rng)
         self._prepared = PreparedCache(limits)
@@ -342,6 +350,32 @@ class QueryProcessor:
         )
         return self.auth
 
+    def run_auth(self, work: Callable[[AuthService], _T]) -> concurrent.futures.Future[_T]:
+        """``work`` over this node's ``AuthService``, its reads and writes through the data
+        plane with no thread waiting for them (``_auth_runs``); done at once on a single node.
+        InternalError without auth."""
+        auth = self.auth
+        if auth is None:
+            raise InternalError("auth work on a node without an authenticator or authorizer")
+        io = PlaneAuthIO(
+            lambda: (self._data_plane, self._submit_read, self._submit_write), self._clock
+        )
+        return run_auth(
+            lambda rows: work(auth.over(rows)), auth.rows, io, self._auth_submit, auth.invalidate
+        )
+
+    def resolve_grants(
+        self, user: str | None
+    ) -> concurrent.futures.Future[EffectivePermissions] | None:
+        """The grants a statement of ``user`` is checked against (from the cache, or read
+        through the cluster with no thread waiting), to hand to :meth:`query`,
+        :meth:`execute` or :meth:`batch`; None when nothing is checked."""
+        auth = self.auth
+        if auth is None or not auth.grants_needed(user):
+            return None
+        assert user is not None
+        return self.run_auth(lambda service: service.effective(user))
+
     def _next_auth_timestamp(self) -> int:
         with self._lock:
             return self._timestamps.next()
@@ -351,22 +385,21 @@ class QueryProcessor:
         data_plane: DataPlane,
         submit_write: SubmitWrite | None = None,
         submit_read: SubmitRead | None = None,
-        submit_waiting: SubmitWaiting | None = None,
+        auth_submit: AuthSubmit | None = None,
     ) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node). With
         ``submit_write``, a statement's write is queued there instead of waited for (a single
         node's group commit, a cluster node's coordinator), and with ``submit_read`` a
         SELECT's reads are started there and its answer built when they are here (a cluster
         node): the request then leaves a pending answer for its caller
-        (:meth:`take_pending`), which answers once it is done. With ``submit_waiting``, the
-        work of a request that may wait for the cluster (a role or permission statement, a
-        procedure, a DDL's grants) is handed there the same way instead of run on the
-        statement's thread."""
+        (:meth:`take_pending`), which answers once it is done. Auth work (a role or permission
+        statement, a DDL's grants, a login, a statement's grants: :meth:`run_auth`) reads and
+        writes through them the same way, its later runs made on ``auth_submit``."""
         with self._lock:
             self._data_plane = data_plane
             self._submit_write = submit_write
             self._submit_read = submit_read
-            self._submit_waiting = submit_waiting
+            self._auth_submit = auth_submit
 
     def take_pending(self) -> PendingAnswer | None:
         """The write or read this thread's last request left in progress (``use_data_plane``)
@@ -400,8 +433,11 @@ class QueryProcessor:
 
     # --- the four requests ---------------------------------------------------------------------
 
-    def query(self, query: Query, session: SessionState) -> Response:
-        preload_grants(self.auth, session.user)
+    def query(
+        self, query: Query, session: SessionState, grants: EffectivePermissions | None = None
+    ) -> Response:
+        """``grants``: the user's, resolved for this request (:meth:`resolve_grants`); None:
+        resolved here when needed (a single node's own store)."""
 
         def run() -> Response:
             statement = parse_statement(query.query)
@@ -413,14 +449,14 @@ class QueryProcessor:
             fingerprint = prepared_id(query.query, session.keyspace)[:8]
             return self._run(statement, values, params, session, session.keyspace, fingerprint)
 
-        return self._guard(run, query.parameters.consistency)
+        return self._guard(run, query.parameters.consistency, grants)
 
     def prepare(self, prepare: Prepare, session: SessionState) -> Response:
         return self._guard(lambda: self._prepare(prepare.query, session.keyspace))
 
-    def execute(self, execute: Execute, session: SessionState) -> Response:
-        preload_grants(self.auth, session.user)
-
+    def execute(
+        self, execute: Execute, session: SessionState, grants: EffectivePermissions | None = None
+    ) -> Response:
         def run() -> Response:
             prepared = self._prepared.get(execute.statement_id)
             if prepared is None:
@@ -434,16 +470,21 @@ class QueryProcessor:
                 prepared.statement, values, params, session, prepared.keyspace, fingerprint
             )
 
-        return self._guard(run, execute.parameters.consistency)
+        return self._guard(run, execute.parameters.consistency, grants)
 
-    def batch(self, batch: Batch, session: SessionState) -> Response:
-        preload_grants(self.auth, session.user)
-        return self._guard(lambda: self._batch_message(batch, session), batch.consistency)
+    def batch(
+        self, batch: Batch, session: SessionState, grants: EffectivePermissions | None = None
+    ) -> Response:
+        run = lambda: self._batch_message(batch, session)  # noqa: E731
+        return self._guard(run, batch.consistency, grants)
 
     # --- plumbing ------------------------------------------------------------------------------
 
     def _guard(
-        self, run: Callable[[], Response], consistency: Consistency = Consistency.ONE
+        self,
+        run: Callable[[], Response],
+        consistency: Consistency = Consistency.ONE,
+        grants: EffectivePermissions | None = None,
     ) -> Response:
         """Run a request under the lock; its data-plane read or write (if any) runs after the
         lock is released, so a cluster node's other statements go on while this one waits for
@@ -451,30 +492,28 @@ class QueryProcessor:
         self._request.pending = None
         with self._lock:
             self._consistency = consistency
+            self._grants = grants
             self._deferred = None
             try:
                 response = run()
-                deferred, waits = self._deferred, self._deferred_waits
-                submit_waiting = self._submit_waiting
+                deferred = self._deferred
             except Exception as error:  # every exception becomes a response; bugs are counted
                 return self._error_response(error, consistency)
             finally:
                 self._deferred = None
-                self._deferred_waits = False
-        if deferred is not None and waits and submit_waiting is not None:
-            try:
-                self._request.pending = (submit_waiting(deferred), consistency)
-            except Exception as error:  # shutting down
-                return self._error_response(error, consistency)
+                self._grants = None
+        if deferred is None:
             return response
-        if deferred is not None:
-            try:
-                answer = deferred()
-            except Exception as error:
-                return self._error_response(error, consistency)
-            if answer is not None:
-                response = answer
-        return response
+        try:
+            answer = deferred()
+            if isinstance(answer, concurrent.futures.Future):
+                if not answer.done():  # answered once it is done
+                    self._request.pending = (answer, consistency)
+                    return response
+                answer = answer.result()
+        except Exception as error:
+            return self._error_response(error, consistency)
+        return response if answer is None else answer
 
     def _error_response(self, error: Exception, consistency: Consistency) -> Response:
         response, internal = response_for_error(error, consistency)
@@ -508,12 +547,10 @@ class QueryProcessor:
         fingerprint: bytes,
     ) -> Response:
         context = self._context(values, keyspace)
-        check_statement(self.auth, session.user, statement, keyspace, self._state)
+        check_statement(self.auth, session.user, statement, keyspace, self._state, self._grants)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
-            self._defer(
-                role_statement_work(self.auth, statement, session.user, keyspace, self._state),
-                waits=True,
-            )
+            work = role_statement_work(self.auth, statement, session.user, keyspace, self._state)
+            self._defer(lambda: self._auth_answer(work))
             return VoidResult()  # replaced by the statement's answer
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
@@ -527,8 +564,8 @@ class QueryProcessor:
 
             planned = plan_select(statement, table, context, limits)  # once: a read may rerun
 
-            def select(reader: RowReader) -> Response:
-                return answer_select(planned, reader, limits, request)
+            def select(reader: RowReader) -> Steps[Response]:
+                return select_steps(planned, reader, limits, request)
 
             def queue_read() -> None:  # after the lock: the answer is the read's future's
                 assert submit is not None
@@ -536,7 +573,7 @@ class QueryProcessor:
 
             if is_virtual_table(table):  # node-local: this node's own capture, never the plane
                 virtual = CaptureTables(self._store)
-                self._defer(lambda: select(virtual))
+                self._defer(lambda: run_read(select, virtual))
             elif submit is not None:
                 self._defer(queue_read)
             else:
@@ -552,13 +589,13 @@ class QueryProcessor:
         if isinstance(statement, CallStatement):
             procedure = self._procedures.of(statement)
             arguments = bind_call(procedure, statement, context)
-            self._defer(lambda: run_call(procedure, arguments), waits=True)  # not under the lock
+            self._defer(lambda: run_call(procedure, arguments))  # after the lock
             return VoidResult()  # replaced by the procedure's rows
         if type(statement) in DDL_HANDLERS:
             response = self._ddl(statement, keyspace)
-            work = schema_change_work(self.auth, session.user, response)
-            if work is not None:  # grants of a creator, or on what was dropped
-                self._defer(work, waits=True)
+            grants = schema_change_work(self.auth, session.user, response)
+            if grants is not None:  # grants of a creator, or on what was dropped
+                self._defer(lambda: self._auth_answer(grants))
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -676,7 +713,7 @@ class QueryProcessor:
                     "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are "
                     "allowed."
                 )
-            check_statement(self.auth, session.user, statement, keyspace, self._state)
+            check_statement(self.auth, session.user, statement, keyspace, self._state, self._grants)
             values = bind_values(statement, specs, entry.values, None)
             mutations.extend(self._mutations(statement, self._context(values, keyspace), timestamp))
         self._apply_batch(mutations)
@@ -739,13 +776,19 @@ class QueryProcessor:
 
         self._defer(queue_write)
 
-    def _defer(self, work: Callable[[], Response | None], *, waits: bool = False) -> None:
+    def _defer(self, work: Deferred) -> None:
         """Run ``work`` (the request's data-plane read or write) once the lock is released;
-        its answer, if any, replaces the request's. ``waits``: it may wait for the cluster
-        (``use_data_plane``'s ``submit_waiting``)."""
+        its answer, if any, replaces the request's; a future of one not done yet is left
+        pending (:meth:`take_pending`)."""
         invariant(self._deferred is None, "a request defers one data-plane call")
         self._deferred = work
-        self._deferred_waits = waits
+
+    def _auth_answer(
+        self, work: Callable[[AuthService], Response | None]
+    ) -> concurrent.futures.Future[Response | None]:
+        """After the lock: ``work`` through :meth:`run_auth` (its answer, or None: the
+        request's stands)."""
+        return self.run_auth(work)
 
     def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
         if self._cdc is None:
@@ -871,3 +914,9 @@ class QueryProcessor:
             else RowsMetadata.describing(result_columns)
         )
         return PreparedResult(statement_id, PreparedMetadata(specs, pk_indexes), metadata)
+
+
+def run_read(run: ReadRun, rows: RowReader) -> Response:
+    """``run`` over ``rows``, which read at once (a store): its steps run through."""
+    ran = run(rows)
+    return run_steps(ran) if isinstance(ran, Generator) else ran

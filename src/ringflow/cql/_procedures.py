@@ -12,15 +12,18 @@ and this module binds and runs them. Rules:
 * A procedure may be overloaded by arity only; each signature names and types its parameters,
   which type the arguments (literals as for a column of that type, bind markers for prepared
   statements and named values).
-* A procedure runs after the processor's lock is released (it may wait for a long operation),
-  never holding up other statements, and answers rows typed by the procedure's columns; what it
-  raises (a ``RingflowError``) is the error the client gets.
+* A procedure runs after the processor's lock is released and answers rows typed by the
+  procedure's columns, or a future of them (a long operation: no thread waits for it, the
+  answer is sent once it is done); what it raises, or its future fails with (a
+  ``RingflowError``), is the error the client gets.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ringflow.cql._ast import BindMarker, CallStatement
 from ringflow.cql._exec_common import StatementContext
@@ -32,13 +35,14 @@ from ringflow.schema import CqlType, deserialize, serialize
 
 Parameters = tuple[tuple[str, CqlType], ...]
 ProcedureRows = Sequence[Sequence[object]]
-ProcedureBody = Callable[[Mapping[str, object]], ProcedureRows]
+ProcedureBody = Callable[[Mapping[str, object]], "ProcedureRows | concurrent.futures.Future[Any]"]
 
 
 @dataclass(frozen=True, slots=True)
 class Procedure:
     """One callable procedure: its signatures (by arity), result columns and body. The body
-    gets the arguments by parameter name (``None`` for null) and returns the rows."""
+    gets the arguments by parameter name (``None`` for null) and returns the rows, or a future
+    of them."""
 
     namespace: str
     name: str
@@ -124,11 +128,30 @@ def bind_call(
     return arguments
 
 
-def run_call(procedure: Procedure, arguments: Mapping[str, object]) -> RowsResult:
-    """Run the body and serialize its rows by the procedure's columns."""
+def run_call(
+    procedure: Procedure, arguments: Mapping[str, object]
+) -> RowsResult | concurrent.futures.Future[RowsResult]:
+    """Run the body and serialize its rows by the procedure's columns (once its future is done,
+    when it answers one)."""
+    answer = procedure.body(arguments)
+    if not isinstance(answer, concurrent.futures.Future):
+        return _rows_result(procedure, answer)
+    result: concurrent.futures.Future[RowsResult] = concurrent.futures.Future()
+
+    def done(rows: concurrent.futures.Future[Any]) -> None:
+        try:
+            result.set_result(_rows_result(procedure, rows.result()))
+        except BaseException as error:
+            result.set_exception(error)
+
+    answer.add_done_callback(done)
+    return result
+
+
+def _rows_result(procedure: Procedure, answer: ProcedureRows) -> RowsResult:
     rows = []
     width = len(procedure.columns)
-    for row in procedure.body(arguments):
+    for row in answer:
         if len(row) != width:
             raise ValueError(f"procedure {procedure.key} answered {len(row)} of {width} columns")
         rows.append(

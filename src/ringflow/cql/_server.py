@@ -190,13 +190,17 @@ class Backend(Protocol[SessionT]):
 
 
 class Authenticator(Protocol[SessionIn]):
-    """Logs a connection in (SASL, one round): ``authenticate`` runs on the worker, records
-    the role in ``session`` or raises a ``RingflowError`` (AuthenticationFailed, 0x0100)."""
+    """Logs a connection in (SASL, one round): ``authenticate`` runs on the login worker (a
+    password check is CPU), records the role in ``session`` or raises a ``RingflowError``
+    (AuthenticationFailed, 0x0100); or it answers a future that does or fails so later (the
+    role read through the cluster, no thread waiting)."""
 
     authenticator_class: str
     """What AUTHENTICATE names, e.g. ``org.apache.cassandra.auth.PasswordAuthenticator``."""
 
-    def authenticate(self, session: SessionIn, token: bytes | None) -> None: ...
+    def authenticate(
+        self, session: SessionIn, token: bytes | None
+    ) -> concurrent.futures.Future[None] | None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -687,9 +691,11 @@ class CqlServer(Generic[SessionT]):
                 if refusal is not None:  # too many failures from there: no bcrypt check
                     self.stats.throttled_logins += 1
                     raise refusal
-                await loop.run_in_executor(
+                started = await loop.run_in_executor(
                     self._login_worker, authenticator.authenticate, client.session, request.token
                 )
+                if started is not None:
+                    await asyncio.wrap_future(started)
             finally:
                 pending.release()
             if client.connection.state is ConnectionState.AUTHENTICATING:

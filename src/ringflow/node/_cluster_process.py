@@ -8,9 +8,9 @@ this module is the node's, and the cluster service knows nothing of the node's f
 * four executors: *statements*, one thread running CQL requests through the
   ``QueryProcessor`` (a write is sent and a SELECT's reads started, and the thread goes on: the
   server answers from their futures; the server's ``max_statements_in_flight`` bounds the
-  statements started); *waits*, ``WAIT_THREADS`` threads for what may still wait for the
-  cluster on a thread (role statements, permission reads, procedures, logins, the default
-  superuser);
+  statements started); *auth*, ``AUTH_THREADS`` threads for the CPU of logins and role
+  statements (bcrypt) and the later runs of auth work, whose reads and writes go through the
+  cluster with no thread waiting (``ringflow.cql``'s ``run_auth``);
   *storage*, one thread (replica verbs, hints, ``system.peers``), and *schema*, one thread
   (merging a peer's schema, which needs the processor's lock);
 * ``AsyncioNetwork`` on ``address:7000`` and ``SystemClock`` for the ``ClusterNode``;
@@ -82,10 +82,10 @@ from ringflow.cluster.service import (
     write_rewritten_marker,
 )
 from ringflow.cql import (
-    AuthService,
     CqlServer,
     EventType,
     Inet,
+    QueryProcessor,
     SessionState,
     StatusChangeEvent,
     StatusChangeType,
@@ -115,13 +115,12 @@ OLD_SCRATCH_FILES = "coordinator-scratch*.db*"
 """Scratch stores earlier versions read coordinated SELECTs through (with their -wal and
 -shm files): removed at start, nothing reads them any more."""
 STATEMENT_THREADS = 1
-"""Threads running CQL statements. No statement waits on one for the cluster: writes and reads
-are answered from their futures, and what may wait goes to the *waits* threads."""
-WAIT_THREADS = 8
-"""Threads for what may wait for the cluster on a thread: role and permission statements and
-the permission reads of a statement whose user's grants are not cached, procedures (``CALL``),
-a DDL's grants, logins, the default superuser's set-up, and a SELECT's last run (the
-``CqlServer``'s ``max_statements_in_flight`` bounds the statements started)."""
+"""Threads running CQL statements. No statement waits on one for the cluster: writes, reads,
+procedures and auth work are answered from their futures."""
+AUTH_THREADS = 2
+"""Threads for the CPU of auth work: a login's password check and a new password's hash
+(bcrypt, which runs without the GIL), and the later runs of auth work once its reads are here.
+None of them waits for the cluster."""
 
 
 class ExecutorOffload:
@@ -151,22 +150,20 @@ class ExecutorOffload:
 
 class DefaultSuperuserSetup:
     """``CassandraRoleManager.setupDefaultRole`` for a cluster node: once the node is up, try
-    (on a *waits* thread, at most one attempt at a time, every ``RETRY_S``) to create the
-    default superuser if no role exists, until one attempt succeeds (a QUORUM read or write
-    fails while too few replicas are up)."""
+    (at most one attempt at a time, every ``RETRY_S``, its reads and writes through the cluster
+    with no thread waiting) to create the default superuser if no role exists, until one
+    attempt succeeds (a QUORUM read or write fails while too few replicas are up)."""
 
     RETRY_S = 2.0
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, processor: QueryProcessor) -> None:
         self._loop = loop
-        self._executor = executor
-        self._running: asyncio.Future[bool] | None = None
+        self._processor = processor
+        self._running: concurrent.futures.Future[bool] | None = None
         self._next_try = loop.time() + self.RETRY_S
         self.done = False
 
-    def poll(self, auth: AuthService) -> None:
+    def poll(self) -> None:
         if self.done or self._loop.time() < self._next_try:
             return
         running = self._running
@@ -179,7 +176,7 @@ class DefaultSuperuserSetup:
                 return
             _log.info("default superuser not set up yet: %s", failure)
         self._next_try = self._loop.time() + self.RETRY_S
-        self._running = self._loop.run_in_executor(self._executor, auth.setup_default_superuser)
+        self._running = self._processor.run_auth(lambda auth: auth.setup_default_superuser())
 
 
 def _event_sink(
@@ -333,10 +330,10 @@ async def run_cluster_node(
             ("statements", STATEMENT_THREADS),
             ("storage", 1),
             ("schema", 1),
-            ("waits", WAIT_THREADS),
+            ("auth", AUTH_THREADS),
         )
     ]
-    statements, storage, schema, waits = pools
+    statements, storage, schema, auth = pools
     try:
         if bootstrap:  # learn the ring, choose tokens (``_bootstrap``)
             await prepare_join(config, seeds, rng)
@@ -357,7 +354,7 @@ async def run_cluster_node(
                 node,
                 settings,
                 capture or CaptureSettings(),
-                (statements, storage, schema, waits),
+                (statements, storage, schema, auth),
                 stop,
                 on_ready,
                 rng,
@@ -394,9 +391,9 @@ async def _serve(
     rng: random.Random,
 ) -> None:
     loop = asyncio.get_running_loop()
-    statements, storage, schema, waits = pools
+    statements, storage, schema, auth = pools
     config, record = node.config, node.record
-    backend = ClusterBackend(node.processor, waits)
+    backend = ClusterBackend(node.processor)
     server = CqlServer(
         backend,
         statements,
@@ -407,7 +404,7 @@ async def _serve(
         ignore_msb=record.ignore_msb,
         tls=native_tls(config),
         authenticator=backend.server_authenticator(),
-        login_worker=waits,
+        login_worker=auth,
     )
     network = AsyncioNetwork(
         NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
@@ -464,9 +461,9 @@ async def _serve(
     )
     for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
         stale.unlink(missing_ok=True)
-    plane = ClusterDataPlane(cluster, loop, node.store, statements, waits)
+    plane = ClusterDataPlane(cluster, loop, node.store, statements)
     backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, waits.submit)
+    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth.submit)
 
     def schema_changed(_change: object) -> None:
         loop.call_soon_threadsafe(cluster.on_local_schema_change)
@@ -509,7 +506,7 @@ async def _serve(
     await server.start()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
-    superuser = None if node.processor.auth is None else DefaultSuperuserSetup(loop, waits)
+    superuser = None if node.processor.auth is None else DefaultSuperuserSetup(loop, node.processor)
     status_path = config.data_dir / STATUS_FILE_NAME
     metrics = MetricsServer(config.address, capture_settings.metrics_port, NodeMetrics())
     try:
@@ -517,8 +514,8 @@ async def _serve(
             on_ready(f"ringflow node {record.host_id} listening on {config.address}:{server.port}")
         last_status_error = ""
         while not stop.is_set():
-            if superuser is not None and node.processor.auth is not None:
-                superuser.poll(node.processor.auth)
+            if superuser is not None:
+                superuser.poll()
             try:
                 document = {
                     **status_document(cluster, node),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,12 @@ from ringflow.cluster import InternodeProtocolError
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster.service import _codec, _plane
 from ringflow.cluster.service._node import join_pieces, reconcile_range, split_range
-from ringflow.cql import Consistency
+from ringflow.cql import Consistency, RowsNotHeld
 from ringflow.errors import InvalidRequest
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host, TokenRange
 from ringflow.schema import INT, TEXT, Cell, ClusteringOrder, Mutation, Row, Table
 from ringflow.schema._codec import serialize
-from ringflow.storage import HeldTable, Store
+from ringflow.storage import HeldTable, ScanPage, Store
 
 RING = (-100, 0, 100)
 TABLE = Table.create(
@@ -168,7 +169,7 @@ class _FakePlane:
         return HeldTable(table, self.source.limits)
 
     def read_range(
-        self, table: Table, left: int, right: int, consistency: Consistency, limit: int
+        self, table: Table, left: int, right: int, limit: int
     ) -> tuple[list[Mutation], int | None]:
         self.calls += 1
         page = self.source.scan_mutations(table, left, right, page_size=limit)
@@ -176,6 +177,33 @@ class _FakePlane:
             return page.mutations, None
         covered = base_token(page.mutations[-1])
         return page.mutations, None if covered == right else covered
+
+    def read_chunk(self, read: object) -> tuple[list[Mutation], int | None]:
+        """What the plane's chunk read finds (``ClusterDataPlane._read_chunk``): a first chunk
+        in one range read, a whole chunk again in range reads until its high token."""
+        assert isinstance(read, _plane._ChunkRead)
+        if read.limit is not None:
+            return self.read_range(read.table, read.low, read.high, read.limit)
+        partitions: list[Mutation] = []
+        cursor = read.low
+        while True:
+            found, covered = self.read_range(
+                read.table, cursor, read.high, _plane.RANGE_CHUNK_PARTITIONS
+            )
+            partitions.extend(found)
+            if covered is None or covered == read.high:
+                return partitions, read.high
+            cursor = covered
+
+    def scan(self, reader: _plane.CoordinatedReader, **scan: Any) -> ScanPage:
+        """``reader.scan`` gone on with where it lacks chunks, as a SELECT in steps does."""
+        reader.suspending = True
+        while True:
+            try:
+                page: ScanPage = reader.scan(**scan)
+                return page
+            except RowsNotHeld as lacking:
+                reader.hold(lacking.reads, [self.read_chunk(read) for read in lacking.reads])  # type: ignore[arg-type]
 
 
 def _fill(store: Store, keys: range) -> None:
@@ -222,7 +250,15 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     for _statement in range(10_000):
         # every page a statement of its own, with a reader of its own: chunks are read again
         reader = _plane.CoordinatedReader(plane, local, Consistency.QUORUM)  # type: ignore[arg-type]
-        page = reader.scan(TABLE, left, right, page_size=page_size, paging_state=state, now_s=2)
+        page = plane.scan(
+            reader,
+            table=TABLE,
+            start_token_exclusive=left,
+            end_token_inclusive=right,
+            page_size=page_size,
+            paging_state=state,
+            now_s=2,
+        )
         assert len(page.rows) <= page_size
         got.extend(page.rows)
         state = page.paging_state
@@ -239,7 +275,15 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     again: list[object] = []
     state = None
     for _page in range(10_000):
-        page = reader.scan(TABLE, left, right, page_size=page_size, paging_state=state, now_s=2)
+        page = plane.scan(
+            reader,
+            table=TABLE,
+            start_token_exclusive=left,
+            end_token_inclusive=right,
+            page_size=page_size,
+            paging_state=state,
+            now_s=2,
+        )
         again.extend(page.rows)
         state = page.paging_state
         if state is None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from ringflow.cql import LocalDataPlane
 from ringflow.cql._parser import CqlSyntaxProblem, parse_statement
 from ringflow.cql._procedures import Procedure
 from ringflow.errors import ErrorCode, InvalidRequest
@@ -116,7 +115,6 @@ def test_bad_calls_are_invalid_requests(node: ExecNode) -> None:
 def test_a_procedure_runs_without_the_processor_lock(node: ExecNode) -> None:
     """A long operation (a synchronous repair) must not hold up other statements: the body runs
     after the lock is released, so another thread's statement completes meanwhile."""
-    import threading
 
     entered, release = threading.Event(), threading.Event()
     answered: list[object] = []
@@ -139,32 +137,42 @@ def test_a_procedure_runs_without_the_processor_lock(node: ExecNode) -> None:
     assert answered == [[("done",)]]
 
 
-def test_with_a_waiting_executor_a_call_runs_there_and_answers_from_its_future(
-    node: ExecNode,
-) -> None:
-    """A cluster node hands what may wait for the cluster (a procedure) to its *waits* threads:
-    the statement's thread goes on, the answer comes from the future."""
-    threads: list[str] = []
+def test_a_call_answering_a_future_is_left_pending_and_answers_from_it(node: ExecNode) -> None:
+    """A procedure of a long operation answers a future: no thread waits for it, the
+    statement's answer is pending until it is done (its rows, or its error)."""
+    answers: list[concurrent.futures.Future[list[tuple[str]]]] = []
+
+    def body(_arguments: object) -> concurrent.futures.Future[list[tuple[str]]]:
+        answers.append(concurrent.futures.Future())
+        return answers[-1]
+
     node.processor.register_procedure(
-        Procedure(
-            "NodeOps",
-            "runs_on",
-            ((),),
-            (("thread", TEXT),),
-            lambda _arguments: threads.append(threading.current_thread().name) or [(threads[-1],)],
-        )
+        Procedure("NodeOps", "later", ((),), (("status", TEXT),), body)
     )
-    waits = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="waits")
-    try:
-        node.processor.use_data_plane(LocalDataPlane(node.store), submit_waiting=waits.submit)
-        placeholder = node.raw("CALL NodeOps.runs_on()")
-        pending = node.processor.take_pending()
-        assert pending is not None, "the procedure is left pending, not run on this thread"
-        answer = pending[0].result(5)
-        assert decode_rows(answer) == [(threads[0],)]
-        assert threads[0].startswith("waits")
-        assert decode_rows(node.raw("SELECT keyspace_name FROM system_schema.keyspaces"))
-        assert node.processor.take_pending() is None, "a plain read does not go there"
-        assert placeholder is not answer
-    finally:
-        waits.shutdown(wait=True)
+    placeholder = node.raw("CALL NodeOps.later()")
+    pending = node.processor.take_pending()
+    assert pending is not None, "the procedure is left pending"
+    assert not pending[0].done()
+    assert decode_rows(node.raw("SELECT keyspace_name FROM system_schema.keyspaces"))
+    assert node.processor.take_pending() is None, "a plain read is not pending"
+    answers[0].set_result([("done",)])
+    answer = pending[0].result(5)
+    assert decode_rows(answer) == [("done",)]
+    assert placeholder is not answer
+
+    node.raw("CALL NodeOps.later()")
+    failing = node.processor.take_pending()
+    assert failing is not None
+    answers[1].set_exception(InvalidRequest("no such repair"))
+    with pytest.raises(InvalidRequest, match="no such repair"):
+        failing[0].result(5)
+
+
+def test_a_call_answering_a_done_future_answers_at_once(node: ExecNode) -> None:
+    done: concurrent.futures.Future[list[tuple[str]]] = concurrent.futures.Future()
+    done.set_result([("now",)])
+    node.processor.register_procedure(
+        Procedure("NodeOps", "now", ((),), (("status", TEXT),), lambda _arguments: done)
+    )
+    assert node.q("CALL NodeOps.now()") == [("now",)]
+    assert node.processor.take_pending() is None

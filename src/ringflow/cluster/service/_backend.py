@@ -9,6 +9,7 @@ simulator's ``NetworkCqlShell`` run the same backend.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -16,13 +17,13 @@ from typing import TypeVar
 
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cql import (
+    EffectivePermissions,
     Handled,
     ProcessorBackend,
     QueryProcessor,
     Response,
     SessionState,
     StatementRequest,
-    VoidResult,
     when_answered,
 )
 
@@ -37,15 +38,20 @@ def chain(
     then: Callable[[_T], _U],
 ) -> None:
     """Once ``source`` is done, ``target`` is done with ``then`` of its result, or with its
-    error (or ``then``'s); on the thread that finishes ``source``."""
+    error (or ``then``'s); on the thread that finishes ``source``. A ``target`` done already
+    (e.g. by a timeout) is left as it is."""
 
     def finished(done: concurrent.futures.Future[_T]) -> None:
+        if target.done():
+            return
         try:
             result = then(done.result())
         except BaseException as error:
-            target.set_exception(error)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # done meanwhile
+                target.set_exception(error)
         else:
-            target.set_result(result)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                target.set_result(result)
 
     source.add_done_callback(finished)
 
@@ -60,25 +66,17 @@ class ClusterBackend(ProcessorBackend):
     is a future the shell (the ``CqlServer``, or the simulator's ``NetworkCqlShell``) waits
     for with no thread waiting."""
 
-    def __init__(
-        self, processor: QueryProcessor, waits: concurrent.futures.Executor | None = None
-    ) -> None:
+    def __init__(self, processor: QueryProcessor) -> None:
         super().__init__(processor)
         self.plane: ClusterDataPlane | None = None
-        self._waits = waits
 
-    def handle(self, session: SessionState, statement: StatementRequest) -> Handled:
-        """A statement whose user's grants are not cached (their check reads ``system_auth``
-        through the cluster) is handled on ``waits``, not on the statement thread."""
-        auth, waits = self._processor.auth, self._waits
-        if waits is None or auth is None or auth.preloaded(session.user):
-            return self._handle(session, statement)
-        handled: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
-        chain(waits.submit(self._handle, session, statement), handled, lambda done: done)
-        return Handled(VoidResult(), pending=handled)
-
-    def _handle(self, session: SessionState, statement: StatementRequest) -> Handled:
-        handled = super().handle(session, statement)
+    def _handle(
+        self,
+        session: SessionState,
+        statement: StatementRequest,
+        grants: EffectivePermissions | None,
+    ) -> Handled:
+        handled = super()._handle(session, statement, grants)
         plane = self.plane
         if not handled.schema_changes or plane is None:
             return handled

@@ -269,7 +269,7 @@ def serve_cql(
     agreement). Started; the caller closes it with the node's incarnation."""
     loop = ClockLoop(node.clock)
     worker = ClockExecutor(node.clock)
-    plane = ClusterDataPlane(node, loop, node.store, worker, worker, last_run_waits=False)
+    plane = ClusterDataPlane(node, loop, node.store, worker)
     backend = ClusterBackend(node.processor)
     backend.plane = plane
     node.processor.use_data_plane(plane, plane.submit, plane.submit_read, worker.submit)

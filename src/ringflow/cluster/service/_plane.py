@@ -6,9 +6,9 @@
 returns its ``concurrent.futures.Future`` at once: the statement thread goes on, and the server
 answers when the coordinator has (bounded: the coordinator's own timeout plus a margin). How
 many statements have taken their timestamp and not been answered is bounded by the server's
-``max_statements_in_flight``, before their timestamp. The writes of callers that must wait (role
-statements, on a *waits* thread) block their thread on the future. Store work of the node runs
-on other threads, so a blocked statement never holds up the replica verbs it waits for.
+``max_statements_in_flight``, before their timestamp. Auth work (role statements, logins)
+reads and writes through the same ``submit`` and ``submit_read`` (``ringflow.cql``'s
+``run_auth``): no caller waits on a thread.
 
 Reads: a SELECT runs over a ``CoordinatedReader`` of its own, whose ``read_partition`` reads
 the partition's clustering slice (the read's ``start`` .. ``end``, with the static row and every
@@ -18,19 +18,19 @@ layer's own slicing, paging and reconciliation functions (``ringflow.storage.Hel
 same rows the store would return after applying that slice). A slice held answers every read
 of the statement inside it (a page resumed within the partition costs no second read).
 
-A statement's SELECT (``submit_read``) waits on no thread for its partition reads: the SELECT
-runs on its statement thread, and each slice it asks for that is not held yet is noted and read
-as empty; when the run ends, the noted slices are read through the coordinator at once (on the
-event loop, in parallel, bounded by the read timeout plus a margin), then the SELECT runs again
-over what is now held, until a run needs nothing new: on the event loop (it only reads what is
-held: pure CPU, no hand-off to a thread), on the statement thread when it reads the local store,
-or on a *waits* thread when it is the last run (which may wait). The SELECT itself is pure over
-what it reads, so only the last run's answer is sent. A run's slices are noted before any is
-read, so an IN of many partitions costs one round of parallel reads; a scan's range chunks are
-read the same way, one round per chunk a page spans. A statement runs at most
-``MAX_SELECT_RUNS`` times; its last run reads what it still lacks on its thread. The reads of
-callers that must wait (``read``: role and permission reads) read on their thread, blocking on
-the coordinator's future.
+A statement's SELECT (``submit_read``) waits on no thread for its reads. Its first run (a
+survey) runs on its statement thread, and each slice or range chunk it asks for that is not held
+yet is noted and read as empty; when the run ends, the noted reads are made through the
+coordinator at once (on the event loop, in parallel, bounded by the read timeout plus a margin),
+so an IN of many partitions costs one round of parallel reads. Then the SELECT runs in steps
+(``ringflow.cql``'s ``select_steps``) over what is held: where it lacks a read (a chunk further
+on in a scan, a slice the survey could not name), the reader raises ``RowsNotHeld``, the steps
+yield it, the plane reads it and the SELECT goes on from there, not from its start: on the
+event loop (it only reads what is held: pure CPU, no hand-off to a thread), or on the statement
+thread when it reads the local store. Nothing waits on a thread, however many chunks a page, an
+aggregate or an unpaged SELECT spans. A plain read run (auth rows: a function over the reader,
+not steps) is run again over what is held until a run needs nothing new, at most
+``MAX_PLAIN_RUNS`` times. The plane has no blocking ``read`` or ``write``.
 
 Only the slice travels: a window read of a CDC stream's partition (``cdc$time > ? AND cdc$time
 <= ?``) costs the rows of the window, not of the stream. At ONE or LOCAL_ONE a node that is a
@@ -45,9 +45,9 @@ user keyspaces go through the coordinator's range read (``ClusterNode.read_range
 chunk: a chunk is at most ``RANGE_CHUNK_PARTITIONS`` reconciled partitions from the chunk's
 first token on, held in memory and scanned there (rows, columns, paging). The paging state this
 reader hands out is its own, ``[chunk low, chunk high, paging state within the chunk, last
-chunk]``; a page resumed by a later statement reads its chunk again. A reader reading on its
-thread holds one chunk at a time, a statement's earlier runs at most ``MAX_SELECT_RUNS - 1``:
-what a scan holds in memory is bounded by the chunks' partitions, which the replicas' answers
+chunk]``; a page resumed by a later statement reads its chunk again. A SELECT in steps holds
+one chunk at a time (its survey at most one): what a scan holds in memory is bounded by the
+chunks' partitions, which the replicas' answers
 (each within the internode frame limit) bound. Whatever a statement holds (slices and chunks)
 is also bounded in bytes: past ``StoreLimits.max_held_read_bytes`` (64 MiB) of estimated
 serialized size the SELECT is refused (``ResultTooLarge``, an Invalid error naming the limit).
@@ -69,9 +69,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeGuard
 
 import msgpack
 
@@ -83,8 +83,11 @@ from ringflow.cql import (
     SYSTEM_DISTRIBUTED_KEYSPACE,
     SYSTEM_REPLICATION_KEYSPACE,
     Consistency,
+    ReadRun,
     Response,
-    RowReader,
+    RowsNotHeld,
+    Steps,
+    run_steps,
 )
 from ringflow.errors import InternalError, InvalidRequest
 from ringflow.schema import ClusteringBound, Mutation, Table
@@ -100,12 +103,9 @@ from ringflow.storage import (
 )
 
 _MARGIN_S = 2.0
-MAX_SELECT_RUNS: Final = 4
-"""A SELECT runs at most this many times (module docstring): what its earlier runs lack is read
-with no thread waiting, what its last run lacks is read on its thread."""
-MAX_RUNS_WITHOUT_WAITING: Final = 64
-"""Where no run may wait (``last_run_waits`` off), a SELECT that still lacks reads after this
-many runs fails (InternalError) instead."""
+MAX_PLAIN_RUNS: Final = 64
+"""A read run that is not a SELECT in steps (a plain function over the reader: auth rows) is
+run again at most this many times; one that still lacks reads then fails (InternalError)."""
 _ONE = frozenset({Consistency.ONE, Consistency.LOCAL_ONE})
 _NO_BOUND = ClusteringBound()
 RANGE_CHUNK_PARTITIONS: Final = 1000
@@ -149,6 +149,11 @@ _Found = Mutation | None | tuple[list[Mutation], int | None]
 token the read covered (None: all of its range)."""
 
 
+def _is_read(lacking: object) -> TypeGuard[_Read]:
+    """``lacking`` is a read of this plane's readers (a slice, or a chunk of a scan)."""
+    return isinstance(lacking, _ChunkRead) or (isinstance(lacking, tuple) and len(lacking) == 4)
+
+
 def value_column_names(table: Table) -> tuple[str, ...]:
     """The static and regular columns of ``table``: what a read of it asks the replicas for."""
     return tuple(column.name for column in (*table.static_columns, *table.regular_columns))
@@ -165,13 +170,6 @@ def agreement_warning(timeout_ms: int, disagreeing: Mapping[str, str | None]) ->
         f"Schema agreement was not reached within {timeout_ms} ms: the schema change is applied "
         f"on this node and will propagate, but these live nodes still disagree: {nodes}"
     )
-
-
-def _wait(future: concurrent.futures.Future[Any], timeout_s: float, what: str) -> object:
-    try:
-        return future.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        raise InternalError(f"{what}: the coordinator did not answer in {timeout_s} s") from None
 
 
 class EventLoop(Protocol):
@@ -192,11 +190,10 @@ class _Cancellable(Protocol):
 class ClusterDataPlane:
     """``DataPlane`` of a cluster node (see the module docstring).
 
-    ``loop`` runs the coordinator's calls; ``statements`` runs again a SELECT that reads the
-    local store; ``waits`` a SELECT's last run, which reads what it still lacks on its thread.
-    Without ``last_run_waits`` (a runtime with no thread to wait on: the simulator) no run
-    waits: a SELECT's reads are all made with no thread waiting, and one that still lacks
-    reads after ``MAX_RUNS_WITHOUT_WAITING`` runs fails."""
+    ``loop`` runs the coordinator's calls; ``statements`` goes on with a SELECT that reads
+    the local store once its reads are here. Nothing here waits on a thread: the plane has
+    no blocking ``write`` or ``read`` (the processor calls them only without ``submit`` and
+    ``submit_read``, which it is given)."""
 
     def __init__(
         self,
@@ -204,18 +201,12 @@ class ClusterDataPlane:
         loop: EventLoop,
         local: Store,
         statements: concurrent.futures.Executor | None = None,
-        waits: concurrent.futures.Executor | None = None,
-        *,
-        last_run_waits: bool = True,
     ) -> None:
         self._node = node
         self._loop = loop
         self._local = local
         self._statements = statements
-        """Where a SELECT that reads the local store runs again once its reads are here."""
-        self._waits = waits or statements
-        """Where a SELECT's last run goes (it may wait for what it still lacks)."""
-        self._last_run_waits = last_run_waits
+        """Where a SELECT that reads the local store goes on once its reads are here."""
         self._held: dict[tuple[str, str], HeldTable] = {}
 
     def write(
@@ -225,9 +216,8 @@ class ClusterDataPlane:
         consistency: Consistency,
         now_us: int,
     ) -> None:
-        """Apply ``batch`` and wait for it (a caller that must: a role statement's rows)."""
-        timeout_s = self._node.settings.write_timeout_ms / 1000 + 2 * _MARGIN_S
-        _wait(self.submit(batch, captures, consistency, now_us), timeout_s, "write")
+        """Not on a cluster node: its writes are submitted (:meth:`submit`)."""
+        raise InternalError("a cluster node's writes are submitted, never waited for")
 
     def submit(
         self,
@@ -291,25 +281,6 @@ class ClusterDataPlane:
             return True
         return keyspace in self._node.processor.schema.keyspaces
 
-    def read_partition(
-        self,
-        table: Table,
-        partition_key: tuple[bytes, ...],
-        consistency: Consistency,
-        start: ClusteringBound = _NO_BOUND,
-        end: ClusteringBound = _NO_BOUND,
-    ) -> Mutation | None:
-        """The reconciled raw partition (only its clustering slice ``start`` .. ``end``, with
-        its static row and tombstones, when bounded) read through the coordinator."""
-        future: concurrent.futures.Future[_Found] = concurrent.futures.Future()
-        read = (table, partition_key, start, end)
-        self._loop.call_soon_threadsafe(
-            self._read_slice, read, consistency, future.set_result, future.set_exception
-        )
-        timeout_s = self._node.settings.read_timeout_ms / 1000 + _MARGIN_S
-        result = _wait(future, timeout_s, "read")
-        return result if isinstance(result, Mutation) else None
-
     def serves_locally(self, table: Table, partition_key: Sequence[bytes]) -> bool:
         """This node is a natural replica of the partition (so a read at ONE reads here)."""
         try:
@@ -318,85 +289,105 @@ class ClusterDataPlane:
         except Exception:  # a ring changing under us: take the coordinated path
             return False
 
-    def read_range(
-        self,
-        table: Table,
-        left: int,
-        right: int,
-        consistency: Consistency,
-        limit: int,
-    ) -> tuple[list[Mutation], int | None]:
-        """At most ``limit`` reconciled partitions of ``(left, right]`` in token order, and the
-        last token covered (None: the whole range)."""
-        future: concurrent.futures.Future[_Found] = concurrent.futures.Future()
-        read = _ChunkRead(table, left, right, limit)
-        self._loop.call_soon_threadsafe(
-            self._read_chunk, read, consistency, future.set_result, future.set_exception
-        )
-        timeout_s = self._node.settings.range_timeout_ms / 1000 + _MARGIN_S
-        result = _wait(future, timeout_s, "range read")
-        assert isinstance(result, tuple)
-        return result
-
-    def read(self, consistency: Consistency, run: Callable[[RowReader], Response]) -> Response:
-        """A SELECT's reads, waited for on this thread: ``run`` over a
-        :class:`CoordinatedReader` of its own."""
-        return run(CoordinatedReader(self, self._local, consistency))
+    def read(self, consistency: Consistency, run: ReadRun) -> Response:
+        """Not on a cluster node: its reads are submitted (:meth:`submit_read`)."""
+        raise InternalError("a cluster node's reads are submitted, never waited for")
 
     def submit_read(
-        self, consistency: Consistency, run: Callable[[RowReader], Response]
+        self, consistency: Consistency, run: ReadRun
     ) -> concurrent.futures.Future[Response]:
-        """A statement's SELECT, its partition reads waited for by no thread (module
-        docstring): its future is done with the answer of ``run``, or its error."""
+        """A statement's reads, waited for by no thread (module docstring): its future is done
+        with the answer of ``run``, or its error."""
         future: concurrent.futures.Future[Response] = concurrent.futures.Future()
-        reader = CoordinatedReader(self, self._local, consistency, deferring=True)
+        reader = CoordinatedReader(self, self._local, consistency)
         self._attempt(reader, run, future, 1)
         return future
 
     def _attempt(
         self,
         reader: CoordinatedReader,
-        run: Callable[[RowReader], Response],
+        run: ReadRun,
         future: concurrent.futures.Future[Response],
         run_number: int,
     ) -> None:
-        """Run the SELECT over what ``reader`` holds; answer, or read what it lacked and run
-        it again (module docstring: where)."""
-        if self._last_run_waits and run_number >= MAX_SELECT_RUNS:
-            reader.deferring = False  # the last run: what it still lacks is read here
+        """Run ``run`` over what ``reader`` holds, noting what it lacks; answer, or read what
+        it lacked and go on (module docstring)."""
         answer: Response | None = None
         failure: Exception | None = None
         try:
-            answer = run(reader)
+            ran = run(reader)
+            if isinstance(ran, Generator):
+                if run_number > 1:  # it goes on where it lacks reads, from here
+                    reader.suspending = True
+                    self._step(reader, ran, future)
+                    return
+                answer = run_steps(ran)  # the survey: what it lacks is noted, read as empty
+            else:
+                answer = ran
         except Exception as error:  # may be for lack of a slice: only final when none lacks
             failure = error
         missing = reader.take_missing()
-        if missing and run_number >= MAX_RUNS_WITHOUT_WAITING:
-            message = f"the SELECT still lacked reads after {run_number} rounds of them"
+        if missing and run_number >= MAX_PLAIN_RUNS:
+            message = f"the read still lacked rows after {run_number} rounds of reads"
             future.set_exception(InternalError(message))
         elif missing:
-            try:
-                self._loop.call_soon_threadsafe(
-                    self._read_missing, missing, reader, run, future, run_number
-                )
-            except RuntimeError as closed:  # the node is shutting down
-                future.set_exception(closed)
+
+            def rerun() -> None:
+                self._attempt(reader, run, future, run_number + 1)
+
+            self._read_then(missing, reader, future, rerun)
         elif failure is not None:
             future.set_exception(failure)
         else:
             assert answer is not None
             future.set_result(answer)
 
+    def _step(
+        self,
+        reader: CoordinatedReader,
+        steps: Steps[Response],
+        future: concurrent.futures.Future[Response],
+    ) -> None:
+        """Go on with a SELECT in steps until it answers, or lacks reads: read them, then go
+        on from there."""
+        try:
+            lacking = next(steps)
+        except StopIteration as done:
+            future.set_result(done.value)
+            return
+        except Exception as error:
+            future.set_exception(error)
+            return
+        reads: list[_Read] = [read for read in lacking if _is_read(read)]
+        if len(reads) != len(lacking) or not reads:
+            steps.close()
+            future.set_exception(InternalError(f"a SELECT lacked reads of no kind: {lacking}"))
+            return
+        self._read_then(reads, reader, future, lambda: self._step(reader, steps, future))
+
+    def _read_then(
+        self,
+        missing: Sequence[_Read],
+        reader: CoordinatedReader,
+        future: concurrent.futures.Future[Response],
+        proceed: Callable[[], None],
+    ) -> None:
+        """Read ``missing`` on the event loop, hold it in ``reader``, then ``proceed``."""
+        try:
+            self._loop.call_soon_threadsafe(self._read_missing, missing, reader, future, proceed)
+        except RuntimeError as closed:  # the node is shutting down
+            future.set_exception(closed)
+
     def _read_missing(
         self,
         missing: Sequence[_Read],
         reader: CoordinatedReader,
-        run: Callable[[RowReader], Response],
         future: concurrent.futures.Future[Response],
-        run_number: int,
+        proceed: Callable[[], None],
     ) -> None:
         """On the event loop: read ``missing`` through the coordinator, all at once; when
-        every one is here, hand them to the statement's next run."""
+        every one is here, hold them and go on: here when the statement only reads what is
+        held (pure CPU, no hand-off), on a statement thread when it reads the local store."""
         found: list[_Found] = [None] * len(missing)
         remaining = len(missing)
         settings = self._node.settings
@@ -412,13 +403,13 @@ class ClusterDataPlane:
         def expire() -> None:
             fail(InternalError(f"read: the coordinator did not answer in {timeout_s} s"))
 
-        def rerun() -> None:
+        def go_on() -> None:
             try:
                 reader.hold(missing, found)
             except Exception as error:  # a partition the table cannot hold: the answer
                 future.set_exception(error)
                 return
-            self._attempt(reader, run, future, run_number + 1)
+            proceed()
 
         def arrived(index: int, result: _Found) -> None:
             nonlocal remaining
@@ -429,15 +420,13 @@ class ClusterDataPlane:
             if remaining:
                 return
             deadline.cancel()
-            last = self._last_run_waits and run_number + 1 >= MAX_SELECT_RUNS
-            if not reader.reads_store and not last:
-                rerun()  # pure over what is held: here, no hand-off to a thread
+            if not reader.reads_store:
+                go_on()  # pure over what is held: here, no hand-off to a thread
                 return
-            executor = self._waits if last else self._statements  # the last run may wait
             try:
-                if executor is None:
+                if self._statements is None:
                     raise InternalError("no executor to answer a read on")
-                executor.submit(rerun)
+                self._statements.submit(go_on)
             except Exception as refused:  # shutting down
                 fail(refused)
 
@@ -560,26 +549,20 @@ class ClusterDataPlane:
 
 class CoordinatedReader:
     """A SELECT's rows, read through the coordinator (module docstring): one per statement,
-    used by one statement thread at a time. It holds the partition slices the statement read
-    (a resumed read inside one is answered from it; as many as the statement's partition keys
-    and clustering slices, which ``ExecutorLimits`` bound) and one range chunk at a time.
+    used by one thread at a time. It holds the partition slices the statement read (a resumed
+    read inside one is answered from it; as many as the statement's partition keys and
+    clustering slices, which ``ExecutorLimits`` bound) and the range chunks of its scan.
 
-    ``deferring``: a slice not held is noted (:meth:`take_missing`) and read as empty, for the
-    plane to read them all and run the statement again; else it is read at once, this thread
-    waiting."""
+    A slice or chunk not held is noted (:meth:`take_missing`) and read as empty, for the plane
+    to read them all and run the statement again; once ``suspending`` (a SELECT in steps, past
+    its first run) it is ``RowsNotHeld`` instead, for the plane to read it and go on from
+    there, and a scan then holds one chunk at a time."""
 
-    def __init__(
-        self,
-        plane: ClusterDataPlane,
-        local: Store,
-        consistency: Consistency,
-        *,
-        deferring: bool = False,
-    ) -> None:
+    def __init__(self, plane: ClusterDataPlane, local: Store, consistency: Consistency) -> None:
         self._plane = plane
         self._local = local
         self.consistency = consistency
-        self.deferring = deferring
+        self.suspending = False
         self.reads_store = False
         """A run read the local store (a node-local table, or a local read at ONE): its next
         run goes on the statement thread, never on the event loop."""
@@ -619,14 +602,12 @@ class CoordinatedReader:
             key = tuple(partition_key)
             low, high = held.interval(start, end)
             found = self._holding(table, key, low, high)
-            if found is None and self.deferring:
-                self._missing.setdefault(
-                    (table.keyspace, table.name, key, start, end), (table, key, start, end)
-                )
-                return []  # this run's answer is not sent: the statement runs again
             if found is None:
-                fetched = self._plane.read_partition(table, key, self.consistency, start, end)
-                found = self._hold(table, key, start, end, fetched)
+                lacking = (table, key, start, end)
+                if self.suspending:
+                    raise RowsNotHeld([lacking])
+                self._missing.setdefault((table.keyspace, table.name, key, start, end), lacking)
+                return []  # this run's answer is not sent: the statement runs again
             read = functools.partial(held.read_partition, found[2])
         return read(
             start=start, end=end, columns=columns, reverse=reverse, limit=limit, now_s=now_s
@@ -642,8 +623,7 @@ class CoordinatedReader:
         return None
 
     def take_missing(self) -> list[_Read]:
-        """The slices and chunks the runs since the last call lacked (``deferring``); then
-        forgotten."""
+        """The slices and chunks the runs since the last call lacked; then forgotten."""
         missing = list(self._missing.values())
         self._missing.clear()
         return missing
@@ -732,31 +712,17 @@ class CoordinatedReader:
         return ScanPage(page.rows, state)
 
     def _chunk_of(self, read: _ChunkRead) -> _HeldChunk | None:
-        """The chunk ``read`` names, held; None when it is noted missing (``deferring``)."""
+        """The chunk ``read`` names, held; None when it is noted missing."""
         found = self._chunks.get(read.key)
         if found is not None:
             return found
-        if self.deferring:
-            self._missing.setdefault(read.key, read)
-            return None
-        self._chunks.clear()  # read on this thread: one chunk held at a time
-        self.held_bytes -= self._chunk_bytes
-        self._chunk_bytes = 0
-        if read.limit is not None:
-            partitions, covered = self._plane.read_range(
-                read.table, read.low, read.high, self.consistency, read.limit
-            )
-            return self._hold_chunk(read, partitions, covered)
-        partitions = []
-        cursor = read.low
-        while True:  # a page resumed inside a chunk: the whole chunk again
-            found_now, covered = self._plane.read_range(
-                read.table, cursor, read.high, self.consistency, RANGE_CHUNK_PARTITIONS
-            )
-            partitions.extend(found_now)
-            if covered is None or covered == read.high:
-                return self._hold_chunk(read, partitions, read.high)
-            cursor = covered
+        if self.suspending:  # the scan has moved on: the chunks it leaves are not read again
+            self._chunks.clear()
+            self.held_bytes -= self._chunk_bytes
+            self._chunk_bytes = 0
+            raise RowsNotHeld([read])
+        self._missing.setdefault(read.key, read)
+        return None
 
     def _hold_chunk(
         self, read: _ChunkRead, partitions: Sequence[Mutation], covered: int | None

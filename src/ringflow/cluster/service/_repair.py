@@ -111,7 +111,6 @@ REPAIRS_QUEUED_MAX: Final = 16
 REPAIR_RESULTS_KEPT: Final = 32
 """Repairs waiting for their turn on one coordinator (CQL calls, internode ``run``, the CLI's
 files); one more is refused (Overloaded) rather than queued without end."""
-START_TIMEOUT_S: Final = 10.0
 _REQUEST_IDS: Final = 5 << 60
 
 Progress = Callable[[str, int, int], None]
@@ -402,31 +401,54 @@ class RepairService:
         finally:
             self._queued -= 1
 
-    def start(self, options: RepairOptions) -> concurrent.futures.Future[RepairSummary]:
-        """From any thread: check ``options`` and queue the repair; Invalid/Overloaded raise
-        here, the repair's outcome comes in the returned future."""
+    def start(
+        self, options: RepairOptions
+    ) -> tuple[concurrent.futures.Future[None], concurrent.futures.Future[RepairSummary]]:
+        """From any thread, waiting for nothing: check ``options`` and queue the repair, on
+        the event loop. The first future is done once it is queued, or fails (Invalid,
+        Overloaded); the second holds the repair's outcome."""
+        queued: concurrent.futures.Future[None] = concurrent.futures.Future()
         outcome: concurrent.futures.Future[RepairSummary] = concurrent.futures.Future()
 
-        async def started() -> None:
-            self.tables_of(options)
-            if self._queued >= REPAIRS_QUEUED_MAX:
-                raise Overloaded(f"{self._queued} repairs are waiting on this coordinator")
-            task = self.loop.create_task(self.submit(options))
-            self._serving.add(task)
+        def finished(done: asyncio.Task[RepairSummary]) -> None:
+            if done.cancelled():
+                outcome.cancel()
+            elif (error := done.exception()) is not None:
+                outcome.set_exception(error)
+            else:
+                outcome.set_result(done.result())
 
-            def finished(done: asyncio.Task[RepairSummary]) -> None:
-                self._serving.discard(done)
-                if done.cancelled():
-                    outcome.cancel()
-                elif (error := done.exception()) is not None:
-                    outcome.set_exception(error)
-                else:
-                    outcome.set_result(done.result())
+        def queue() -> None:
+            try:
+                self._queue(options, None, finished)
+            except BaseException as error:
+                queued.set_exception(error)
+                outcome.set_exception(error)
+            else:
+                queued.set_result(None)
 
-            task.add_done_callback(finished)
+        self.loop.call_soon_threadsafe(queue)
+        return queued, outcome
 
-        asyncio.run_coroutine_threadsafe(started(), self.loop).result(START_TIMEOUT_S)
-        return outcome
+    def _queue(
+        self,
+        options: RepairOptions,
+        progress: Progress | None,
+        finished: Callable[[asyncio.Task[RepairSummary]], None],
+    ) -> None:
+        """On the event loop: check ``options`` (Invalid), refuse past ``REPAIRS_QUEUED_MAX``
+        (Overloaded), queue the repair; ``finished`` once it is over."""
+        self.tables_of(options)
+        if self._queued >= REPAIRS_QUEUED_MAX:
+            raise Overloaded(f"{self._queued} repairs are waiting on this coordinator")
+        task = self.loop.create_task(self.submit(options, progress))
+        self._serving.add(task)
+
+        def over(done: asyncio.Task[RepairSummary]) -> None:
+            self._serving.discard(done)
+            finished(done)
+
+        task.add_done_callback(over)
 
     async def run(self, options: RepairOptions, progress: Progress | None = None) -> RepairSummary:
         """Repair (or preview) every range and table ``options`` ask for."""
@@ -664,28 +686,25 @@ class RepairService:
         queue is full). Its progress and summary: :meth:`repair_status`."""
         try:
             options = options_from_json(json.dumps(request.get("options")))
-            self.tables_of(options)
-        except (InternodeProtocolError, InvalidRequest) as error:
+        except InternodeProtocolError as error:
             return {"accepted": False, "refused": str(error), "retry": False}
-        if self._queued >= REPAIRS_QUEUED_MAX:
-            why = f"{self._queued} repairs are waiting on this coordinator"
-            return {"accepted": False, "refused": why, "retry": True}
         repair_id = str(options.id)
-        self.progress[repair_id] = {}
 
         def progress(table: str, done: int, total: int) -> None:
             self.progress.setdefault(repair_id, {})[table] = [done, total]
 
-        task = self.loop.create_task(self.submit(options, progress))
-        self._serving.add(task)
-
         def finished(done: asyncio.Task[RepairSummary]) -> None:
-            self._serving.discard(done)
             error = None if done.cancelled() else done.exception()
             failed = done.cancelled() or error is not None
             self._finish(options, None if failed else done.result(), error)
 
-        task.add_done_callback(finished)
+        try:
+            self._queue(options, progress, finished)
+        except InvalidRequest as error:
+            return {"accepted": False, "refused": str(error), "retry": False}
+        except Overloaded as error:
+            return {"accepted": False, "refused": str(error), "retry": True}
+        self.progress[repair_id] = {}
         return {"accepted": True}
 
     def repair_status(self, request: Mapping[str, object]) -> dict[str, object]:

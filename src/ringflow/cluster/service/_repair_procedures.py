@@ -4,13 +4,16 @@ call core for the arguments and answers; :class:`RepairService` runs it, one rep
 
 A call runs on the statement thread, outside the processor's lock: it hands the repair to the
 event loop (checked there first: an unknown keyspace or table, or a full queue, is the call's
-error) and either answers at once with the repair id (async) or waits for the summary, at most
-``RUN_TIMEOUT_S`` (the repair goes on if the client gives up first; its outcome is in
+error) and answers with a future, no thread waiting: the repair id once it is queued (async),
+or the summary once it is over, at most ``RUN_TIMEOUT_S`` (past that the call fails, the
+repair goes on; as when the client gives up first, its outcome is in
 ``system_distributed.parent_repair_history`` under the id, as for any repair).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 from collections.abc import Callable, Mapping
 
 from ringflow.cluster._repair_call import (
@@ -25,7 +28,8 @@ from ringflow.cluster._repair_call import (
     repair_call,
     repair_with_options_call,
 )
-from ringflow.cluster.service._repair import RUN_TIMEOUT_S, RepairService
+from ringflow.cluster.service._backend import chain
+from ringflow.cluster.service._repair import RUN_TIMEOUT_S, RepairError, RepairService
 from ringflow.cql import Procedure
 
 
@@ -47,15 +51,40 @@ def register_repair_procedures(service: RepairService) -> None:
         )
 
 
+Answer = list[tuple[str, str, str | None]]
+
+
 def _body(
     service: RepairService, parse: Callable[[Mapping[str, object]], RepairCall]
-) -> Callable[[Mapping[str, object]], list[tuple[str, str, str | None]]]:
-    def run(arguments: Mapping[str, object]) -> list[tuple[str, str, str | None]]:
+) -> Callable[[Mapping[str, object]], concurrent.futures.Future[Answer]]:
+    def run(arguments: Mapping[str, object]) -> concurrent.futures.Future[Answer]:
         call = parse(arguments)
         repair_id = str(call.options.id)
-        outcome = service.start(call.options)
+        queued, outcome = service.start(call.options)
+        answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
         if not call.wait:
-            return [call_answer(repair_id, None)]
-        return [call_answer(repair_id, outcome.result(RUN_TIMEOUT_S))]
+            chain(queued, answer, lambda _queued: [call_answer(repair_id, None)])
+            return answer
+        chain(outcome, answer, lambda summary: [call_answer(repair_id, summary)])
+
+        def expire() -> None:
+            if not answer.done():
+                message = (
+                    f"repair {repair_id} still runs after {RUN_TIMEOUT_S:.0f} s; its outcome "
+                    "will be in system_distributed.parent_repair_history"
+                )
+                answer.set_exception(RepairError(message))
+
+        def watch() -> None:
+            timer = service.loop.call_later(RUN_TIMEOUT_S, expire)
+
+            def cancel(_done: object) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to cancel
+                    service.loop.call_soon_threadsafe(timer.cancel)
+
+            answer.add_done_callback(cancel)
+
+        service.loop.call_soon_threadsafe(watch)
+        return answer
 
     return run
