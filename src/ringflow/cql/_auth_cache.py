@@ -72,12 +72,15 @@ class ExpiringCache(Generic[K, V]):
                 self._entries.popitem(last=False)
         return value
 
-    def holds(self, key: K) -> bool:
-        """Whether ``get(key, ...)`` would answer from the cache now (no load)."""
+    def cached(self, key: K) -> V | None:
+        """What ``get(key, ...)`` would answer from the cache now, or None (it would load)."""
         now = self._clock_ms()
         with self._lock:
             entry = self._entries.get(key)
-            return entry is not None and now - entry[0] < self.validity_ms
+            if entry is None or now - entry[0] >= self.validity_ms:
+                return None
+            self.hits += 1
+            return entry[1]
 
     def invalidate_all(self) -> None:
         with self._lock:

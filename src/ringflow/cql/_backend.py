@@ -84,8 +84,8 @@ class ProcessorBackend:
         resolving = (
             None if isinstance(statement, Prepare) else processor.resolve_grants(session.user)
         )
-        if resolving is None:
-            return self._handle(session, statement, None)
+        if resolving is None or isinstance(resolving, EffectivePermissions):
+            return self._handle(session, statement, resolving)
         if resolving.done():
             return self._resolved(session, statement, resolving)
         handled: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()

@@ -327,6 +327,10 @@ class AuthService:
         else:
             self.authorize(user, statement, keyspace, schema, grants)
 
+    def cached_grants(self, user: str) -> EffectivePermissions | None:
+        """``user``'s resolved permissions if cached now (no read), else None."""
+        return self._effective.cached(user)
+
     def grants_needed(self, user: str | None) -> bool:
         """Whether a statement of ``user`` is checked against grants (an authorizer and a
         logged-in user): the shell resolves them first (``effective``, through ``run_auth``)."""

@@ -366,14 +366,17 @@ class QueryProcessor:
 
     def resolve_grants(
         self, user: str | None
-    ) -> concurrent.futures.Future[EffectivePermissions] | None:
-        """The grants a statement of ``user`` is checked against (from the cache, or read
-        through the cluster with no thread waiting), to hand to :meth:`query`,
-        :meth:`execute` or :meth:`batch`; None when nothing is checked."""
+    ) -> EffectivePermissions | concurrent.futures.Future[EffectivePermissions] | None:
+        """The grants a statement of ``user`` is checked against, to hand to :meth:`query`,
+        :meth:`execute` or :meth:`batch`: cached, or a future of them read through the cluster
+        with no thread waiting; None when nothing is checked."""
         auth = self.auth
         if auth is None or not auth.grants_needed(user):
             return None
         assert user is not None
+        cached = auth.cached_grants(user)
+        if cached is not None:
+            return cached
         return self.run_auth(lambda service: service.effective(user))
 
     def _next_auth_timestamp(self) -> int:

@@ -49,6 +49,8 @@ class Coordinator:
     """How many reads had been started when each answer arrived."""
     failing: BaseException | None = None
     range_calls: int = 0
+    delay_s: float = 0.0
+    """How long a slice read takes to answer."""
     writes: int = 0
 
     def write(
@@ -89,7 +91,7 @@ class Coordinator:
             else:
                 done(found, None)
 
-        self.loop.call_soon(answer)
+        self.loop.call_later(self.delay_s, answer)
 
     def read_range(
         self,

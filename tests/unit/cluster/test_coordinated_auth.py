@@ -163,6 +163,7 @@ def test_no_thread_waits_for_a_role_read_and_later_runs_go_to_the_auth_pool(
 
     monkeypatch.setattr(AuthService, "authenticate", recording)
     auth.now_ms += 5000
+    auth.coordinator.delay_s = 0.05  # the read is still out when the first run ends
     session = SessionState()
     started = auth.backend.authenticate(session, _token("cassandra", "cassandra"))
     started.result(TIMEOUT_S)
