@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -195,12 +194,22 @@ class _FakePlane:
                 return partitions, read.high
             cursor = covered
 
-    def scan(self, reader: _plane.CoordinatedReader, **scan: Any) -> ScanPage:
-        """``reader.scan`` gone on with where it lacks chunks, as a SELECT in steps does."""
+    def scan(
+        self,
+        reader: _plane.CoordinatedReader,
+        left: int,
+        right: int,
+        page_size: int,
+        state: bytes | None,
+    ) -> ScanPage:
+        """A page of ``TABLE`` through ``reader``, gone on with where it lacks chunks, as a
+        SELECT in steps does."""
         reader.suspending = True
         while True:
             try:
-                page: ScanPage = reader.scan(**scan)
+                page: ScanPage = reader.scan(
+                    TABLE, left, right, page_size=page_size, paging_state=state, now_s=2
+                )
                 return page
             except RowsNotHeld as lacking:
                 reader.hold(lacking.reads, [self.read_chunk(read) for read in lacking.reads])  # type: ignore[arg-type]
@@ -250,15 +259,7 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     for _statement in range(10_000):
         # every page a statement of its own, with a reader of its own: chunks are read again
         reader = _plane.CoordinatedReader(plane, local, Consistency.QUORUM)  # type: ignore[arg-type]
-        page = plane.scan(
-            reader,
-            table=TABLE,
-            start_token_exclusive=left,
-            end_token_inclusive=right,
-            page_size=page_size,
-            paging_state=state,
-            now_s=2,
-        )
+        page = plane.scan(reader, left, right, page_size, state)
         assert len(page.rows) <= page_size
         got.extend(page.rows)
         state = page.paging_state
@@ -275,15 +276,7 @@ def test_coordinated_scan_pages_chunk_by_chunk_to_exactly_the_range(
     again: list[object] = []
     state = None
     for _page in range(10_000):
-        page = plane.scan(
-            reader,
-            table=TABLE,
-            start_token_exclusive=left,
-            end_token_inclusive=right,
-            page_size=page_size,
-            paging_state=state,
-            now_s=2,
-        )
+        page = plane.scan(reader, left, right, page_size, state)
         again.extend(page.rows)
         state = page.paging_state
         if state is None:
