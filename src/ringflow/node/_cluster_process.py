@@ -60,7 +60,6 @@ from ringflow.cluster.service import (
     CaptureSettings,
     CdcGenerationService,
     ClusterBackend,
-    ClusterDataPlane,
     ClusterNode,
     ClusterSettings,
     GenerationExpiryService,
@@ -72,6 +71,7 @@ from ringflow.cluster.service import (
     StreamsRewriteService,
     SynchronizedCdcMetadata,
     TopologyService,
+    connect_statement_path,
     discover_ring,
     encode_features,
     joining_states,
@@ -461,14 +461,7 @@ async def _serve(
     )
     for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
         stale.unlink(missing_ok=True)
-    plane = ClusterDataPlane(cluster, loop, node.store, statements)
-    backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth.submit)
-
-    def schema_changed(_change: object) -> None:
-        loop.call_soon_threadsafe(cluster.on_local_schema_change)
-
-    node.processor.on_schema_change(schema_changed)
+    plane = connect_statement_path(backend, cluster, loop, statements, auth.submit)
     capture = await _prepared_capture(cluster, node, capture_settings, storage)
     transmission = None if capture is None else CaptureServices(cluster, capture_settings)
     cluster.start()

@@ -5,7 +5,7 @@ node's start-up shares with it (a node's own CDC generation rows, ``_cdc_local``
 the node process builds its cluster runtime from (``ringflow.node``'s ``run_cluster_node``):
 the cluster service never imports the node."""
 
-from ringflow.cluster.service._backend import ClusterBackend
+from ringflow.cluster.service._backend import ClusterBackend, connect_statement_path
 from ringflow.cluster.service._bootstrap import (
     DISCOVERY_GOSSIP_INTERVAL_MS,
     TopologyService,
@@ -103,6 +103,7 @@ __all__ = [
     "StreamsRewriteService",
     "SynchronizedCdcMetadata",
     "TopologyService",
+    "connect_statement_path",
     "decode_failure",
     "discover_ring",
     "encode_failure",

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._plane import ClusterDataPlane, EventLoop
 from ringflow.cql import (
     EffectivePermissions,
     Handled,
@@ -93,3 +94,26 @@ class ClusterBackend(ProcessorBackend):
 
         when_answered(handled, answered, _bug)
         return dataclasses.replace(handled, pending=agreed)
+
+
+def connect_statement_path(
+    backend: ClusterBackend,
+    node: ClusterNode,
+    loop: EventLoop,
+    statements: concurrent.futures.Executor,
+    auth_submit: Callable[[Callable[[], None]], object],
+) -> ClusterDataPlane:
+    """Wire ``node``'s statement path, the same in a node process and in the simulator: its
+    processor's writes, reads and auth work go through a ``ClusterDataPlane`` on ``loop``
+    (``statements`` goes on with a SELECT that reads the local store, ``auth_submit`` runs
+    later runs of auth work), the backend's DDL answers wait for schema agreement, and each
+    local schema change is announced to the cluster (seed 004) from ``loop``."""
+    plane = ClusterDataPlane(node, loop, node.store, statements)
+    backend.plane = plane
+    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth_submit)
+
+    def schema_changed(_change: object) -> None:
+        loop.call_soon_threadsafe(node.on_local_schema_change)
+
+    node.processor.on_schema_change(schema_changed)
+    return plane

@@ -37,9 +37,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ringflow.cluster.service._backend import ClusterBackend
+from ringflow.cluster.service._backend import ClusterBackend, connect_statement_path
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cql import (
     NEED_DATA,
     Backend,
@@ -264,20 +263,13 @@ def serve_cql(
     """Serve CQL for ``node`` on ``endpoint`` of its own network, the statement path of a node
     process on a runtime with one thread (the simulator): its ``QueryProcessor`` routes writes
     and reads through a ``ClusterDataPlane`` whose event loop and executors are 0 ms timers of
-    the node's clock (``ClockLoop``, ``ClockExecutor``) and whose SELECTs never wait
-    (``last_run_waits`` off), answered by a ``ClusterBackend`` (a DDL waits for schema
-    agreement). Started; the caller closes it with the node's incarnation."""
+    the node's clock (``ClockLoop``, ``ClockExecutor``), answered by a ``ClusterBackend`` (a
+    DDL waits for schema agreement): ``connect_statement_path``, as a node process wires it.
+    Started; the caller closes it with the node's incarnation."""
     loop = ClockLoop(node.clock)
     worker = ClockExecutor(node.clock)
-    plane = ClusterDataPlane(node, loop, node.store, worker)
     backend = ClusterBackend(node.processor)
-    backend.plane = plane
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, worker.submit)
-
-    def schema_changed(_change: object) -> None:
-        loop.call_soon_threadsafe(node.on_local_schema_change)
-
-    node.processor.on_schema_change(schema_changed)
+    connect_statement_path(backend, node, loop, worker, worker.submit)
     shell = NetworkCqlShell(backend, node.network, endpoint, worker, limits)
     shell.start()
     return shell
