@@ -38,32 +38,9 @@ UPWARD_KNOWN: frozenset[tuple[str, str]] = frozenset()
 """None left: the cluster service's imports of ``node`` ended when the node process moved to
 ``ringflow.node`` (issue 21 §2)."""
 PRIVATE_KNOWN = frozenset(
-    {
-        ("cdc", "ringflow.schema._codec"),
-        ("cli", "ringflow.cluster.service._bootstrap"),
-        ("cli", "ringflow.cluster.service._settings"),
+    {  # the CLI imports the Spark jobs lazily: ``import ringflow.pipeline`` stays Spark-free
         ("cli", "ringflow.pipeline._materialize"),
         ("cli", "ringflow.pipeline._replicate"),
-        ("cluster", "ringflow.cdc._description_tables"),
-        ("cluster", "ringflow.cdc._expiry"),
-        ("cluster", "ringflow.cdc._metadata"),
-        ("cluster", "ringflow.cdc._rewrite"),
-        ("cluster", "ringflow.schema._system_rows"),
-        ("cluster", "ringflow.storage._hints"),
-        ("cql", "ringflow.cdc._log_rows"),
-        ("cql", "ringflow.cdc._log_schema"),
-        ("cql", "ringflow.schema._errors"),
-        ("cql", "ringflow.schema._system_rows"),
-        ("cql", "ringflow.schema._system_tables"),
-        ("cql", "ringflow.schema._types"),
-        ("node", "ringflow.schema._system_rows"),
-        ("pipeline", "ringflow.schema._system_rows"),
-        ("storage", "ringflow.cdc._log_images"),
-        ("storage", "ringflow.cdc._log_rows"),
-        ("storage", "ringflow.cdc._log_schema"),
-        ("storage", "ringflow.schema._codec"),
-        ("storage", "ringflow.schema._comparable"),
-        ("storage", "ringflow.schema._reconcile"),
     }
 )
 

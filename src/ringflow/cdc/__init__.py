@@ -56,6 +56,7 @@ from ringflow.cdc._errors import (
     WriteFromTheFuture,
     WriteTooFarInThePast,
 )
+from ringflow.cdc._expiry import ExpiryPlan, plan_expiry
 from ringflow.cdc._generation_id import (
     GenerationId,
     GenerationIdV1,
@@ -74,7 +75,10 @@ from ringflow.cdc._log_images import (
 )
 from ringflow.cdc._log_rows import (
     CdcCapture,
+    DeltaRow,
+    DeltaRowBuilder,
     build_log_mutations,
+    delta_row_builder,
     image_rows_needed,
 )
 from ringflow.cdc._log_schema import (
@@ -124,6 +128,7 @@ from ringflow.cdc._rewrite import (
     WriteStreamsRows,
     WriteTimestampRow,
     plan_streams_rewrite,
+    rewrite_candidates,
     rewrite_start,
 )
 from ringflow.cdc._stream_id import STREAM_ID_SIZE, STREAM_ID_VERSION, StreamId
@@ -157,6 +162,9 @@ __all__ = [
     "CdcMetadata",
     "CdcOperation",
     "CdcWriteRejected",
+    "DeltaRow",
+    "DeltaRowBuilder",
+    "ExpiryPlan",
     "GenerationDescriptionV1Row",
     "GenerationDescriptionV2Row",
     "GenerationId",
@@ -204,6 +212,7 @@ __all__ = [
     "deleted_column_name",
     "deleted_elements_column_name",
     "deleted_elements_type",
+    "delta_row_builder",
     "description_from_generation_v1_row",
     "description_from_generation_v2_rows",
     "encode_blob_list",
@@ -225,9 +234,11 @@ __all__ = [
     "log_value_type",
     "new_generation_timestamp",
     "parse_generation_id",
+    "plan_expiry",
     "plan_streams_rewrite",
     "publication_batches",
     "publication_rows",
+    "rewrite_candidates",
     "rewrite_start",
     "rewritten_marker_row",
     "row_image",

@@ -36,8 +36,8 @@ from ringflow.schema import (
     RangeTombstone,
     Row,
     Table,
+    prefix_upper_bound,
 )
-from ringflow.schema._codec import prefix_upper_bound
 
 
 def is_static_key(base: Table, clustering: Clustering) -> bool:

@@ -40,14 +40,12 @@ from ringflow.schema import (
     SetType,
     Table,
     UserType,
-    timeuuid_from_micros,
-)
-from ringflow.schema._codec import (
     cells_from_collection_value,
     clustering_encoder,
     compare,
     serialize,
     serialized_collection_from_cells,
+    timeuuid_from_micros,
 )
 
 Clustering = tuple[bytes, ...]

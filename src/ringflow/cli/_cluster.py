@@ -66,7 +66,7 @@ from ringflow.cli._tls_options import (
     node_tls_arguments,
     tls_summary,
 )
-from ringflow.cluster.service._settings import (
+from ringflow.cluster.service import (
     CAPTURE_OPTIONS,
     CAPTURE_POLICIES,
     TIMING_OPTIONS,

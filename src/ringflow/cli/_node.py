@@ -117,7 +117,7 @@ def run_start(arguments: argparse.Namespace) -> int:
         print(line, flush=True)
 
     if seeds:
-        from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
+        from ringflow.cluster.service import CaptureSettings, NodeTimings
         from ringflow.node import run_cluster_node
 
         run_event_loop(

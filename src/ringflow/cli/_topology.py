@@ -107,7 +107,7 @@ def _join_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_join_node(arguments: argparse.Namespace) -> int:
-    from ringflow.cluster.service._settings import CaptureSettings, NodeTimings
+    from ringflow.cluster.service import CaptureSettings, NodeTimings
     from ringflow.node import run_cluster_node
 
     if arguments.address is None:
@@ -236,7 +236,7 @@ def _depart(data: Path, layout: dict[str, object], gone: list[dict[str, object]]
 
 
 def _left(directory: Path) -> bool:
-    from ringflow.cluster.service._bootstrap import bootstrap_state
+    from ringflow.cluster.service import bootstrap_state
 
     return bootstrap_state(directory) == "left"
 

@@ -32,8 +32,7 @@ from typing import TypeAlias
 from ringflow.cql._ast_auth import AuthStatement
 from ringflow.cql._lexer import RESERVED_WORDS
 from ringflow.cql._requests import BatchType
-from ringflow.schema._errors import SchemaError
-from ringflow.schema._types import NATIVE_TYPE_NAMES, CqlType, UserType, parse_type
+from ringflow.schema import NATIVE_TYPE_NAMES, CqlType, SchemaError, UserType, parse_type
 
 # --- names and types -----------------------------------------------------------------------------
 

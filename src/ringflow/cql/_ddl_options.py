@@ -30,8 +30,8 @@ from ringflow.schema import (
     PropertyValue,
     TableOptions,
     engine_overrides,
+    replication_map,
 )
-from ringflow.schema._system_rows import replication_map
 
 DEFAULT_KEYSPACE_RF = 1
 """Cassandra's ``default_keyspace_rf``: the factor of a keyspace created without one."""

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ringflow.cdc._log_schema import cdc_log_table
+from ringflow.cdc import cdc_log_table
 from ringflow.cql._ast import (
     AddColumns,
     AlterKeyspaceStatement,

@@ -49,8 +49,8 @@ from ringflow.cdc import (
     GENERATION_TIMESTAMPS_CQL,
     STREAMS_DESCRIPTIONS_V1_CQL,
     STREAMS_DESCRIPTIONS_V2_CQL,
+    cdc_log_compaction_options,
 )
-from ringflow.cdc._log_schema import cdc_log_compaction_options
 from ringflow.cql._ast import CreateTableStatement
 from ringflow.cql._auth_tables import AUTH_TABLES_CQL
 from ringflow.cql._exec_common import (
@@ -81,10 +81,15 @@ from ringflow.schema import (
     GENESIS_VERSION,
     PARENT_REPAIR_HISTORY_CQL,
     REPAIR_HISTORY_CQL,
+    SCHEMA_MIGRATIONS_TABLE,
+    SYSTEM_KEYSPACE_NAME,
+    SYSTEM_KEYSPACES,
+    SYSTEM_TABLES,
     CdcOptions,
     ClusteringOrder,
     Column,
     ColumnKind,
+    CompactionFor,
     CqlType,
     DroppedColumn,
     Keyspace,
@@ -95,24 +100,15 @@ from ringflow.schema import (
     Table,
     TableOptions,
     UserType,
-    deserialize,
-    engine_overrides,
-    expand_user_types,
-    parse_type,
-)
-from ringflow.schema._system_rows import (
-    SCHEMA_MIGRATIONS_TABLE,
-    CompactionFor,
     decode_change,
     default_compaction,
+    deserialize,
     dropped_keyspace_mutations,
+    engine_overrides,
+    expand_user_types,
     parse_cdc_extension,
+    parse_type,
     system_schema_mutations,
-)
-from ringflow.schema._system_tables import (
-    SYSTEM_KEYSPACE_NAME,
-    SYSTEM_KEYSPACES,
-    SYSTEM_TABLES,
     system_table,
     system_table_id,
 )

@@ -51,8 +51,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from ringflow.cdc import CdcMetadata
-from ringflow.cdc._log_rows import CdcCapture
+from ringflow.cdc import CdcCapture, CdcMetadata
 from ringflow.cql._ast import (
     BeginBatchStatement,
     CallStatement,

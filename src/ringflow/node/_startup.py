@@ -76,7 +76,7 @@ from ringflow.node._config import (
     save_record,
 )
 from ringflow.node._write_group import GroupCommitPlane, StorageExecutor
-from ringflow.schema._system_rows import NodeRow, local_row
+from ringflow.schema import NodeRow, local_row
 from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)

@@ -61,9 +61,9 @@ from ringflow.schema import (
     Table,
     TableOptions,
     UserType,
+    parse_cdc_extension,
     parse_type,
 )
-from ringflow.schema._system_rows import parse_cdc_extension
 
 DEFAULT_PORT = 9042
 DEFAULT_CONSISTENCY = "LOCAL_QUORUM"

@@ -25,6 +25,7 @@ from ringflow.schema._codec import (
     tolerant_codec_for,
     validate,
 )
+from ringflow.schema._comparable import NEXT_COMPONENT
 from ringflow.schema._digest import (
     EMPTY_SCHEMA_DIGEST,
     LOCAL_SYSTEM_KEYSPACES,
@@ -230,6 +231,7 @@ __all__ = [
     "MURMUR3_PARTITIONER",
     "NATIVE_PROTOCOL_VERSION",
     "NATIVE_TYPE_NAMES",
+    "NEXT_COMPONENT",
     "NO_DELETION_TIME",
     "NO_TIMESTAMP",
     "PARENT_REPAIR_HISTORY_CQL",

@@ -60,8 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from ringflow.cdc import BATCH_SEQ_NO_COLUMN, STREAM_ID_COLUMN, TIME_COLUMN
-from ringflow.cdc._log_rows import DeltaRow
+from ringflow.cdc import BATCH_SEQ_NO_COLUMN, STREAM_ID_COLUMN, TIME_COLUMN, DeltaRow
 from ringflow.errors import InternalError, InvalidRequest, invariant
 from ringflow.replication import (
     Origin,

@@ -16,6 +16,7 @@ from functools import partial
 from types import MappingProxyType
 
 from ringflow.schema import (
+    NEXT_COMPONENT,
     TIMEUUID,
     ClusteringOrder,
     Column,
@@ -24,10 +25,10 @@ from ringflow.schema import (
     MapType,
     SetType,
     Table,
+    clustering_encoder,
+    codec_for,
     token_of_key_bytes,
 )
-from ringflow.schema._codec import clustering_encoder, codec_for
-from ringflow.schema._comparable import NEXT_COMPONENT
 from ringflow.storage._keys import CLUSTERED_TAG, ClusteringEncoder, row_key
 
 PathOrder = Callable[[bytes], bytes]

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ringflow.cdc._log_images import RowImage
-from ringflow.cdc._log_rows import (
+from ringflow.cdc import (
     CdcCapture,
     DeltaRow,
     DeltaRowBuilder,
+    RowImage,
     build_log_mutations,
     delta_row_builder,
     image_rows_needed,

@@ -23,7 +23,7 @@ from typing import Final
 
 import msgpack
 
-from ringflow.cdc._log_rows import CdcCapture
+from ringflow.cdc import CdcCapture
 from ringflow.errors import InvalidRequest
 from ringflow.schema import Mutation
 from ringflow.storage._errors import HintBacklogFull, MutationTooLarge

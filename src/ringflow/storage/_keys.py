@@ -23,8 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 
 from ringflow.errors import invariant
-from ringflow.schema import ClusteringBound
-from ringflow.schema._codec import prefix_upper_bound
+from ringflow.schema import ClusteringBound, prefix_upper_bound
 
 STATIC_CK = b""
 CLUSTERED_TAG = b"\x01"

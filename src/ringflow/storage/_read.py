@@ -42,9 +42,9 @@ from ringflow.schema import (
     Row,
     liveness_is_live,
     merge_rows,
+    serialized_collection_from_cells,
     shadow_row,
 )
-from ringflow.schema._codec import serialized_collection_from_cells
 from ringflow.storage._catalog import TableInfo
 from ringflow.storage._errors import MutationDecodeError, ResultTooLarge, TooManyTombstones
 from ringflow.storage._keys import STATIC_CK, split_partition_key

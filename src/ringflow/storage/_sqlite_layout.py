@@ -85,8 +85,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ringflow.schema import NO_DELETION_TIME, NO_TIMESTAMP
-from ringflow.schema._reconcile import EXPIRED_LIVENESS_TTL_S
+from ringflow.schema import EXPIRED_LIVENESS_TTL_S, NO_DELETION_TIME, NO_TIMESTAMP
 
 LAYOUT_VERSION: Final = 1
 

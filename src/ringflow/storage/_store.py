@@ -30,9 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from ringflow.cdc._log_images import RowImage, row_image
-from ringflow.cdc._log_rows import CdcCapture
-from ringflow.cdc._log_schema import base_table_name, is_cdc_log_table
+from ringflow.cdc import CdcCapture, RowImage, base_table_name, is_cdc_log_table, row_image
 from ringflow.errors import InvalidRequest, RingflowError, invariant
 from ringflow.replication import Origin
 from ringflow.schema import ClusteringBound, Mutation, Table, shadow_row

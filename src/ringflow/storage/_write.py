@@ -16,7 +16,7 @@ from operator import itemgetter
 
 import msgpack
 
-from ringflow.cdc._log_rows import DeltaRow
+from ringflow.cdc import DeltaRow
 from ringflow.errors import invariant
 from ringflow.ring import RingError, partition_key_bytes
 from ringflow.schema import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ringflow.cdc._log_rows import DeltaRow
+from ringflow.cdc import DeltaRow
 from ringflow.schema import Mutation, Table
 from ringflow.storage._capture import CaptureBatch, RowKey
 from ringflow.storage._sqlite_layout import (

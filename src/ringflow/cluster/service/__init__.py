@@ -9,6 +9,7 @@ from ringflow.cluster.service._backend import ClusterBackend, connect_statement_
 from ringflow.cluster.service._bootstrap import (
     DISCOVERY_GOSSIP_INTERVAL_MS,
     TopologyService,
+    bootstrap_state,
     discover_ring,
     joining_states,
     pick_tokens,
@@ -61,7 +62,10 @@ from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._repair import RepairService
 from ringflow.cluster.service._repair_procedures import register_repair_procedures
 from ringflow.cluster.service._settings import (
+    CAPTURE_OPTIONS,
+    CAPTURE_POLICIES,
     NODE_NETWORK_CONFIG,
+    TIMING_OPTIONS,
     CaptureSettings,
     ClusterSettings,
     NodeTimings,
@@ -70,6 +74,8 @@ from ringflow.cluster.service._wire_samples import encode_internode_message, sam
 
 __all__ = [
     "ANSWERED_WHEN_REFUSED",
+    "CAPTURE_OPTIONS",
+    "CAPTURE_POLICIES",
     "CDC_GENERATIONS_V2_FEATURE",
     "CDC_LOCAL_TABLE",
     "DISCOVERY_GOSSIP_INTERVAL_MS",
@@ -83,6 +89,7 @@ __all__ = [
     "STREAMS_V1_TABLE",
     "TIMESTAMPS_KEY",
     "TIMESTAMPS_TABLE",
+    "TIMING_OPTIONS",
     "V1_GENERATION_TABLE",
     "VERB_STANDING",
     "CaptureServices",
@@ -103,6 +110,7 @@ __all__ = [
     "StreamsRewriteService",
     "SynchronizedCdcMetadata",
     "TopologyService",
+    "bootstrap_state",
     "connect_statement_path",
     "decode_failure",
     "discover_ring",

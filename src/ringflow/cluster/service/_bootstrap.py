@@ -75,8 +75,8 @@ from ringflow.cdc import (
     GenerationIdV1,
     GenerationIdV2,
     generate_topology_description,
+    new_generation_timestamp,
 )
-from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._failure_detector import FailureDetector
 from ringflow.cluster._gossip import Gossiper, Send

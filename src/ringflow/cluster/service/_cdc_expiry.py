@@ -22,8 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 
-from ringflow.cdc import datetime_from_ms
-from ringflow.cdc._expiry import ExpiryPlan, plan_expiry
+from ringflow.cdc import ExpiryPlan, datetime_from_ms, plan_expiry
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._cdc_generations import cluster_ready, member_views
 from ringflow.cluster.service._cdc_local import (
@@ -43,8 +42,7 @@ from ringflow.cluster.service._cdc_tables import (
     write_in_order,
 )
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.schema import Mutation
-from ringflow.schema._system_rows import table_mutation
+from ringflow.schema import Mutation, table_mutation
 from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)

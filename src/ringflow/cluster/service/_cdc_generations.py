@@ -68,14 +68,14 @@ from ringflow.cdc import (
     GenerationTimestampRow,
     StreamId,
     TopologyDescription,
+    datetime_from_ms,
     description_from_generation_v2_rows,
     generate_topology_description,
     generation_description_v2_rows,
+    new_generation_timestamp,
     parse_generation_id,
     publication_batches,
 )
-from ringflow.cdc._description_tables import datetime_from_ms
-from ringflow.cdc._metadata import new_generation_timestamp
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
 from ringflow.cluster.service._cdc_local import (
@@ -100,8 +100,7 @@ from ringflow.cluster.service._membership import peer_info
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.errors import RingflowError
 from ringflow.ring import MIN_TOKEN
-from ringflow.schema import Mutation
-from ringflow.schema._system_rows import cdc_local_row, table_mutation
+from ringflow.schema import Mutation, cdc_local_row, table_mutation
 from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)

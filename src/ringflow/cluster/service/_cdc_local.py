@@ -38,8 +38,18 @@ from ringflow.cdc import (
     publication_batches,
 )
 from ringflow.errors import InternalError
-from ringflow.schema import TEXT, TIMESTAMP, Cell, Mutation, Row, Table, deserialize, serialize
-from ringflow.schema._system_rows import cdc_local_row, table_mutation
+from ringflow.schema import (
+    TEXT,
+    TIMESTAMP,
+    Cell,
+    Mutation,
+    Row,
+    Table,
+    cdc_local_row,
+    deserialize,
+    serialize,
+    table_mutation,
+)
 from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)

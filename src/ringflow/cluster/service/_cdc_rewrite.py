@@ -30,17 +30,19 @@ import logging
 from collections.abc import Callable, Mapping
 
 from ringflow.cdc import (
+    CdcLocalRow,
     GenerationDescriptionV1Row,
+    RewritePlan,
     RewriteStart,
     WriteRewrittenMarker,
     WriteStreamsRows,
     WriteTimestampRow,
     datetime_from_ms,
     plan_streams_rewrite,
+    rewrite_candidates,
     rewrite_start,
+    rewritten_marker_row,
 )
-from ringflow.cdc._description_tables import CdcLocalRow, rewritten_marker_row
-from ringflow.cdc._rewrite import RewritePlan, rewrite_candidates
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._cdc_generations import RetryPolicy, cluster_ready, member_views
 from ringflow.cluster.service._cdc_local import (
@@ -61,8 +63,15 @@ from ringflow.cluster.service._cdc_tables import (
     write_in_order,
 )
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.schema import TEXT, Mutation, SchemaState, Table, serialize
-from ringflow.schema._system_rows import cdc_rewritten_row, table_mutation
+from ringflow.schema import (
+    TEXT,
+    Mutation,
+    SchemaState,
+    Table,
+    cdc_rewritten_row,
+    serialize,
+    table_mutation,
+)
 from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)

@@ -33,8 +33,16 @@ from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster.service._cdc_local import STREAMS_V1_TABLE, V1_GENERATION_TABLE
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.ring import MIN_TOKEN
-from ringflow.schema import Cell, DeletionTime, Mutation, Row, Table, deserialize, serialize
-from ringflow.schema._system_rows import table_mutation
+from ringflow.schema import (
+    Cell,
+    DeletionTime,
+    Mutation,
+    Row,
+    Table,
+    deserialize,
+    serialize,
+    table_mutation,
+)
 from ringflow.storage import Store
 
 RowValues = dict[str, object]

@@ -28,7 +28,7 @@ from ringflow.cluster._messages import Verb
 from ringflow.cluster._write_path import StoreHint, WriteUnit
 from ringflow.cluster.service import _codec
 from ringflow.errors import RingflowError
-from ringflow.storage._hints import Hint
+from ringflow.storage import Hint
 
 if TYPE_CHECKING:
     from ringflow.cluster.service._node import ClusterNode

@@ -26,8 +26,7 @@ from ringflow.cluster._topology_change import Transition, transition_of
 from ringflow.errors import RingflowError
 from ringflow.ring import MAX_TOKENS_PER_HOST, Host, TokenMetadata, check_token
 from ringflow.runtime import format_endpoint
-from ringflow.schema import Mutation
-from ringflow.schema._system_rows import NodeRow, peer_removal, peer_row
+from ringflow.schema import Mutation, NodeRow, peer_removal, peer_row
 from ringflow.storage import Store
 
 NORMAL_STATUS = "NORMAL"

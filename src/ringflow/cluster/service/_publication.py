@@ -46,7 +46,7 @@ from ringflow.replication import (
     sealed_slice_to_row,
     watermark_to_row,
 )
-from ringflow.schema._system_rows import table_mutation
+from ringflow.schema import table_mutation
 from ringflow.storage import PublicationState
 
 if TYPE_CHECKING:
