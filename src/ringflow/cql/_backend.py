@@ -9,7 +9,6 @@ answer as one ``Handled``.
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 from typing import Any
 
 from ringflow.cql._auth_model import PASSWORD_AUTHENTICATOR
@@ -17,32 +16,22 @@ from ringflow.cql._exec_auth import EffectivePermissions
 from ringflow.cql._executor import QueryProcessor, SessionState
 from ringflow.cql._requests import Execute, Prepare, Query
 from ringflow.cql._responses import Response
-from ringflow.cql._results import SchemaChange, VoidResult
+from ringflow.cql._results import VoidResult
 from ringflow.cql._server import Handled
 from ringflow.cql._server import Statement as StatementRequest
 from ringflow.errors import Consistency, InternalError
 
 
 class ProcessorBackend:
-    """Adapts the ``QueryProcessor`` to the server's ``Backend`` protocol, collecting the
-    schema changes of each statement (all of them: creating a CDC table also creates its log
-    table) so the server pushes one SCHEMA_CHANGE event per change."""
+    """Adapts the ``QueryProcessor`` to the server's ``Backend`` protocol: each statement's
+    answer with its schema changes (all of them: creating a CDC table also creates its log
+    table, so the server pushes one SCHEMA_CHANGE event per change), its warnings and the work
+    it left pending, as the processor hands them back for the request."""
 
     authenticator_class = PASSWORD_AUTHENTICATOR
 
     def __init__(self, processor: QueryProcessor) -> None:
         self._processor = processor
-        self._request = threading.local()  # each statement thread's own schema changes
-        processor.on_schema_change(lambda change: self._changes.append(change))
-
-    @property
-    def _changes(self) -> list[SchemaChange]:
-        """The schema changes of the statement running on this thread (a DDL reports them on
-        the thread that runs it; statements run on several threads at once)."""
-        found: list[SchemaChange] | None = getattr(self._request, "changes", None)
-        if found is None:
-            found = self._request.changes = []
-        return found
 
     def open_session(self) -> SessionState:
         return SessionState(None)
@@ -118,9 +107,7 @@ class ProcessorBackend:
         statement: StatementRequest,
         grants: EffectivePermissions | None,
     ) -> Handled:
-        self._changes.clear()
         processor = self._processor
-        processor.take_warnings()  # a request's warnings are its own
         if isinstance(statement, Query):
             response = processor.query(statement, session, grants)
         elif isinstance(statement, Prepare):
@@ -129,8 +116,7 @@ class ProcessorBackend:
             response = processor.execute(statement, session, grants)
         else:
             response = processor.batch(statement, session, grants)
-        changes = tuple(self._changes)
-        self._changes.clear()
+        changes = processor.take_schema_changes()
         pending = processor.take_pending()
         if pending is None:
             return Handled(response, changes, processor.take_warnings())

@@ -3,8 +3,11 @@
 ``QueryProcessor`` is a pure core in the STYLE.md sense: the store, the clock (µs), the CDC
 generation metadata and the random generator are passed in; it opens no socket and keeps no
 thread. The node shell turns frames into requests, calls one of the four methods with the
-connection's :class:`SessionState`, and sends back the returned response object; schema changes
-are also reported to ``schema_listeners`` so the shell can push EVENT frames.
+connection's :class:`SessionState`, and sends back the returned response object with what the
+request leaves behind on its thread: its schema changes (``take_schema_changes``: EVENT frames
+to push), its warnings (``take_warnings``) and its pending write or read (``take_pending``).
+``schema_listeners`` are the node's own reactions to a schema change (announcing it, its
+``system.local`` row).
 
 Rules:
 
@@ -491,7 +494,8 @@ class QueryProcessor:
         """Run a request under the lock; its data-plane read or write (if any) runs after the
         lock is released, so a cluster node's other statements go on while this one waits for
         its replicas."""
-        self._request.pending = None
+        request = self._request
+        request.pending, request.warnings, request.changes = None, [], []  # this request's own
         with self._lock:
             self._consistency = consistency
             self._grants = grants
@@ -751,6 +755,14 @@ class QueryProcessor:
         self._warnings.clear()
         return warnings
 
+    def take_schema_changes(self) -> tuple[SchemaChange, ...]:
+        """The schema changes this thread's last request made (then forgotten), every one
+        (creating a CDC table also creates its log table): the server pushes an EVENT for
+        each."""
+        changes: list[SchemaChange] = getattr(self._request, "changes", [])
+        self._request.changes = []
+        return tuple(changes)
+
     def _apply(self, mutations: Sequence[Mutation]) -> None:
         merged: dict[tuple[str, str, tuple[bytes, ...]], Mutation] = {}
         for mutation in mutations:
@@ -870,6 +882,9 @@ class QueryProcessor:
             self._prepared.invalidate(lambda entry: any(k == keyspace for k, _ in entry.tables))
 
     def _notify(self, change: SchemaChange) -> None:
+        changes: list[SchemaChange] | None = getattr(self._request, "changes", None)
+        if changes is not None:
+            changes.append(change)
         for listener in list(self.schema_listeners):
             try:
                 listener(change)
