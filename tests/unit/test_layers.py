@@ -37,12 +37,8 @@ LAYERS = (
 UPWARD_KNOWN: frozenset[tuple[str, str]] = frozenset()
 """None left: the cluster service's imports of ``node`` ended when the node process moved to
 ``ringflow.node`` (issue 21 §2)."""
-PRIVATE_KNOWN = frozenset(
-    {  # the CLI imports the Spark jobs lazily: ``import ringflow.pipeline`` stays Spark-free
-        ("cli", "ringflow.pipeline._materialize"),
-        ("cli", "ringflow.pipeline._replicate"),
-    }
-)
+PRIVATE_KNOWN: frozenset[tuple[str, str]] = frozenset()
+"""None left (the CLI takes the Spark jobs through ``ringflow.pipeline``'s lazy names)."""
 
 
 def imports() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:

@@ -285,7 +285,7 @@ def read_cql_table(
     from cassandra import ConsistencyLevel
     from cassandra.query import SimpleStatement
 
-    from ringflow.pipeline._materialize import canonical_value
+    from ringflow.pipeline import canonical_value
 
     times = ", ".join(f"WRITETIME({c}) AS wt_{c}" for c in ATOMIC)
     source = f"{table.keyspace}.{table.name}"

@@ -218,12 +218,13 @@ def run(arguments: argparse.Namespace) -> int:
     if arguments.capture == "replica":
         return run_replica(arguments)
     check_log_mode(arguments)
-    from ringflow.pipeline import check_driver_address, spark_settings
-    from ringflow.pipeline._replicate import (
+    from ringflow.pipeline import (
         cdc_options,
+        check_driver_address,
         plan_replication,
         print_summary,
         run_replication,
+        spark_settings,
     )
 
     console = Console()
@@ -247,8 +248,7 @@ def run(arguments: argparse.Namespace) -> int:
         console.print(f"  {destination.channel:<10} -> {destination.display}{altering}")
     from pyspark.sql import SparkSession
 
-    from ringflow.pipeline import JobMetrics, serve_job_metrics
-    from ringflow.pipeline._replicate import replication_spark
+    from ringflow.pipeline import JobMetrics, replication_spark, serve_job_metrics
 
     metrics = JobMetrics()
     if serve_job_metrics(metrics, arguments.metrics_host, arguments.metrics_port):

@@ -34,27 +34,23 @@ MAX_SCAN_ROWS = 100_000
 
 class PlaneAuthRows:
     """``AuthRows`` over the plane, each read and write waited for on the calling thread (a
-    single node: its own store, nothing waits for the cluster)."""
+    single node: its own store, nothing waits for the cluster): ``PlaneAuthIO`` without the
+    plane's submit functions, whose futures are done at once."""
 
     def __init__(self, plane: Callable[[], DataPlane], clock_us: Callable[[], int]) -> None:
-        self._plane = plane
-        self._clock_us = clock_us
+        self._io = PlaneAuthIO(lambda: (plane(), None, None), clock_us)
 
     def table(self, name: str) -> Table:
         return auth_table(name)
 
     def read(self, table: Table, key: str, consistency: Consistency) -> list[ResultRow]:
-        found: list[ResultRow] = []
-        self._plane().read(consistency, partition_run(table, key, self._clock_us(), found))
-        return [row for row in found if not row.static_only]
+        return self._io.read(table, key, consistency).result()
 
     def scan(self, table: Table, consistency: Consistency) -> list[ResultRow]:
-        found: list[ResultRow] = []
-        self._plane().read(consistency, scan_run(table, self._clock_us(), found))
-        return found
+        return self._io.scan(table, consistency).result()
 
     def write(self, mutations: Sequence[Mutation], consistency: Consistency) -> None:
-        self._plane().write(mutations, {}, consistency, self._clock_us())
+        self._io.write(mutations, consistency).result()
 
 
 class PlaneAuthIO:

@@ -283,6 +283,10 @@ class QueryProcessor:
         self._lock = threading.RLock()
         self._deferred: Deferred | None = None  # run after the lock
         self._auth_submit: AuthSubmit | None = None
+        self._auth_io = PlaneAuthIO(
+            lambda: (self._data_plane, self._submit_read, self._submit_write), clock
+        )
+        """Auth work's reads and writes: started through the plane (``run_auth``)."""
         self._grants: EffectivePermissions | None = None  # the running request's, resolved
         self._timestamps = TimestampSource(clock)
         self._list_paths = ListPaths(rng)
@@ -359,11 +363,12 @@ class QueryProcessor:
         auth = self.auth
         if auth is None:
             raise InternalError("auth work on a node without an authenticator or authorizer")
-        io = PlaneAuthIO(
-            lambda: (self._data_plane, self._submit_read, self._submit_write), self._clock
-        )
         return run_auth(
-            lambda rows: work(auth.over(rows)), auth.rows, io, self._auth_submit, auth.invalidate
+            lambda rows: work(auth.over(rows)),
+            auth.rows,
+            self._auth_io,
+            self._auth_submit,
+            auth.invalidate,
         )
 
     def resolve_grants(
@@ -556,7 +561,7 @@ class QueryProcessor:
         check_statement(self.auth, session.user, statement, keyspace, self._state, self._grants)
         if isinstance(statement, AUTH_STATEMENT_TYPES):
             work = role_statement_work(self.auth, statement, session.user, keyspace, self._state)
-            self._defer(lambda: self._auth_answer(work))
+            self._defer(lambda: self.run_auth(work))
             return VoidResult()  # replaced by the statement's answer
         if isinstance(statement, SelectStatement):
             if params.consistency is Consistency.ANY:
@@ -601,7 +606,7 @@ class QueryProcessor:
             response = self._ddl(statement, keyspace)
             grants = schema_change_work(self.auth, session.user, response)
             if grants is not None:  # grants of a creator, or on what was dropped
-                self._defer(lambda: self._auth_answer(grants))
+                self._defer(lambda: self.run_auth(grants))
             return response
         if params.consistency in _SERIAL:
             raise InvalidRequest("You must use conditional updates for serializable writes")
@@ -796,13 +801,6 @@ class QueryProcessor:
         pending (:meth:`take_pending`)."""
         invariant(self._deferred is None, "a request defers one data-plane call")
         self._deferred = work
-
-    def _auth_answer(
-        self, work: Callable[[AuthService], Response | None]
-    ) -> concurrent.futures.Future[Response | None]:
-        """After the lock: ``work`` through :meth:`run_auth` (its answer, or None: the
-        request's stands)."""
-        return self.run_auth(work)
 
     def _capture(self, table: Table, mutation: Mutation, now_us: int) -> CdcCapture:
         if self._cdc is None:

@@ -153,7 +153,13 @@ if TYPE_CHECKING:
         lakehouse_store,
     )
     from ringflow.pipeline._lakehouse_state import CurrentStateMerge
-    from ringflow.pipeline._materialize import LiveRow, TableState, cell_order, materialize
+    from ringflow.pipeline._materialize import (
+        LiveRow,
+        TableState,
+        canonical_value,
+        cell_order,
+        materialize,
+    )
     from ringflow.pipeline._pg_sql import pg_type
     from ringflow.pipeline._postgres import (
         DEFAULT_ROWS_PER_TRANSACTION,
@@ -176,7 +182,15 @@ if TYPE_CHECKING:
         plan_replica_job,
     )
     from ringflow.pipeline._replica_source import REPLICA_FORMAT, RingflowReplicaDataSource
-    from ringflow.pipeline._replicate import parse_hosts, parse_table_name
+    from ringflow.pipeline._replicate import (
+        cdc_options,
+        parse_hosts,
+        parse_table_name,
+        plan_replication,
+        print_summary,
+        replication_spark,
+        run_replication,
+    )
     from ringflow.pipeline._replication_status import (
         ReplicationStatus,
         plot_status,
@@ -236,6 +250,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "connect_cluster": ("ringflow.pipeline._cluster_client", "connect"),
     "load_table": ("ringflow.pipeline._cluster_client", "load_table"),
     "parse_hosts": ("ringflow.pipeline._replicate", "parse_hosts"),
+    "canonical_value": ("ringflow.pipeline._materialize", "canonical_value"),
+    "cdc_options": ("ringflow.pipeline._replicate", "cdc_options"),
+    "plan_replication": ("ringflow.pipeline._replicate", "plan_replication"),
+    "print_summary": ("ringflow.pipeline._replicate", "print_summary"),
+    "replication_spark": ("ringflow.pipeline._replicate", "replication_spark"),
+    "run_replication": ("ringflow.pipeline._replicate", "run_replication"),
     "REPLICA_FORMAT": ("ringflow.pipeline._replica_source", "REPLICA_FORMAT"),
     "RingflowReplicaDataSource": ("ringflow.pipeline._replica_source", "RingflowReplicaDataSource"),
     "ReplicaJob": ("ringflow.pipeline._replica_job", "ReplicaJob"),
@@ -438,6 +458,8 @@ __all__ = [
     "apply_changes",
     "apply_to_hub",
     "arrow_type",
+    "canonical_value",
+    "cdc_options",
     "cell_order",
     "change_arrow_schema",
     "change_from_json",
@@ -488,9 +510,11 @@ __all__ = [
     "pg_type",
     "plan_diff",
     "plan_replica_job",
+    "plan_replication",
     "plot_status",
     "postgres_options",
     "print_replica_summary",
+    "print_summary",
     "read_changes",
     "read_lake",
     "read_lake_changes",
@@ -501,9 +525,11 @@ __all__ = [
     "register_data_sources",
     "replay_dead_letters",
     "replica_spark",
+    "replication_spark",
     "resolve_spark_conf",
     "row_image",
     "run_diff",
+    "run_replication",
     "serve_job_metrics",
     "spark_session",
     "spark_settings",
