@@ -87,9 +87,16 @@ def client_endpoint(name: str) -> str:
 
 
 WRITE_FAILURES = frozenset(
-    {ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED, ErrorCode.PROTOCOL_ERROR, ErrorCode.UNPREPARED}
+    {
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.OVERLOADED,
+        ErrorCode.PROTOCOL_ERROR,
+        ErrorCode.UNPREPARED,
+        ErrorCode.IS_BOOTSTRAPPING,
+    }
 )
-"""Errors that say the write was not applied (refused before it was sent to a replica)."""
+"""Errors that say the write was not applied (refused before it was sent to a replica;
+IS_BOOTSTRAPPING: a restarted node that has not heard the cluster's CDC generations yet)."""
 EXPECTED_ERRORS = frozenset(
     {
         *WRITE_FAILURES,
@@ -131,9 +138,9 @@ class Run:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
         def make(runtime: Runtime) -> ClusterNode:
-            node, _cdc = start_layout_node(runtime, name, host, open_store(runtime))
-            self.shells[name] = serve_cql(node, cql_endpoint(name))
-            self.nodes[name] = node
+            built, _cdc = start_layout_node(runtime, name, host, open_store(runtime))
+            self.shells[name] = serve_cql(built, cql_endpoint(name))
+            node = self.nodes[name] = built.cluster
             return node
 
         return make

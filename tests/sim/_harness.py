@@ -17,16 +17,25 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ringflow.cdc import CdcMetadata, generate_topology_description
-from ringflow.cluster import ConsistencyLevel
-from ringflow.cluster.service._capture import ReplicaCapture
-from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
-from ringflow.cluster.service._settings import CaptureSettings, ClusterSettings
+from ringflow.cdc import CdcMetadata, GenerationIdV2, generate_topology_description
+from ringflow.cluster import ApplicationState, ConsistencyLevel
+from ringflow.cluster.service import (
+    INTERNODE_PORT,
+    BuiltNode,
+    CaptureSettings,
+    CdcGeneration,
+    ClusterNode,
+    ClusterSettings,
+    NodeRuntime,
+    NodeSpec,
+    SchemaObserver,
+    build_node,
+)
 from ringflow.cql._executor import NodeIdentity, QueryProcessor, SessionState
 from ringflow.cql._requests import Query, QueryParameters
 from ringflow.cql._wire import Consistency
 from ringflow.ring import MIN_TOKEN, Host
-from ringflow.runtime import Clock, Runtime
+from ringflow.runtime import Clock, ClockExecutor, ClockLoop, Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation, Row
 from ringflow.sim import DEFAULT_EPOCH_MS, NetworkConfig, Simulation
 from ringflow.storage import Store
@@ -67,9 +76,14 @@ def tokens_of(name: str) -> tuple[int, ...]:
 
 GENERATION_MS = DEFAULT_EPOCH_MS - 60_000
 """The cluster's one CDC generation, operating since a minute before the simulation starts."""
+SHARDING = (2, 12)
+"""Every simulated node's shard count and ignore_msb (gossiped)."""
 DESCRIPTION = generate_topology_description(
-    sorted(t for name in NAMES for t in tokens_of(name)), lambda token: (2, 12), random.Random(0)
+    sorted(t for name in NAMES for t in tokens_of(name)), lambda token: SHARDING, random.Random(0)
 )
+INITIAL_UUID = uuid.UUID(int=7, version=4)
+INITIAL_GENERATION = CdcGeneration(GenerationIdV2(GENERATION_MS, INITIAL_UUID), DESCRIPTION)
+"""That generation as the nodes operate and gossip it (a v2 id)."""
 
 
 def sim_host(namespace: uuid.UUID, name: str, endpoint: str) -> Host:
@@ -102,6 +116,22 @@ def open_store(runtime: Runtime, kind: type[_S] = Store) -> _S:  # type: ignore[
     return store
 
 
+def sim_runtime(runtime: Runtime) -> NodeRuntime:
+    """What a simulated node runs on: the incarnation's clock and network, its store work and
+    a statement's later steps as 0 ms timers of its clock (``ClockLoop``, ``ClockExecutor``;
+    lost with the incarnation on a crash), its random source."""
+    worker = ClockExecutor(runtime.clock)
+    return NodeRuntime(
+        clock=runtime.clock,
+        network=runtime.network,
+        loop=ClockLoop(runtime.clock),
+        offload=sim_offload(runtime.clock),
+        statements=worker,
+        auth_submit=worker.submit,
+        rng=random.Random(runtime.random.getrandbits(64)),
+    )
+
+
 def sim_node(
     runtime: Runtime,
     *,
@@ -111,63 +141,80 @@ def sim_node(
     cdc: CdcMetadata,
     seed: str,
     capture: CaptureSettings | None = SIM_CAPTURE,
-    **options: Any,
-) -> ClusterNode:
-    """A ``ClusterNode`` (not started) at ``host.endpoint`` with its ``QueryProcessor``, seeded
-    from the incarnation's random source; ``options`` go to ``ClusterNode``. Its store captures
-    every CDC log row (``ReplicaCapture``, seed 002) and seals on the simulated clock, unless
-    ``capture`` is None."""
+    initial: CdcGeneration | None = None,
+    v2: bool = True,
+    joining: bool = False,
+    extra_states: Mapping[ApplicationState, str] | None = None,
+    on_exit: Callable[[], None] | None = None,
+    schema_observer: SchemaObserver | None = None,
+    transmission: bool = False,
+) -> BuiltNode:
+    """The node a process would build (``build_node``, not started, its store prepared) at
+    ``host.endpoint`` with a ``QueryProcessor`` seeded from the incarnation's random source,
+    operating CDC generation ``initial``. Its store captures every CDC log row
+    (``ReplicaCapture``, seed 002) and seals on the simulated clock unless ``capture`` is
+    None; the node side of transmission only with ``transmission`` (its rounds add
+    coordinated traffic to every history)."""
+    node_runtime = sim_runtime(runtime)
     processor = QueryProcessor(
         store,
         node=NodeIdentity(host.host_id, tokens=tokens),
         clock=runtime.clock.now_us,
         cdc=cdc,
-        rng=random.Random(runtime.random.getrandbits(64)),
+        rng=random.Random(node_runtime.rng.getrandbits(64)),
     )
-    settings = ClusterSettings(
-        endpoint=host.endpoint,
-        rpc_address=host.endpoint.split(":")[0],
-        seeds=(seed,),
-        cluster_name="sim",
-        gossip_interval_ms=GOSSIP_MS,
+    built = build_node(
+        node_runtime,
+        NodeSpec(
+            settings=ClusterSettings(
+                endpoint=host.endpoint,
+                rpc_address=host.endpoint.split(":")[0],
+                seeds=(seed,),
+                cluster_name="sim",
+                gossip_interval_ms=GOSSIP_MS,
+                cdc_generations_v2=v2,
+            ),
+            host=host,
+            tokens=tokens,
+            store=store,
+            processor=processor,
+            cdc=cdc,
+            data_dir=runtime.disk.root,
+            shard_count=SHARDING[0],
+            ignore_msb=SHARDING[1],
+            joining=joining,
+            initial_generation=initial,
+            capture=capture,
+            transmission=transmission,
+            extra_states=extra_states or {},
+            on_exit=on_exit,
+            schema_observer=schema_observer,
+        ),
     )
-    node = ClusterNode(
-        settings,
-        host=host,
-        tokens=tokens,
-        store=store,
-        processor=processor,
-        clock=runtime.clock,
-        network=runtime.network,
-        rng_seed=runtime.random.getrandbits(64),
-        offload=sim_offload(runtime.clock),
-        **options,
-    )
-    if capture is not None:  # the simulator is one thread: prepare runs here, as on its thread
-        replica_capture = ReplicaCapture(node, cdc, capture)
-        replica_capture.prepare()
-        replica_capture.start()
-    return node
+    built.prepare()  # the simulator is one thread: prepare runs here, as on the storage thread
+    return built
 
 
 def start_layout_node(
     runtime: Runtime, name: str, host: Host, store: Store, **options: Any
-) -> tuple[ClusterNode, CdcMetadata]:
-    """Node ``name`` of the ``NAMES`` layout started (seed n1), its CDC metadata holding the
-    cluster's one generation; ``options`` go to ``ClusterNode``."""
+) -> tuple[BuiltNode, CdcMetadata]:
+    """Node ``name`` of the ``NAMES`` layout started (seed n1), operating the cluster's one
+    generation (``INITIAL_GENERATION``, from the start of time); ``options`` go to
+    ``sim_node``."""
     cdc = CdcMetadata()
     cdc.insert(GENERATION_MS, DESCRIPTION, runtime.clock.now_us())
-    node = sim_node(
+    built = sim_node(
         runtime,
         host=host,
         tokens=tokens_of(name),
         store=store,
         cdc=cdc,
         seed=endpoint(SEED_NODE),
+        initial=INITIAL_GENERATION,
         **options,
     )
-    node.start()
-    return node, cdc
+    built.start()
+    return built, cdc
 
 
 def random_faults(
@@ -210,10 +257,10 @@ def check_acting_node(sim: Simulation, nodes: Mapping[str, ClusterNode]) -> None
 
 
 def ddl(node: ClusterNode, text: str) -> None:
-    """Run ``text`` on ``node`` as a client would (it must succeed) and announce the change."""
+    """Run ``text`` on ``node`` as a client would (it must succeed); the statement path
+    announces the change (``connect_statement_path``)."""
     response = node.processor.query(Query(text, QueryParameters(Consistency.ONE)), SessionState())
     assert "Error" not in type(response).__name__, response
-    node.on_local_schema_change()
 
 
 def create_cdc_table(node: ClusterNode) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ringflow.cdc import CdcMetadata, StreamId
+from ringflow.cdc import CdcMetadata, GenerationsNotLearnt, StreamId
 from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.runtime import Runtime
@@ -67,8 +67,8 @@ class SimCluster:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
         def make(runtime: Runtime) -> ClusterNode:
-            node, self.cdc[name] = start_layout_node(runtime, name, host, open_store(runtime))
-            self.nodes[name] = node
+            built, self.cdc[name] = start_layout_node(runtime, name, host, open_store(runtime))
+            node = self.nodes[name] = built.cluster
             return node
 
         return make
@@ -168,16 +168,20 @@ def run_scenario(seed: int) -> tuple[str, dict[int, int], int]:
                 node = cluster.node(coordinator)
                 ts_us = node.clock.now_us()
                 mutation = kv_write(key, value, ts_us)
-                capture = prepare_cdc_write(
-                    mutation,
-                    node.processor.schema.tables[("ks", "kv")],
-                    ts_us,
-                    ts_us,
-                    cluster.cdc[coordinator],
-                    rng,
-                    token_metadata=node.token_metadata,
-                    strategy=node.strategy_of("ks"),
-                )
+                try:
+                    capture = prepare_cdc_write(
+                        mutation,
+                        node.processor.schema.tables[("ks", "kv")],
+                        ts_us,
+                        ts_us,
+                        cluster.cdc[coordinator],
+                        rng,
+                        token_metadata=node.token_metadata,
+                        strategy=node.strategy_of("ks"),
+                    )
+                except GenerationsNotLearnt:  # just restarted: a client tries elsewhere
+                    refused[0] += 1
+                    return
                 streams[key] = capture.stream_id
                 node.write([mutation], {0: capture}, QUORUM, done)
 

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from ringflow.cdc import CdcMetadata
+from ringflow.cdc import CdcMetadata, GenerationsNotLearnt
 from ringflow.cluster._coordinator import prepare_cdc_write
-from ringflow.cluster.service._capture_services import CaptureServices
 from ringflow.cluster.service._cdc_tables import RowValues, scan_rows
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql import DISTRIBUTED_TABLES
@@ -72,9 +71,10 @@ class PublishingCluster:
 
         def make(runtime: Runtime) -> ClusterNode:
             store = open_store(runtime)
-            node, self.cdc[name] = start_layout_node(runtime, name, host, store, capture=SETTINGS)
-            CaptureServices(node, SETTINGS).start()
-            self.nodes[name] = node
+            built, self.cdc[name] = start_layout_node(
+                runtime, name, host, store, capture=SETTINGS, transmission=True
+            )
+            node = self.nodes[name] = built.cluster
             return node
 
         return make
@@ -142,11 +142,14 @@ def write_under_faults(cluster: PublishingCluster, count: int, duration_ms: int)
             node = cluster.nodes[name]
             ts_us = node.clock.now_us()
             mutation = kv_write(key, rng.randrange(1 << 30), ts_us)
-            capture = prepare_cdc_write(
-                mutation, node.processor.schema.tables[("ks", "kv")], ts_us, ts_us,
-                cluster.cdc[name], rng, token_metadata=node.token_metadata,
-                strategy=node.strategy_of("ks"),
-            )  # fmt: skip
+            try:
+                capture = prepare_cdc_write(
+                    mutation, node.processor.schema.tables[("ks", "kv")], ts_us, ts_us,
+                    cluster.cdc[name], rng, token_metadata=node.token_metadata,
+                    strategy=node.strategy_of("ks"),
+                )  # fmt: skip
+            except GenerationsNotLearnt:  # just restarted: a client tries elsewhere
+                return
             node.write([mutation], {0: capture}, QUORUM, lambda _error: None)
 
         sim.after(rng.randrange(0, duration_ms), issue)

@@ -99,8 +99,8 @@ class SchemaCluster:
             store = open_store(runtime, CrashingStore)
             store.crash = lambda: self._crash_point(name, "persist", "")
             observer = functools.partial(self._crash_point, name)
-            node, _cdc = start_layout_node(runtime, name, host, store, schema_observer=observer)
-            self.nodes[name] = node
+            built, _cdc = start_layout_node(runtime, name, host, store, schema_observer=observer)
+            node = self.nodes[name] = built.cluster
             return node
 
         return make
@@ -144,11 +144,20 @@ class SchemaCluster:
         return len(versions) == 1 and all(self.nodes[n].schema_agreement() for n in NAMES)
 
     def ddl(self, name: str, text: str) -> bool:
-        """Run ``text`` on ``name`` as a client would; False if the node crashed under it."""
+        """Run ``text`` on ``name`` as a client would; False if the node crashed before it
+        announced the change (the statement path announces it in a 0 ms step of the node, and
+        pushes it in the same step: a crash there comes after the announcement)."""
         try:
             ddl(self.nodes[name], text)
         except Crashed:
             return False
+        try:
+            self.sim.run_for(0)
+        except Crashed:
+            return not any(
+                plan.fired and plan.node == name and plan.step == SchemaStep.ANNOUNCE
+                for plan in self.plans
+            )
         return True
 
 

@@ -31,15 +31,13 @@ import pytest
 from ringflow.cdc import (
     CdcMetadata,
     GenerationIdV1,
-    GenerationIdV2,
     StreamId,
     TopologyDescription,
 )
 from ringflow.cluster._coordinator import log_token, prepare_cdc_write
-from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._topology_change import choose_tokens
-from ringflow.cluster.service import CdcGeneration, is_published, load_local_generation
+from ringflow.cluster.service import is_published, load_local_generation
 from ringflow.cluster.service._bootstrap import (
     Phase,
     TopologyService,
@@ -47,8 +45,6 @@ from ringflow.cluster.service._bootstrap import (
     save_bootstrap_state,
 )
 from ringflow.cluster.service._cdc_generations import (
-    CDC_GENERATIONS_V2_FEATURE,
-    CdcGenerationService,
     read_description,
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
@@ -62,6 +58,7 @@ from ringflow.storage import Store
 from tests.sim._harness import (
     DESCRIPTION,
     GENERATION_MS,
+    INITIAL_GENERATION,
     QUORUM,
     SEED_NODE,
     all_alive,
@@ -101,7 +98,6 @@ SEEDS = ci_seeds(REGRESSION_SEEDS, per_run=12, pool=2_000)
 WIDE_SEEDS = ci_seeds(WIDE_REGRESSION_SEEDS, per_run=6, pool=2_000)
 WRITES = 90
 _NAMESPACE = uuid.UUID("7c1f6a4e-0b9d-4f51-8f6e-2a9d5f0e3c21")
-INITIAL_UUID = uuid.UUID(int=7, version=4)
 
 
 def endpoint(name: str) -> str:
@@ -169,41 +165,25 @@ class TopologyCluster:
             cdc = self.cdc[name] = CdcMetadata()
             initial = load_local_generation(store, runtime.clock.now_us())  # a restart
             if initial is None and name in FIRST:
-                initial = CdcGeneration(GenerationIdV2(GENERATION_MS, INITIAL_UUID), DESCRIPTION)
+                initial = INITIAL_GENERATION
             if initial is not None:
                 cdc.insert(initial.id.timestamp_ms, initial.description, runtime.clock.now_us())
-            states = {
-                ApplicationState.SHARD_COUNT: "2",
-                ApplicationState.IGNORE_MSB: "12",
-                ApplicationState.SUPPORTED_FEATURES: (
-                    "" if name in self.without_v2 else CDC_GENERATIONS_V2_FEATURE
-                ),
-            }
-            if initial is not None:
-                states[ApplicationState.CDC_GENERATION_ID] = initial.id.to_gossip()
-            node = sim_node(
+            built = sim_node(
                 runtime,
                 host=host,
                 tokens=self.tokens[name],
                 store=store,
                 cdc=cdc,
                 seed=endpoint(SEED_NODE),
-                extra_states={**states, **joining_states(root)},
-            )
-            rng = random.Random(runtime.random.getrandbits(64))
-            generations = CdcGenerationService(
-                node, cdc, rng=rng, initial=initial, v2_enabled=name not in self.without_v2
-            )
-            node.start()
-            generations.start()
-            service = self.topology[name] = TopologyService(
-                node,
-                generations,
-                root,
+                initial=initial,
+                v2=name not in self.without_v2,
                 joining=bool(joining_states(root)),
-                rng=rng,
+                extra_states=joining_states(root),
                 on_exit=lambda: self.left.add(name),
             )
+            built.start()
+            node = built.cluster
+            service = self.topology[name] = built.topology
             self.services.append(service)
             self.nodes[name] = node
             return node

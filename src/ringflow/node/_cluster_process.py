@@ -52,34 +52,26 @@ from typing import TypeVar
 
 from ringflow.cluster import ApplicationState
 from ringflow.cluster.service import (
-    CDC_GENERATIONS_V2_FEATURE,
     DISCOVERY_GOSSIP_INTERVAL_MS,
     INTERNODE_PORT,
     NODE_NETWORK_CONFIG,
-    CaptureServices,
     CaptureSettings,
-    CdcGenerationService,
-    ClusterBackend,
     ClusterNode,
     ClusterSettings,
-    GenerationExpiryService,
     MetricsServer,
     NodeMetrics,
+    NodeRuntime,
+    NodeSpec,
     NodeTimings,
     RepairService,
-    ReplicaCapture,
-    StreamsRewriteService,
     SynchronizedCdcMetadata,
-    TopologyService,
-    connect_statement_path,
+    build_node,
     discover_ring,
-    encode_features,
     joining_states,
     local_generation_id,
     pick_tokens,
     register_repair_procedures,
     save_bootstrap_state,
-    write_rewritten_marker,
 )
 from ringflow.cql import (
     CqlServer,
@@ -180,9 +172,15 @@ class DefaultSuperuserSetup:
 
 
 def _event_sink(
-    server: CqlServer[SessionState], native_port: int
+    server_of: Callable[[], CqlServer[SessionState] | None], native_port: int
 ) -> Callable[[str, str, str], None]:
+    """The client events of the native protocol server ``server_of`` returns once it exists
+    (it is built over the node's backend, after the node)."""
+
     def push(event_type: str, change: str, address: str) -> None:
+        server = server_of()
+        if server is None:
+            return
         try:  # the address a peer gossips: not ours to trust (issue 16)
             node = Inet(ipaddress.ip_address(address), native_port)
         except ValueError:
@@ -366,21 +364,6 @@ async def run_cluster_node(
             pool.shutdown(wait=True)
 
 
-async def _prepared_capture(
-    cluster: ClusterNode,
-    node: Node,
-    settings: CaptureSettings,
-    storage: concurrent.futures.Executor,
-) -> ReplicaCapture | None:
-    """The node's replica capture, enabled on its store (on the storage thread) before the
-    node listens, so every write it takes is captured; None when the settings disable it."""
-    if not settings.enabled:
-        return None
-    capture = ReplicaCapture(cluster, node.cdc, settings)
-    await asyncio.get_running_loop().run_in_executor(storage, capture.prepare)
-    return capture
-
-
 async def _serve(
     node: Node,
     settings: ClusterSettings,
@@ -393,7 +376,58 @@ async def _serve(
     loop = asyncio.get_running_loop()
     statements, storage, schema, auth = pools
     config, record = node.config, node.record
-    backend = ClusterBackend(node.processor)
+    server: CqlServer[SessionState] | None = None
+    network = AsyncioNetwork(
+        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
+    )
+    host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
+
+    def schema_merged() -> None:
+        version = node.processor.schema_version
+        write_local_row(node.store, config, record, version, time.time_ns() // 1000)
+
+    now_us = time.time_ns() // 1000
+    remembered = (  # a v1 generation: loaded through the coordinator by the service
+        None
+        if node.generation is not None
+        else await loop.run_in_executor(storage, lambda: local_generation_id(node.store, now_us))
+    )
+    built = build_node(
+        NodeRuntime(
+            clock=SystemClock(loop),
+            network=network,
+            loop=loop,
+            offload=ExecutorOffload(loop, storage),
+            statements=statements,
+            auth_submit=auth.submit,
+            rng=random.Random(rng.getrandbits(64)),
+            schema_offload=ExecutorOffload(loop, schema),
+            events=_event_sink(lambda: server, config.native_port),
+        ),
+        NodeSpec(
+            settings=settings,
+            host=host,
+            tokens=record.tokens,
+            store=node.store,
+            processor=node.processor,
+            cdc=node.cdc,
+            data_dir=config.data_dir,
+            joining=bool(joining_states(config.data_dir)),
+            initial_generation=node.generation,
+            remembered_generation=remembered,
+            capture=capture_settings,
+            shard_count=record.shard_count,
+            ignore_msb=record.ignore_msb,
+            extra_states={
+                ApplicationState.AUTH_MODE: auth_mode(config.auth),
+                **joining_states(config.data_dir),
+            },
+            on_exit=stop.set,
+            on_schema_merged=schema_merged,
+        ),
+    )
+    cluster, backend = built.cluster, built.backend
+    capture, transmission = built.capture, built.transmission
     server = CqlServer(
         backend,
         statements,
@@ -406,91 +440,18 @@ async def _serve(
         authenticator=backend.server_authenticator(),
         login_worker=auth,
     )
-    network = AsyncioNetwork(
-        NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
-    )
-    host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
-
-    def schema_merged() -> None:
-        version = node.processor.schema_version
-        write_local_row(node.store, config, record, version, time.time_ns() // 1000)
-
-    cluster = ClusterNode(
-        settings,
-        host=host,
-        tokens=record.tokens,
-        store=node.store,
-        processor=node.processor,
-        clock=SystemClock(loop),
-        network=network,
-        rng_seed=rng.getrandbits(64),
-        offload=ExecutorOffload(loop, storage),
-        schema_offload=ExecutorOffload(loop, schema),
-        events=_event_sink(server, config.native_port),
-        extra_states={
-            ApplicationState.SHARD_COUNT: str(record.shard_count),
-            ApplicationState.AUTH_MODE: auth_mode(config.auth),
-            ApplicationState.IGNORE_MSB: str(record.ignore_msb),
-            ApplicationState.SUPPORTED_FEATURES: encode_features(
-                [CDC_GENERATIONS_V2_FEATURE] if settings.cdc_generations_v2 else []
-            ),
-            **joining_states(config.data_dir),
-            **(
-                {}
-                if node.generation is None
-                else {ApplicationState.CDC_GENERATION_ID: node.generation.id.to_gossip()}
-            ),
-        },
-        on_schema_merged=schema_merged,
-    )
-    now_us = time.time_ns() // 1000
-    remembered = (  # a v1 generation: loaded through the coordinator by the service
-        None
-        if node.generation is not None
-        else await loop.run_in_executor(storage, lambda: local_generation_id(node.store, now_us))
-    )
-    generations = CdcGenerationService(
-        cluster,
-        node.cdc,
-        rng=random.Random(rng.getrandbits(64)),
-        initial=node.generation,
-        settle_ms=settings.cdc_settle_ms,
-        ring_delay_ms=settings.cdc_ring_delay_ms,
-        remembered=remembered,
-        v2_enabled=settings.cdc_generations_v2,
-    )
     for stale in config.data_dir.glob(OLD_SCRATCH_FILES):
         stale.unlink(missing_ok=True)
-    plane = connect_statement_path(backend, cluster, loop, statements, auth.submit)
-    capture = await _prepared_capture(cluster, node, capture_settings, storage)
-    transmission = None if capture is None else CaptureServices(cluster, capture_settings)
-    cluster.start()
-    generations.start()
-    if capture is not None:
-        capture.start()
-    if transmission is not None:
-        transmission.start()
-    if settings.cdc_generations_v2:  # an upgraded node: v1 -> v2 rewrite, expiry
-        if joining_states(config.data_dir):  # a new node never rewrites (seed 000)
-            await loop.run_in_executor(storage, lambda: write_rewritten_marker(node.store, now_us))
-        StreamsRewriteService(cluster).start()
-        GenerationExpiryService(cluster, generations.known_v2_ids).start()
-    topology = TopologyService(
-        cluster,
-        generations,
-        config.data_dir,
-        joining=bool(joining_states(config.data_dir)),
-        rng=random.Random(rng.getrandbits(64)),
-        on_exit=stop.set,
-    )
+    await loop.run_in_executor(storage, built.prepare)
+    built.start()
     repair = RepairService(cluster, config.data_dir, loop)
     register_repair_procedures(repair)
     control = ControlServer(
         config.data_dir,
         {
-            "decommission": topology.decommission_request,
-            "removenode": topology.removenode_request,
-            "new-cdc-generation": generations.new_generation_request,
+            "decommission": built.topology.decommission_request,
+            "removenode": built.topology.removenode_request,
+            "new-cdc-generation": built.generations.new_generation_request,
             "repair": repair.repair_request,
             "repair-status": repair.repair_status,
         },
@@ -512,7 +473,7 @@ async def _serve(
             try:
                 document = {
                     **status_document(cluster, node),
-                    "topology": topology.status(),
+                    "topology": built.topology.status(),
                     "repair": repair.status(),
                 }
                 if capture is not None:
@@ -534,12 +495,8 @@ async def _serve(
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal_number)
-        if transmission is not None:
-            transmission.stop()
-        if capture is not None:
-            capture.stop()
-        cluster.stop()
+        built.stop()
         await control.close()
         await server.close()
         await network.aclose()
-        await loop.run_in_executor(storage, plane.close)
+        await loop.run_in_executor(storage, built.plane.close)

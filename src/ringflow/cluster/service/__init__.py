@@ -15,6 +15,7 @@ from ringflow.cluster.service._bootstrap import (
     pick_tokens,
     save_bootstrap_state,
 )
+from ringflow.cluster.service._build import BuiltNode, NodeRuntime, NodeSpec, build_node
 from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._capture_services import CaptureServices
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
@@ -61,6 +62,7 @@ from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._repair import RepairService
 from ringflow.cluster.service._repair_procedures import register_repair_procedures
+from ringflow.cluster.service._schema_sync import SchemaObserver, SchemaStep
 from ringflow.cluster.service._settings import (
     CAPTURE_OPTIONS,
     CAPTURE_POLICIES,
@@ -92,6 +94,7 @@ __all__ = [
     "TIMING_OPTIONS",
     "V1_GENERATION_TABLE",
     "VERB_STANDING",
+    "BuiltNode",
     "CaptureServices",
     "CaptureSettings",
     "CdcGeneration",
@@ -103,14 +106,19 @@ __all__ = [
     "GenerationExpiryService",
     "MetricsServer",
     "NodeMetrics",
+    "NodeRuntime",
+    "NodeSpec",
     "NodeTimings",
     "RepairService",
     "ReplicaCapture",
+    "SchemaObserver",
+    "SchemaStep",
     "Standing",
     "StreamsRewriteService",
     "SynchronizedCdcMetadata",
     "TopologyService",
     "bootstrap_state",
+    "build_node",
     "connect_statement_path",
     "decode_failure",
     "discover_ring",

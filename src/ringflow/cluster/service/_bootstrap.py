@@ -300,10 +300,14 @@ class TopologyService:
         """Why this node will not join (a token collision), for the log and status."""
         self._announced_version = 0
         """Our gossip version of the last STATUS or removal this change announced."""
-        if joining:  # nothing persisted or published until done (``joining``'s docstring)
-            generations.joining()
         self.streamer.on_restream = self._restream_for_removal
-        cluster.tick_listeners.append(self.tick)
+
+    def start(self) -> None:
+        """Run the change (a join) or wait for one: after each of the node's gossip rounds,
+        once its generation service has started."""
+        if self.change == "join":  # nothing persisted or published until done (``joining``)
+            self.generations.joining()
+        self.cluster.tick_listeners.append(self.tick)
 
     def _enter(self, phase: Phase) -> None:
         _log.info("topology change %s: %s -> %s", self.change, self.phase.value, phase.value)

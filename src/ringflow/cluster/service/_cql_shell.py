@@ -37,8 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ringflow.cluster.service._backend import ClusterBackend, connect_statement_path
-from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._build import BuiltNode
 from ringflow.cql import (
     NEED_DATA,
     Backend,
@@ -62,7 +61,7 @@ from ringflow.cql import (
     when_answered,
 )
 from ringflow.errors import ErrorCode, RingflowError, invariant
-from ringflow.runtime import ClockExecutor, ClockLoop, Endpoint, Listener, Network
+from ringflow.runtime import Endpoint, Listener, Network
 
 _log = logging.getLogger(__name__)
 SessionT = TypeVar("SessionT")
@@ -258,18 +257,14 @@ class NetworkCqlShell(Generic[SessionT]):
 
 
 def serve_cql(
-    node: ClusterNode, endpoint: Endpoint, limits: ServerLimits | None = None
+    node: BuiltNode, endpoint: Endpoint, limits: ServerLimits | None = None
 ) -> NetworkCqlShell[SessionState]:
-    """Serve CQL for ``node`` on ``endpoint`` of its own network, the statement path of a node
-    process on a runtime with one thread (the simulator): its ``QueryProcessor`` routes writes
-    and reads through a ``ClusterDataPlane`` whose event loop and executors are 0 ms timers of
-    the node's clock (``ClockLoop``, ``ClockExecutor``), answered by a ``ClusterBackend`` (a
-    DDL waits for schema agreement): ``connect_statement_path``, as a node process wires it.
-    Started; the caller closes it with the node's incarnation."""
-    loop = ClockLoop(node.clock)
-    worker = ClockExecutor(node.clock)
-    backend = ClusterBackend(node.processor)
-    connect_statement_path(backend, node, loop, worker, worker.submit)
-    shell = NetworkCqlShell(backend, node.network, endpoint, worker, limits)
+    """Serve CQL for ``node`` on ``endpoint`` of its own network: the statement path of a node
+    process (``build_node`` wired it: ``ClusterBackend`` over a ``ClusterDataPlane``) on a
+    runtime with one thread (the simulator), its statements going on on the runtime's
+    ``statements`` executor. Started; the caller closes it with the node's incarnation."""
+    shell = NetworkCqlShell(
+        node.backend, node.cluster.network, endpoint, node.runtime.statements, limits
+    )
     shell.start()
     return shell

@@ -1,0 +1,251 @@
+"""One node's cluster runtime, built the same way for a node process and for the simulator
+(issue 21 §2): ``build_node(runtime, spec)``.
+
+``NodeRuntime`` is what differs between the two: the clock, the network, the event loop the
+statement path's futures complete on, where store work and a SELECT's local reads run, the
+random source, the client event sink. ``NodeSpec`` is what the node is: its settings, host,
+tokens, store, processor, CDC metadata and data directory, the generation it starts with, the
+capture's settings. ``build_node`` composes, in this order:
+
+* the ``ClusterNode`` (gossip, coordinator, hints, schema sync, the verbs it serves);
+* its CDC generations (``CdcGenerationService``) and, on a node with ``CDC_GENERATIONS_V2``,
+  the v1 -> v2 streams rewrite and the expiry of old generations;
+* its topology changes (``TopologyService``: join, decommission, removenode);
+* the statement path (``connect_statement_path``: ``ClusterBackend`` over a
+  ``ClusterDataPlane``);
+* the replica-side capture (``ReplicaCapture``, seed 002) and, when ``transmission`` is on,
+  the node side of transmission (``CaptureServices``).
+
+``BuiltNode.prepare`` is the store work to do before the node listens (the capture's
+triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
+in place. Then ``start``, and ``stop`` at the end of the incarnation. ``validate`` checks the
+node's invariants; the simulator calls it after every event.
+
+What only a process has is added by ``ringflow.node`` around the built node: the native
+protocol server, anti-entropy repair (an asyncio shell), the operator's control channel and
+``status.json``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringflow.cdc import CdcMetadata, GenerationId
+from ringflow.cluster import ApplicationState
+from ringflow.cluster.service._backend import ClusterBackend, connect_statement_path
+from ringflow.cluster.service._bootstrap import TopologyService
+from ringflow.cluster.service._capture import ReplicaCapture
+from ringflow.cluster.service._capture_services import CaptureServices
+from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
+from ringflow.cluster.service._cdc_generations import (
+    CDC_GENERATIONS_V2_FEATURE,
+    CdcGenerationService,
+    encode_features,
+)
+from ringflow.cluster.service._cdc_local import CdcGeneration
+from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
+from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._plane import ClusterDataPlane, EventLoop
+from ringflow.cluster.service._schema_sync import SchemaObserver
+from ringflow.cluster.service._settings import (
+    CaptureSettings,
+    ClusterSettings,
+    EventSink,
+    Offload,
+)
+from ringflow.cql import QueryProcessor
+from ringflow.ring import Host
+from ringflow.runtime import Clock, Network
+from ringflow.storage import Store
+
+
+@dataclass(frozen=True)
+class NodeRuntime:
+    """What a node runs on: a process's (system clock, asyncio network and loop, threads) or
+    the simulator's (its clock, network, ``ClockLoop`` and ``ClockExecutor``)."""
+
+    clock: Clock
+    network: Network
+    loop: EventLoop
+    """Where the statement path's futures complete and schema changes are announced from."""
+    offload: Offload
+    """Store work off the event loop (the storage thread; in place in the simulator)."""
+    statements: concurrent.futures.Executor
+    """Where a SELECT goes on once its local reads are here."""
+    auth_submit: Callable[[Callable[[], None]], object]
+    """Where later runs of auth work go (bcrypt's CPU)."""
+    rng: random.Random
+    """The node's random source: gossip, generations and topology draw their seeds from it."""
+    schema_offload: Offload | None = None
+    """Schema merges off the event loop (default: ``offload``)."""
+    events: EventSink | None = None
+    """Where the native protocol's client events go (STATUS_CHANGE, TOPOLOGY_CHANGE)."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What the node is (module docstring)."""
+
+    settings: ClusterSettings
+    host: Host
+    tokens: tuple[int, ...]
+    store: Store
+    processor: QueryProcessor
+    cdc: CdcMetadata
+    data_dir: Path
+    """Where the topology change keeps its state (``bootstrap_state``)."""
+    shard_count: int
+    ignore_msb: int
+    """The node's sharding, gossiped (``SHARD_COUNT``, ``IGNORE_MSB``): CDC generations cut
+    their streams by it, and a peer without it is not complete to them."""
+    joining: bool = False
+    """The node is joining the ring (a ``joining`` bootstrap state)."""
+    initial_generation: CdcGeneration | None = None
+    """The CDC generation the node operates from its start (loaded from ``system.cdc_local``,
+    or the cluster's first one)."""
+    remembered_generation: GenerationId | None = None
+    """A v1 generation id the node knew, loaded through the coordinator once it runs."""
+    capture: CaptureSettings | None = field(default_factory=CaptureSettings)
+    """The replica-side capture's settings; None: no capture."""
+    transmission: bool = True
+    """With the capture: the node side of transmission (``CaptureServices``)."""
+    extra_states: Mapping[ApplicationState, str] = field(default_factory=dict)
+    """Gossip states beyond the ring's and those ``node_states`` derives (auth mode, a
+    joiner's status, ...)."""
+    on_exit: Callable[[], None] | None = None
+    """Called when the node has left the ring (decommissioned or removed)."""
+    on_schema_merged: Callable[[], None] | None = None
+    schema_observer: SchemaObserver | None = None
+
+
+@dataclass
+class BuiltNode:
+    """A node's cluster runtime (module docstring): its parts, started and stopped together."""
+
+    runtime: NodeRuntime
+    cluster: ClusterNode
+    generations: CdcGenerationService
+    topology: TopologyService
+    backend: ClusterBackend
+    plane: ClusterDataPlane
+    capture: ReplicaCapture | None
+    transmission: CaptureServices | None
+    rewrite: StreamsRewriteService | None
+    expiry: GenerationExpiryService | None
+    joining: bool
+
+    def prepare(self) -> None:
+        """The store work before the node listens, on the thread that owns the store: the
+        capture's triggers, so that every write the node takes is captured, and a joiner's
+        rewrite marker (a new node never rewrites v1 streams, seed 000)."""
+        if self.capture is not None:
+            self.capture.prepare()
+        if self.rewrite is not None and self.joining:
+            write_rewritten_marker(self.cluster.store, self.cluster.clock.now_us())
+
+    def start(self) -> None:
+        self.cluster.start()
+        self.generations.start()
+        if self.capture is not None:
+            self.capture.start()
+        if self.transmission is not None:
+            self.transmission.start()
+        if self.rewrite is not None:
+            self.rewrite.start()
+        if self.expiry is not None:
+            self.expiry.start()
+        self.topology.start()
+
+    def stop(self) -> None:
+        if self.transmission is not None:
+            self.transmission.stop()
+        if self.capture is not None:
+            self.capture.stop()
+        self.cluster.stop()
+
+    def validate(self) -> None:
+        """The node's invariants (``ClusterNode.validate``)."""
+        self.cluster.validate()
+
+
+def node_states(spec: NodeSpec) -> dict[ApplicationState, str]:
+    """What the node gossips beyond its ring state: its sharding, its features
+    (``CDC_GENERATIONS_V2`` when it has it), the generation it operates, then
+    ``spec.extra_states``."""
+    states = {
+        ApplicationState.SHARD_COUNT: str(spec.shard_count),
+        ApplicationState.IGNORE_MSB: str(spec.ignore_msb),
+        ApplicationState.SUPPORTED_FEATURES: encode_features(
+            [CDC_GENERATIONS_V2_FEATURE] if spec.settings.cdc_generations_v2 else []
+        ),
+    }
+    if spec.initial_generation is not None:
+        states[ApplicationState.CDC_GENERATION_ID] = spec.initial_generation.id.to_gossip()
+    return {**states, **spec.extra_states}
+
+
+def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
+    """The node ``spec`` describes on ``runtime``, not started (module docstring)."""
+    settings = spec.settings
+    cluster = ClusterNode(
+        settings,
+        host=spec.host,
+        tokens=spec.tokens,
+        store=spec.store,
+        processor=spec.processor,
+        clock=runtime.clock,
+        network=runtime.network,
+        rng_seed=runtime.rng.getrandbits(64),
+        offload=runtime.offload,
+        schema_offload=runtime.schema_offload,
+        events=runtime.events,
+        extra_states=node_states(spec),
+        on_schema_merged=spec.on_schema_merged,
+        schema_observer=spec.schema_observer,
+    )
+    generations = CdcGenerationService(
+        cluster,
+        spec.cdc,
+        rng=random.Random(runtime.rng.getrandbits(64)),
+        initial=spec.initial_generation,
+        settle_ms=settings.cdc_settle_ms,
+        ring_delay_ms=settings.cdc_ring_delay_ms,
+        remembered=spec.remembered_generation,
+        v2_enabled=settings.cdc_generations_v2,
+    )
+    v2 = settings.cdc_generations_v2  # an upgraded node: v1 -> v2 rewrite, expiry
+    topology = TopologyService(
+        cluster,
+        generations,
+        spec.data_dir,
+        joining=spec.joining,
+        rng=random.Random(runtime.rng.getrandbits(64)),
+        on_exit=spec.on_exit,
+    )
+    backend = ClusterBackend(spec.processor)
+    plane = connect_statement_path(
+        backend, cluster, runtime.loop, runtime.statements, runtime.auth_submit
+    )
+    capture = None
+    if spec.capture is not None and spec.capture.enabled:
+        capture = ReplicaCapture(cluster, spec.cdc, spec.capture)
+    transmission = None
+    if capture is not None and spec.capture is not None and spec.transmission:
+        transmission = CaptureServices(cluster, spec.capture)
+    return BuiltNode(
+        runtime=runtime,
+        cluster=cluster,
+        generations=generations,
+        topology=topology,
+        backend=backend,
+        plane=plane,
+        capture=capture,
+        transmission=transmission,
+        rewrite=StreamsRewriteService(cluster) if v2 else None,
+        expiry=GenerationExpiryService(cluster, generations.known_v2_ids) if v2 else None,
+        joining=spec.joining,
+    )
