@@ -431,7 +431,6 @@ class _FakeCluster:
         self.gossiper = _FakeGossiper()
         self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=(), endpoint="self:7000")
         self.host = SimpleNamespace(host_id=host_id)
-        self.tick_listeners: list[Callable[[int], None]] = []
         self.written: list[tuple[str, str, object]] = []
         self.fail_writes = False
 
@@ -480,7 +479,6 @@ def test_the_shell_creates_loads_persists_and_publishes_in_order(tmp_path: Path)
     cdc = SynchronizedCdcMetadata()
     service = _service(fake, cdc, rng=random.Random(3), settle_ms=0)
     service.start()
-    assert fake.tick_listeners == [service.tick]
     service.tick(fake.clock.now_ms())  # settle clock starts
     service.tick(fake.clock.now_ms())  # proposes, writes, learns, loads, publishes
     created = parse_generation_id(fake.gossiper.announced[0])

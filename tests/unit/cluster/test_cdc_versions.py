@@ -193,7 +193,6 @@ class _Node:
         self.gossiper = _Gossiper()
         self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=(), endpoint="self:7000")
         self.host = SimpleNamespace(host_id=host_id)
-        self.tick_listeners: list[Callable[[int], None]] = []
         self.written: list[tuple[str, str, object]] = []
         tables = {
             ("ks", f"t{i}"): SimpleNamespace(

@@ -303,11 +303,11 @@ class TopologyService:
         self.streamer.on_restream = self._restream_for_removal
 
     def start(self) -> None:
-        """Run the change (a join) or wait for one: after each of the node's gossip rounds,
-        once its generation service has started."""
-        if self.change == "join":  # nothing persisted or published until done (``joining``)
+        """Once the node's generation service has started: a joiner's generations wait for
+        the join (nothing persisted or published until done, ``joining``); the change then
+        runs in ``tick``, after each of the node's gossip rounds."""
+        if self.change == "join":
             self.generations.joining()
-        self.cluster.tick_listeners.append(self.tick)
 
     def _enter(self, phase: Phase) -> None:
         _log.info("topology change %s: %s -> %s", self.change, self.phase.value, phase.value)

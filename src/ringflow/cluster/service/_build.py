@@ -156,9 +156,18 @@ class BuiltNode:
             self.transmission.start()
         if self.rewrite is not None:
             self.rewrite.start()
-        if self.expiry is not None:
-            self.expiry.start()
         self.topology.start()
+
+    def after_round(self, now_ms: int) -> None:
+        """The services' work after each of the node's gossip rounds, in this order: CDC
+        generations (learn, propose, publish), the expiry of old ones, the topology change in
+        progress, the v1 -> v2 streams rewrite."""
+        self.generations.tick(now_ms)
+        if self.expiry is not None:
+            self.expiry.tick(now_ms)
+        self.topology.tick(now_ms)
+        if self.rewrite is not None:
+            self.rewrite.tick(now_ms)
 
     def stop(self) -> None:
         if self.transmission is not None:
@@ -236,7 +245,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
     transmission = None
     if capture is not None and spec.capture is not None and spec.transmission:
         transmission = CaptureServices(cluster, spec.capture)
-    return BuiltNode(
+    built = BuiltNode(
         runtime=runtime,
         cluster=cluster,
         generations=generations,
@@ -249,3 +258,5 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         expiry=GenerationExpiryService(cluster, generations.known_v2_ids) if v2 else None,
         joining=spec.joining,
     )
+    cluster.after_round = built.after_round
+    return built

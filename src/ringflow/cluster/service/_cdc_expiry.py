@@ -109,9 +109,6 @@ class GenerationExpiryService:
         self._next_ms = 0
         self._running = False
 
-    def start(self) -> None:
-        self.cluster.tick_listeners.append(self.tick)
-
     def tick(self, now_ms: int) -> None:
         if self._running or now_ms < self._next_ms:
             return

@@ -636,7 +636,6 @@ class CdcGenerationService:
         )
 
     def start(self) -> None:
-        self.cluster.tick_listeners.append(self.tick)
         self._run(self.decider.start())
 
     def tick(self, now_ms: int) -> None:

@@ -153,8 +153,7 @@ class StreamsRewriteService:
             self.start_decision = decision
             _log.info("CDC streams rewrite: %s", decision.value)
             if decision is RewriteStart.PROCEED:
-                self.state = RewriteState.WAITING
-                self.cluster.tick_listeners.append(self.tick)
+                self.state = RewriteState.WAITING  # ``tick`` goes on
             else:
                 self.state = RewriteState.DONE
 

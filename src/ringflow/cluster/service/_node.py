@@ -251,8 +251,10 @@ class ClusterNode:
         self._tick_timer: TimerHandle | None = None
         self._listener: object | None = None
         self._stopped = False
-        self.tick_listeners: list[Callable[[int], None]] = []
-        """Called with ``now_ms`` after each gossip round (the CDC generation service)."""
+        self.after_round: Callable[[int], None] | None = None
+        """The node's services' work after each gossip round, with ``now_ms``: set once, by
+        ``build_node`` (``BuiltNode.after_round``: CDC generations, their expiry and rewrite,
+        topology changes, in that order)."""
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
@@ -346,8 +348,8 @@ class ClusterNode:
             self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
             self.hint_delivery.run(self.hints.tick(now_ms))
             self.schema_sync.recheck()
-            for listener in self.tick_listeners:
-                listener(now_ms)
+            if self.after_round is not None:
+                self.after_round(now_ms)
         except RingflowError:
             _log.exception("gossip round failed")
         self._schedule_tick()
