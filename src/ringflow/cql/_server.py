@@ -16,8 +16,13 @@ Rules:
   running on the worker: when they are all taken, connections stop reading (TCP
   back-pressure) until one finishes. Of those, at most ``max_statements_in_flight`` have
   started (from their hand-off to the worker, where a write takes its timestamp, to their
-  answer, pending writes and reads included); the others wait on the event loop, no thread
-  held. Writes wait for the transport to drain.
+  answer, pending writes and reads included); the others wait in a queue on the event loop
+  (bounded: each holds a pending slot), no thread held. A statement's answer comes back to
+  the loop from the thread that finished it, with the others finished meanwhile (one
+  ``call_soon_threadsafe`` for them all: a group commit's answers wake the loop once), and
+  they are written without waiting, one ``write`` per connection for them all; a connection
+  whose client does not read its answers (its transport over the high-water mark) is not
+  read until they drain.
 * **Request bytes are budgeted** (``_budget``, Cassandra's
   ``native_transport_max_request_data_in_flight[_per_ip]``): before reading more from a
   connection the shell reserves what it holds, the whole frame once its header is here; when
@@ -64,10 +69,12 @@ the normal port until it has seen every shard id (``HostConnection`` in the driv
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -214,6 +221,13 @@ class _Client(Generic[SessionT]):
     address: str
     events: set[EventType] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """Logins in progress (a task each)."""
+    statements: int = 0
+    """Statements of this connection queued or running, not yet answered."""
+    all_answered: asyncio.Future[None] | None = None
+    """Done when ``statements`` comes down to 0 while the connection's end waits for it."""
+    outbox: list[bytes] = field(default_factory=list)
+    """Answers taken together (``_take_answers``), written at once after them (``_flush``)."""
     reserved: int = 0
     """Bytes of the request-data budget this connection holds."""
     frame_started: float | None = None
@@ -299,7 +313,26 @@ class CqlServer(Generic[SessionT]):
         self._clients: set[_Client[SessionT]] = set()
         self._connection_tasks: set[asyncio.Task[None]] = set()
         self._pending: asyncio.Semaphore | None = None
-        self._in_flight: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: collections.deque[tuple[_Client[SessionT], Statement, int]] = (
+            collections.deque()
+        )
+        """Statements holding a pending slot, waiting for one of ``max_statements_in_flight``
+        (at most ``max_pending_requests``)."""
+        self._answers: list[tuple[_Client[SessionT], int, Handled]] = []
+        """Answers finished and not yet taken by the loop (under ``_answers_lock``; at most
+        one per statement in flight)."""
+        self._answers_lock = threading.Lock()
+        self._answers_called = False
+        """Whether the loop has been called to take ``_answers``."""
+        self._taking = False
+        """Whether the loop is taking answers: frames go to the outboxes, written after."""
+        self._filled: list[_Client[SessionT]] = []
+        """The connections whose outbox frames were put in while taking answers."""
+        self._unanswered = 0
+        """Statements queued or running, not yet answered, over every connection."""
+        self._all_answered: asyncio.Future[None] | None = None
+        """Done when ``_unanswered`` comes down to 0 while ``close`` waits for it."""
         self.in_flight = 0
         """Statements started and not yet answered (``max_statements_in_flight``)."""
         self.most_in_flight = 0
@@ -332,7 +365,7 @@ class CqlServer(Generic[SessionT]):
     async def start(self) -> None:
         """Listen; ConfigurationError if the address cannot be bound (in use, not local)."""
         self._pending = asyncio.Semaphore(self.limits.max_pending_requests)
-        self._in_flight = asyncio.Semaphore(self.limits.max_statements_in_flight)
+        self._loop = asyncio.get_running_loop()
         try:
             if self._tls is not None:
                 listener = TlsListener(
@@ -364,9 +397,12 @@ class CqlServer(Generic[SessionT]):
         if self._tls_listener is not None:
             self._tls_listener.close()
         grace = self.limits.shutdown_grace_s
-        in_flight = [task for client in self._clients for task in client.tasks]
-        if in_flight:
-            await asyncio.wait(in_flight, timeout=grace)
+        logins = [task for client in self._clients for task in client.tasks]
+        if self._unanswered:
+            self._all_answered = asyncio.get_running_loop().create_future()
+            logins.append(asyncio.ensure_future(self._all_answered))
+        if logins:
+            await asyncio.wait(logins, timeout=grace)
         for client in list(self._clients):
             client.writer.close()
         if self._connection_tasks:
@@ -388,7 +424,7 @@ class CqlServer(Generic[SessionT]):
                     self.stats.pushes_dropped += 1
                     _log.error("event %s not pushed: %s", type(event).__name__, error)
                     return
-                client.writer.write(frame)
+                self._write(client, frame)
                 self.stats.events_pushed += 1
 
     # --- connections ---------------------------------------------------------------------------
@@ -460,8 +496,12 @@ class CqlServer(Generic[SessionT]):
         finally:
             self._clients.discard(client)
             self.stats.protocol_errors += client.connection.protocol_error_count
-            if client.tasks:
-                await asyncio.wait(client.tasks, timeout=self.limits.shutdown_grace_s)
+            waits: list[asyncio.Future[None]] = list(client.tasks)
+            if client.statements:  # every request read gets its answer before the close
+                client.all_answered = asyncio.get_running_loop().create_future()
+                waits.append(client.all_answered)
+            if waits:
+                await asyncio.wait(waits, timeout=self.limits.shutdown_grace_s)
             self._give_back(client, client.reserved)
 
     async def _read_loop(self, reader: asyncio.StreamReader, client: _Client[SessionT]) -> None:
@@ -471,6 +511,7 @@ class CqlServer(Generic[SessionT]):
             event = connection.next_event()
             if event is NEED_DATA:
                 await self._admit(client)
+                await self._drained(client)
                 connection.receive_data(await self._receive(reader, client))
             elif isinstance(event, ConnectionClosed):
                 return
@@ -650,14 +691,92 @@ class CqlServer(Generic[SessionT]):
     async def _submit(
         self, client: _Client[SessionT], statement: Statement, stream_id: int
     ) -> None:
-        """Queue ``statement`` for the worker once a pending slot is free (back-pressure)."""
+        """Queue ``statement`` once a pending slot is free (back-pressure: the connection is
+        not read meanwhile); it starts at once if fewer than ``max_statements_in_flight`` run,
+        else when one of them is answered."""
         pending = self._pending
         if pending is None:
             raise LocalProtocolError("the server is not started")
         await pending.acquire()
-        task = asyncio.create_task(self._run(client, statement, stream_id, pending))
-        client.tasks.add(task)
-        task.add_done_callback(client.tasks.discard)
+        client.statements += 1
+        self._unanswered += 1
+        if self.in_flight < self.limits.max_statements_in_flight:
+            self._begin(client, statement, stream_id)
+        else:
+            self._waiting.append((client, statement, stream_id))
+
+    def _begin(self, client: _Client[SessionT], statement: Statement, stream_id: int) -> None:
+        """Hand ``statement`` to the worker; its answer (once its pending work is over) comes
+        back to the loop once, to ``_answered``, from the thread that finished it."""
+        loop = self._loop
+        if loop is None:
+            raise LocalProtocolError("the server is not started")
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+        def answered(handled: Handled) -> None:  # on whichever thread finished it
+            with self._answers_lock:
+                self._answers.append((client, stream_id, handled))
+                if self._answers_called:
+                    return
+                self._answers_called = True
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody left to answer
+                loop.call_soon_threadsafe(self._take_answers)
+
+        def run() -> None:  # on the worker thread
+            when_answered(self._execute(client.session, statement), answered, self._bug)
+
+        try:
+            self._worker.submit(run)
+        except RuntimeError as error:  # the worker is shut down (the node is stopping)
+            answer = ErrorResponse(ErrorCode.SERVER_ERROR, f"the node is stopping: {error}")
+            self._answered(client, stream_id, Handled(answer))
+
+    def _bug(self, error: BaseException) -> None:
+        self.stats.server_errors += 1
+        _log.error("bug: a statement's pending work failed outside its answer", exc_info=error)
+
+    def _take_answers(self) -> None:
+        """On the loop: every answer finished since the last call, each connection's written
+        at once after them."""
+        with self._answers_lock:
+            answers, self._answers = self._answers, []
+            self._answers_called = False
+        self._taking = True
+        try:
+            for client, stream_id, handled in answers:
+                self._answered(client, stream_id, handled)
+        finally:
+            self._taking = False
+            filled, self._filled = self._filled, []
+            for client in filled:
+                self._flush(client)
+
+    def _answered(self, client: _Client[SessionT], stream_id: int, handled: Handled) -> None:
+        """On the loop: free the statement's slots, start the next one waiting, send its
+        answer and push its schema changes. Never dies silently: an unexpected exception
+        here is logged, counted, and closes the connection (its request cannot be answered)."""
+        self.in_flight -= 1
+        client.statements -= 1
+        self._unanswered -= 1
+        if self._pending is not None:
+            self._pending.release()
+        if self._waiting and self.in_flight < self.limits.max_statements_in_flight:
+            self._begin(*self._waiting.popleft())
+        for count, done in (
+            (client.statements, client.all_answered),
+            (self._unanswered, self._all_answered),
+        ):
+            if not count and done is not None and not done.done():
+                done.set_result(None)
+        try:
+            self._reply(client, handled.response, stream_id, handled.warnings)
+            for change in handled.schema_changes:
+                self.push(SchemaChangeEvent(change), EventType.SCHEMA_CHANGE)
+        except Exception:
+            self.stats.connection_failures += 1
+            _log.exception("bug: answering stream %d from %s failed", stream_id, client.peer)
+            client.writer.close()
 
     async def _submit_login(
         self, client: _Client[SessionT], request: AuthResponse, stream_id: int
@@ -714,63 +833,23 @@ class CqlServer(Generic[SessionT]):
             answer = ErrorResponse(ErrorCode.SERVER_ERROR, f"{type(error).__name__}: {error}")
         await self._send(client, answer, stream_id)
 
-    async def _run(
-        self,
-        client: _Client[SessionT],
-        statement: Statement,
-        stream_id: int,
-        pending: asyncio.Semaphore,
-    ) -> None:
-        """Execute on the worker and answer. Never dies silently: an unexpected exception
-        here is logged, counted, and closes the connection (its request cannot be answered)."""
-        loop = asyncio.get_running_loop()
-        in_flight = self._in_flight
-        if in_flight is None:
-            raise LocalProtocolError("the server is not started")
-        try:
-            try:
-                async with in_flight:  # before the worker: a write's timestamp is taken there
-                    self.in_flight += 1
-                    self.most_in_flight = max(self.most_in_flight, self.in_flight)
-                    try:
-                        handled = await loop.run_in_executor(
-                            self._worker, self._execute, client.session, statement
-                        )
-                        if handled.pending is not None:  # its slots are held until it is done
-                            handled = await self._finish(handled)
-                    finally:
-                        self.in_flight -= 1
-            finally:
-                pending.release()
-            await self._send(client, handled.response, stream_id, handled.warnings)
-            for change in handled.schema_changes:
-                self.push(SchemaChangeEvent(change), EventType.SCHEMA_CHANGE)
-        except Exception:
-            self.stats.connection_failures += 1
-            _log.exception("bug: answering stream %d from %s failed", stream_id, client.peer)
-            client.writer.close()
-
-    async def _finish(self, handled: Handled) -> Handled:
-        """``handled`` with the answer its pending work gives, waited for on the event loop
-        (``when_answered``; a ServerError if that work fails unexpectedly: a bug, counted)."""
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[Handled] = loop.create_future()
-
-        def bug(error: BaseException) -> None:
-            self.stats.server_errors += 1
-            _log.error("bug: a statement's pending work failed outside its answer", exc_info=error)
-
-        def done(found: Handled) -> None:
-            loop.call_soon_threadsafe(answered.set_result, found)
-
-        when_answered(handled, done, bug)
-        return await answered
-
     def _execute(self, session: SessionT, statement: Statement) -> Handled:
         """Runs on the worker thread: the backend's answer, or the ERROR for its exception."""
         return execute_statement(self._backend, session, statement, self.stats)
 
     async def _send(
+        self,
+        client: _Client[SessionT],
+        response: Response,
+        stream_id: int,
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        """``_reply``, sent at once, and wait for the transport to drain."""
+        self._reply(client, response, stream_id, warnings)
+        self._flush(client)
+        await self._drained(client)
+
+    def _reply(
         self,
         client: _Client[SessionT],
         response: Response,
@@ -798,12 +877,34 @@ class CqlServer(Generic[SessionT]):
                 client.peer,
                 connection.story()[-1],
             )
-        writer = client.writer
-        if writer.is_closing():
+        self._write(client, frame)
+
+    def _write(self, client: _Client[SessionT], frame: bytes) -> None:
+        """Write ``frame`` to the connection; while answers are taken together, after them."""
+        if client.writer.is_closing():
             return
-        writer.write(frame)
+        if self._taking:
+            if not client.outbox:
+                self._filled.append(client)
+            client.outbox.append(frame)
+        else:
+            self._flush(client)
+            client.writer.write(frame)
+
+    def _flush(self, client: _Client[SessionT]) -> None:
+        outbox = client.outbox
+        if not outbox:
+            return
+        data = outbox[0] if len(outbox) == 1 else b"".join(outbox)
+        outbox.clear()
+        if not client.writer.is_closing():
+            client.writer.write(data)
+
+    async def _drained(self, client: _Client[SessionT]) -> None:
+        """Until the client has read enough of its answers (the transport's buffer below its
+        high-water mark): at once when it has."""
         with contextlib.suppress(ConnectionError):
-            await writer.drain()
+            await client.writer.drain()
 
     def clients(self) -> Iterator[tuple[str, int, frozenset[EventType]]]:
         """(peer, shard, registered events) of every open connection, for diagnostics."""
