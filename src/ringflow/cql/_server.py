@@ -21,8 +21,8 @@ Rules:
   the loop from the thread that finished it, with the others finished meanwhile (one
   ``call_soon_threadsafe`` for them all: a group commit's answers wake the loop once), and
   they are written without waiting, one ``write`` per connection for them all; a connection
-  whose client does not read its answers (its transport over the high-water mark) is not
-  read until they drain.
+  whose client does not read its answers (its transport over the high-water mark) has no
+  more statements started, and is not read, until they drain.
 * **Request bytes are budgeted** (``_budget``, Cassandra's
   ``native_transport_max_request_data_in_flight[_per_ip]``): before reading more from a
   connection the shell reserves what it holds, the whole frame once its header is here; when
@@ -692,11 +692,13 @@ class CqlServer(Generic[SessionT]):
         self, client: _Client[SessionT], statement: Statement, stream_id: int
     ) -> None:
         """Queue ``statement`` once a pending slot is free (back-pressure: the connection is
-        not read meanwhile); it starts at once if fewer than ``max_statements_in_flight`` run,
-        else when one of them is answered."""
+        not read meanwhile), and once the client has read enough of the answers it was sent
+        (the transport below its high-water mark); it starts at once if fewer than
+        ``max_statements_in_flight`` run, else when one of them is answered."""
         pending = self._pending
         if pending is None:
             raise LocalProtocolError("the server is not started")
+        await self._drained(client)  # its client reads the answers it has before more come
         await pending.acquire()
         client.statements += 1
         self._unanswered += 1

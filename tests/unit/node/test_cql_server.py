@@ -83,6 +83,8 @@ class FakeBackend:
             return SchemaChangeResult(change)
         if text == "INVALID":
             raise InvalidRequest("no such thing")
+        if text.startswith("BIG"):  # a large answer (60,000 bytes)
+            return ErrorResponse(ErrorCode.INVALID, "x" * 60_000)
         if text == "BUG":
             raise ValueError("oops")
         if text.startswith("PENDING"):  # answered later, with no thread waiting (a write)
@@ -359,6 +361,30 @@ def test_statements_in_flight_bound_holds_the_others_before_they_start() -> None
     server, backend = run_with_server(body, max_statements_in_flight=2)
     assert server.most_in_flight == 2
     assert len(backend.executed) == 5
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_either() -> None:
+    """Answers are written without waiting, but a connection whose answers pile up unread
+    (its transport over the high-water mark) is not read, and has no more statements
+    started, until its client reads them: of 1,000 requests of 10 KB, each answered with
+    60 KB (60 MB in all), far from all are run while the client reads nothing; once it
+    reads, every one is answered."""
+    requests = 1_000
+    padded = query("BIG" + " " * 10_000)
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        await client.start()
+        for stream_id in range(1, requests + 1):
+            client.send(padded, stream_id)
+        await asyncio.sleep(1.0)
+        assert 0 < len(backend.executed) < requests // 2
+        answered = {(await client.receive()).stream_id for _ in range(requests)}
+        assert answered == set(range(1, requests + 1))
+        client.close()
+
+    _server, backend = run_with_server(body)
+    assert len(backend.executed) == requests
 
 
 def test_pending_work_that_hands_on_more_work_is_awaited_to_its_end() -> None:
