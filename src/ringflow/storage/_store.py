@@ -250,9 +250,14 @@ class Store:
             return [info.table for info in sorted(self._by_name.values(), key=lambda i: i.tid)]
 
     def table(self, keyspace: str, name: str) -> Table:
-        """The registered definition of ``keyspace.name``; UnknownTable if there is none."""
-        with self._lock:
-            return self._info(keyspace, name).table
+        """The registered definition of ``keyspace.name``; UnknownTable if there is none.
+
+        Without the store's lock: a lookup in the registry, which is changed (a table
+        registered, altered or dropped) only under the lock, by a replacement of one entry,
+        so a reader sees the entry before or after it. A cluster node's event loop asks for
+        every mutation a peer sends, and must not wait for the storage thread's group commit,
+        which holds the lock through its COMMIT (and fsync)."""
+        return self._info(keyspace, name).table
 
     def _info(self, keyspace: str, name: str) -> TableInfo:
         info = self._by_name.get((keyspace, name))
