@@ -112,7 +112,7 @@ from ringflow.cql import QueryProcessor
 from ringflow.errors import RingflowError, invariant
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
 from ringflow.runtime import Clock, Network, TimerHandle
-from ringflow.schema import ClusteringBound, Mutation
+from ringflow.schema import ClusteringBound, Keyspace, Mutation
 from ringflow.storage import Store
 
 __all__ = [
@@ -137,6 +137,8 @@ _NO_BOUND = ClusteringBound()
 
 INTERNODE_PORT = 7000
 EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
+_STRATEGIES_KEPT = 64
+"""Strategies ``strategy_of`` keeps (keyspaces x rings: the current and the future one)."""
 
 
 def _local_gossiper(
@@ -243,6 +245,11 @@ class ClusterNode:
         """Endpoints joining (STATUS=BOOT) or leaving (LEAVING) the ring, by endpoint."""
         self.future_metadata = self.token_metadata
         """The ring once every transition completed (``_topology_change.future_ring``)."""
+        self._strategies: dict[
+            tuple[str, int],
+            tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
+        ] = {}
+        """``strategy_of``'s answers, by keyspace and ring (at most ``_STRATEGIES_KEPT``)."""
         self.extra_handlers: dict[Verb, Handler] = {}
         """Handlers of verbs served outside this class (streaming), by verb."""
         self.failure_listeners: dict[Verb, Callable[[str, int, str], None]] = {}
@@ -552,9 +559,29 @@ class ClusterNode:
     # -- the coordinator -------------------------------------------------------------------
 
     def strategy_of(self, keyspace: str, ring: TokenMetadata | None = None) -> ReplicationStrategy:
-        """``keyspace``'s strategy on ``ring`` (default: the current ring)."""
+        """``keyspace``'s strategy on ``ring`` (default: the current ring). Kept while the
+        keyspace's definition, the ring and the members are the same objects (each is
+        replaced whole when it changes): a write asks two or three times."""
         ring = self.token_metadata if ring is None else ring
         replication = self.processor.schema.keyspaces.get(keyspace)
+        key = (keyspace, id(ring))
+        kept = self._strategies.get(key)
+        if (
+            kept is not None
+            and kept[0] is ring
+            and kept[1] is replication
+            and kept[2] is self.members
+        ):
+            return kept[3]
+        strategy = self._strategy_of(keyspace, ring, replication)
+        if len(self._strategies) >= _STRATEGIES_KEPT:
+            self._strategies.clear()
+        self._strategies[key] = (ring, replication, self.members, strategy)
+        return strategy
+
+    def _strategy_of(
+        self, keyspace: str, ring: TokenMetadata, replication: Keyspace | None
+    ) -> ReplicationStrategy:
         if keyspace == EVERYWHERE_KEYSPACE:  # EverywhereStrategy: every ring member
             factor = max(1, len(ring.hosts))
             return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
