@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ringflow.cluster.service import BuiltNode
 from ringflow.cluster.service._cql_shell import NetworkCqlShell, serve_cql
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql import (
@@ -134,14 +135,14 @@ class Run:
     final: dict[int, tuple[int, int]] = field(default_factory=dict)
     log: list[LogRow] = field(default_factory=list)
 
-    def node_factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
+    def node_factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
-        def make(runtime: Runtime) -> ClusterNode:
+        def make(runtime: Runtime) -> BuiltNode:
             built, _cdc = start_layout_node(runtime, name, host, open_store(runtime))
             self.shells[name] = serve_cql(built, cql_endpoint(name))
-            node = self.nodes[name] = built.cluster
-            return node
+            self.nodes[name] = built.cluster
+            return built
 
         return make
 
@@ -195,7 +196,7 @@ def boot(seed: int, operations: int) -> Run:
     """Three nodes and three clients up, the CDC table created through CQL and agreed."""
     sim = Simulation(seed)
     run = Run(sim, operations)
-    check_acting_node(sim, run.nodes)
+    check_acting_node(sim)
     sim.add_invariant(run.validate)
     try:
         for name in NAMES:

@@ -243,14 +243,14 @@ def all_alive(
     return True
 
 
-def check_acting_node(sim: Simulation, nodes: Mapping[str, ClusterNode]) -> None:
-    """After every event of ``sim``, the invariants of the node whose code it ran
-    (``ClusterNode.validate``; ``nodes`` by process name, the running incarnation's)."""
+def check_acting_node(sim: Simulation) -> None:
+    """After every event of ``sim``, the invariants of the node whose code it ran: its
+    incarnation's ``BuiltNode.validate``, when its factory built one (``sim_node``)."""
 
     def check() -> None:
         name = sim.acting_process()
-        node = None if name is None else nodes.get(name)
-        if node is not None:
+        node = None if name is None else sim.process(name).node
+        if isinstance(node, BuiltNode):
             node.validate()
 
     sim.add_invariant(check)

@@ -29,6 +29,7 @@ import pytest
 
 from ringflow.cdc import CdcMetadata, GenerationsNotLearnt, StreamId
 from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
+from ringflow.cluster.service import BuiltNode
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell
@@ -63,13 +64,13 @@ class SimCluster:
     nodes: dict[str, ClusterNode] = field(default_factory=dict)
     cdc: dict[str, CdcMetadata] = field(default_factory=dict)
 
-    def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
+    def factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
-        def make(runtime: Runtime) -> ClusterNode:
+        def make(runtime: Runtime) -> BuiltNode:
             built, self.cdc[name] = start_layout_node(runtime, name, host, open_store(runtime))
-            node = self.nodes[name] = built.cluster
-            return node
+            self.nodes[name] = built.cluster
+            return built
 
         return make
 
@@ -123,7 +124,7 @@ def boot(seed: int) -> tuple[Simulation, SimCluster]:
     sim = Simulation(seed)
     try:
         cluster = SimCluster(sim)
-        check_acting_node(sim, cluster.nodes)
+        check_acting_node(sim)
         for name in NAMES:
             sim.add_process(name, cluster.factory(name))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()

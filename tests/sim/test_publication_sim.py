@@ -22,6 +22,7 @@ import pytest
 
 from ringflow.cdc import CdcMetadata, GenerationsNotLearnt
 from ringflow.cluster._coordinator import prepare_cdc_write
+from ringflow.cluster.service import BuiltNode
 from ringflow.cluster.service._cdc_tables import RowValues, scan_rows
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql import DISTRIBUTED_TABLES
@@ -66,16 +67,16 @@ class PublishingCluster:
     cdc: dict[str, CdcMetadata] = field(default_factory=dict)
     checks: int = 0
 
-    def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
+    def factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
-        def make(runtime: Runtime) -> ClusterNode:
+        def make(runtime: Runtime) -> BuiltNode:
             store = open_store(runtime)
             built, self.cdc[name] = start_layout_node(
                 runtime, name, host, store, capture=SETTINGS, transmission=True
             )
-            node = self.nodes[name] = built.cluster
-            return node
+            self.nodes[name] = built.cluster
+            return built
 
         return make
 

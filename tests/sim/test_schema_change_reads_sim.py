@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import pytest
 
+from ringflow.cluster.service import BuiltNode
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql._executor import SessionState
 from ringflow.cql._requests import Query, QueryParameters
@@ -70,14 +71,13 @@ class Cluster:
         self.sim = sim
         self.nodes: dict[str, ClusterNode] = {}
 
-    def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
+    def factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
-        def make(runtime: Runtime) -> ClusterNode:
-            self.nodes[name] = start_layout_node(runtime, name, host, open_store(runtime))[
-                0
-            ].cluster
-            return self.nodes[name]
+        def make(runtime: Runtime) -> BuiltNode:
+            built, _cdc = start_layout_node(runtime, name, host, open_store(runtime))
+            self.nodes[name] = built.cluster
+            return built
 
         return make
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ringflow.cluster.service import BuiltNode
 from ringflow.cluster.service._node import ClusterNode, SchemaStep
 from ringflow.cql._exec_system import load_migrations
 from ringflow.runtime import Runtime
@@ -92,16 +93,16 @@ class SchemaCluster:
     plans: list[CrashPlan] = field(default_factory=list)
     nodes: dict[str, ClusterNode] = field(default_factory=dict)
 
-    def factory(self, name: str) -> Callable[[Runtime], ClusterNode]:
+    def factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
         host = sim_host(_NAMESPACE, name, endpoint(name))
 
-        def make(runtime: Runtime) -> ClusterNode:
+        def make(runtime: Runtime) -> BuiltNode:
             store = open_store(runtime, CrashingStore)
             store.crash = lambda: self._crash_point(name, "persist", "")
             observer = functools.partial(self._crash_point, name)
             built, _cdc = start_layout_node(runtime, name, host, store, schema_observer=observer)
-            node = self.nodes[name] = built.cluster
-            return node
+            self.nodes[name] = built.cluster
+            return built
 
         return make
 

@@ -37,7 +37,7 @@ from ringflow.cdc import (
 from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._topology_change import choose_tokens
-from ringflow.cluster.service import is_published, load_local_generation
+from ringflow.cluster.service import BuiltNode, is_published, load_local_generation
 from ringflow.cluster.service._bootstrap import (
     Phase,
     TopologyService,
@@ -150,11 +150,11 @@ class TopologyCluster:
         if self.skew_ms_max:
             self.sim.set_skew_ms(name, self.skews.randint(-self.skew_ms_max, self.skew_ms_max))
 
-    def factory(self, name: str, joining: bool) -> Callable[[Runtime], ClusterNode]:
+    def factory(self, name: str, joining: bool) -> Callable[[Runtime], BuiltNode]:
         host = host_of(name)
         fresh = [joining]
 
-        def make(runtime: Runtime) -> ClusterNode:
+        def make(runtime: Runtime) -> BuiltNode:
             root = runtime.disk.root
             if fresh[0]:
                 save_bootstrap_state(root, "joining")
@@ -186,7 +186,7 @@ class TopologyCluster:
             service = self.topology[name] = built.topology
             self.services.append(service)
             self.nodes[name] = node
-            return node
+            return built
 
         return make
 
@@ -244,7 +244,7 @@ def boot(
     try:
         skews = random.Random(seed * 31 + 7)
         cluster = TopologyCluster(sim, without_v2=without_v2, skew_ms_max=skew_ms_max, skews=skews)
-        check_acting_node(sim, cluster.nodes)
+        check_acting_node(sim)
         for name in FIRST:
             cluster.tokens[name] = first_tokens(name)
             sim.add_process(name, cluster.factory(name, joining=False))

@@ -58,6 +58,7 @@ from ringflow.cluster.service._settings import (
     Offload,
 )
 from ringflow.cql import QueryProcessor
+from ringflow.errors import invariant
 from ringflow.ring import Host
 from ringflow.runtime import Clock, Network
 from ringflow.storage import Store
@@ -137,6 +138,7 @@ class BuiltNode:
     rewrite: StreamsRewriteService | None
     expiry: GenerationExpiryService | None
     joining: bool
+    started: bool = False
 
     def prepare(self) -> None:
         """The store work before the node listens, on the thread that owns the store: the
@@ -148,6 +150,7 @@ class BuiltNode:
             write_rewritten_marker(self.cluster.store, self.cluster.clock.now_us())
 
     def start(self) -> None:
+        self.started = True
         self.cluster.start()
         self.generations.start()
         if self.capture is not None:
@@ -177,8 +180,24 @@ class BuiltNode:
         self.cluster.stop()
 
     def validate(self) -> None:
-        """The node's invariants (``ClusterNode.validate``)."""
+        """The node's invariants, which the simulator checks after every event of the node:
+        its gossip, coordinator and statements' requests (``ClusterNode.validate``), and once
+        started, its CDC generations: it refuses CDC writes exactly while it has not heard the
+        cluster's generations since it started, and the generation it operates is one its
+        writes can be routed by."""
         self.cluster.validate()
+        if not self.started:
+            return
+        decider, cdc = self.generations.decider, self.generations.cdc
+        invariant(
+            cdc.writes_held == (not decider.learnt),
+            f"CDC writes held: {cdc.writes_held}, generations learnt: {decider.learnt}",
+        )
+        loaded = decider.loaded
+        invariant(
+            loaded is None or cdc.description_at(loaded.timestamp_ms) is not None,
+            f"the generation operated, {loaded}, is not in the node's CDC metadata",
+        )
 
 
 def node_states(spec: NodeSpec) -> dict[ApplicationState, str]:
