@@ -12,6 +12,7 @@ and write types): the cluster raises them, the CQL layer answers them by type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum, StrEnum
 
 
@@ -240,7 +241,10 @@ class InternalError(RingflowError):
     code = ErrorCode.SERVER_ERROR
 
 
-def invariant(condition: bool, message: str) -> None:
-    """Always-on check (a bare ``assert`` vanishes under ``python -O``); raises InternalError."""
+def invariant(condition: bool, message: str | Callable[[], str]) -> None:
+    """Always-on check (a bare ``assert`` vanishes under ``python -O``); raises InternalError.
+    ``message`` may be a function that makes it, called only when the check fails: checks run
+    after every simulated event, where formatting a message that is not needed (a window of
+    samples, the story of a gossiper) cost more than the checks themselves."""
     if not condition:
-        raise InternalError(message)
+        raise InternalError(message if isinstance(message, str) else message())

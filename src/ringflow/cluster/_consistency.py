@@ -33,6 +33,7 @@ from typing import Final, final
 
 from ringflow.errors import (
     Consistency,
+    InternalError,
     InvalidRequest,
     ReadTimeout,
     Unavailable,
@@ -360,7 +361,5 @@ class ResponseTracker:
         )
         invariant(self._required.keys() == self._members.keys(), "groups without members map")
         for name, members in self._members.items():
-            invariant(
-                all(self._group_of[host] == name for host in members),
-                f"group {name} lists a host of another group",
-            )
+            if not all(self._group_of[host] == name for host in members):
+                raise InternalError(f"group {name} lists a host of another group")

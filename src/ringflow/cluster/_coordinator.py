@@ -48,7 +48,7 @@ from ringflow.cluster._write_path import (
     WriteUnit,
 )
 from ringflow.cql import WriteType
-from ringflow.errors import ErrorCode, InvalidRequest, PeerError, invariant
+from ringflow.errors import ErrorCode, InternalError, InvalidRequest, PeerError, invariant
 from ringflow.ring import (
     Host,
     ReplicationStrategy,
@@ -361,11 +361,11 @@ class Coordinator:
         """Check the facade's and every held handler's invariants."""
         invariant(
             len(self._handlers) <= self.max_outstanding_requests,
-            f"{len(self._handlers)} requests held, limit {self.max_outstanding_requests}",
+            lambda: f"{len(self._handlers)} requests held, limit {self.max_outstanding_requests}",
         )
         for request_id, handler in self._handlers.items():
-            invariant(handler.request_id == request_id, f"request {request_id} filed wrongly")
-            invariant(request_id < self._next_request_id, f"request {request_id} from the future")
+            if handler.request_id != request_id or request_id >= self._next_request_id:
+                raise InternalError(f"request {request_id} filed wrongly or from the future")
             handler.validate()
         self.hints.validate()
 

@@ -138,7 +138,9 @@ class ArrivalWindow:
         return max(now_ms - last, 0) / self.mean_ms()
 
     def validate(self) -> None:
-        invariant(0 <= self._count <= self.sample_size, f"window count {self._count} out of range")
+        invariant(
+            0 <= self._count <= self.sample_size, lambda: f"window count {self._count} out of range"
+        )
         invariant(
             (self._count == 0) == (self._last_arrival_ms is None),
             "a window has samples exactly when it has seen an arrival",
@@ -148,7 +150,7 @@ class ArrivalWindow:
         bound = max(self.max_interval_ms, self.initial_value_ms)
         invariant(
             not recorded or (min(recorded) >= 0 and max(recorded) <= bound),
-            f"an interval outside [0, {bound}] was recorded: {recorded}",
+            lambda: f"an interval outside [0, {bound}] was recorded: {recorded}",
         )
 
 

@@ -614,33 +614,36 @@ class Gossiper:
 
     def validate(self) -> None:
         """Check every cross-index; failures carry the recent story."""
-        tail = "; story: " + " | ".join(list(self._story)[-20:])
+        problem = self._broken_invariant()
+        if problem is not None:
+            raise InternalError(f"{problem}; story: " + " | ".join(list(self._story)[-20:]))
+        self._fd.validate()
+
+    def _broken_invariant(self) -> str | None:
+        """What ``validate`` finds wrong, or None (each message made only when it fails)."""
         local = self._states.get(self.local_endpoint)
         if local is None:
-            raise InternalError("our own endpoint state is missing" + tail)
+            return "our own endpoint state is missing"
         others = self._states.keys() - {self.local_endpoint}
-        invariant(not self._live & self._unreachable, "an endpoint is both up and down" + tail)
-        invariant(
-            self._live | self._unreachable == others,
-            f"up {sorted(self._live)} + down {sorted(self._unreachable)} != known "
-            f"{sorted(others)}" + tail,
-        )
-        invariant(
-            self._pending_echo.keys() <= self._unreachable,
-            f"echo pending for endpoints not down: {sorted(self._pending_echo)}" + tail,
-        )
-        invariant(
-            self._version >= local.max_version,
-            f"version counter {self._version} behind our state {local.max_version}" + tail,
-        )
-        invariant(not self._quarantine.keys() & self._states.keys(), "quarantined yet known" + tail)
-        invariant(
+        if self._live & self._unreachable:
+            return "an endpoint is both up and down"
+        if self._live | self._unreachable != others:
+            return (
+                f"up {sorted(self._live)} + down {sorted(self._unreachable)} != known "
+                f"{sorted(others)}"
+            )
+        if not self._pending_echo.keys() <= self._unreachable:
+            return f"echo pending for endpoints not down: {sorted(self._pending_echo)}"
+        if self._version < local.max_version:
+            return f"version counter {self._version} behind our state {local.max_version}"
+        if self._quarantine.keys() & self._states.keys():
+            return "quarantined yet known"
+        if not (
             self._seen_by.keys() <= others
-            and max(self._seen_by.values(), default=-1) <= self._version,
-            f"seen-by {self._seen_by} names unknown endpoints or versions we never made" + tail,
-        )
+            and max(self._seen_by.values(), default=-1) <= self._version
+        ):
+            return f"seen-by {self._seen_by} names unknown endpoints or versions we never made"
         missing = sorted(e for e in others if self._fd.window(e) is None)
-        invariant(
-            not missing, f"known endpoints without a failure-detector window: {missing}" + tail
-        )
-        self._fd.validate()
+        if missing:
+            return f"known endpoints without a failure-detector window: {missing}"
+        return None

@@ -39,7 +39,7 @@ from typing import Final, Protocol, final
 
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._write_path import DEFAULT_STORY_LIMIT, InvalidTransition
-from ringflow.errors import InvalidRequest, invariant
+from ringflow.errors import InternalError, InvalidRequest, invariant
 from ringflow.ring import Host
 from ringflow.schema import Mutation
 
@@ -365,11 +365,10 @@ class HintManager:
         invariant(not self._up & self._down_since_ms.keys(), "a host both up and down")
         invariant(len(self._targets) <= self.max_targets, "more hinted hosts than the limit")
         for target_id, state in self._targets.items():
-            invariant(
-                bool(state.in_flight) == (state.phase is ReplayPhase.DELIVERING),
-                f"hints of {target_id}: {len(state.in_flight)} in flight in {state.phase.value}",
-            )
-            invariant(
-                len(state.in_flight) <= self.max_deliveries_in_flight,
-                f"hints of {target_id}: too many deliveries in flight",
-            )
+            if bool(state.in_flight) != (state.phase is ReplayPhase.DELIVERING) or (
+                len(state.in_flight) > self.max_deliveries_in_flight
+            ):
+                raise InternalError(
+                    f"hints of {target_id}: {len(state.in_flight)} in flight in "
+                    f"{state.phase.value} (at most {self.max_deliveries_in_flight})"
+                )

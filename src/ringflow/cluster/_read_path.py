@@ -474,7 +474,7 @@ class ReadHandler(Generic[ResultT]):
         invariant(set(self._versions) <= contacts, "data from a host not contacted")
         invariant(self.data_replica not in self._digests, "a digest from the data replica")
         done = self._state is ReadState.DONE
-        invariant((self._answer is not None) == done, f"read {self.request_id} answer/state")
+        invariant((self._answer is not None) == done, lambda: f"read {self.request_id} state")
         if self._state in (ReadState.DATA, ReadState.REPAIRING):
             invariant(self._data_tracker is not None, "data phase without its tracker")
         if self._state is ReadState.REPAIRING:

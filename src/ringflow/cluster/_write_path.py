@@ -505,7 +505,7 @@ class WriteHandler:
         answered = self._state in (WriteState.ANSWERED, WriteState.FINISHED)
         invariant(
             (self._answer is not None) == answered,
-            f"write {self.request_id} in state {self._state.value} with answer {self._answer}",
+            lambda: f"write {self.request_id} in state {self._state.value} with {self._answer}",
         )
         if self._state is WriteState.NEW:
             invariant(not self._sent and not self._hinted, "a new write already sent")

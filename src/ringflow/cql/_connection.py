@@ -331,7 +331,7 @@ class ServerConnection:
         """Check the connection's invariants (run after every test step)."""
         invariant(
             len(self._in_flight) <= self.max_in_flight,
-            f"{len(self._in_flight)} requests in flight, limit {self.max_in_flight}",
+            lambda: f"{len(self._in_flight)} requests in flight, limit {self.max_in_flight}",
         )
         invariant(
             self._compression is None or self._state is not ConnectionState.EXPECTING_STARTUP,
@@ -340,11 +340,11 @@ class ServerConnection:
         invariant(
             self._request_sizes.keys() <= self._in_flight
             and sum(self._request_sizes.values()) == self._request_bytes,
-            f"request bytes {self._request_bytes} disagree with {self._request_sizes}",
+            lambda: f"request bytes {self._request_bytes} disagree with {self._request_sizes}",
         )
         invariant(
             self._login_stream is None or self._login_stream in self._in_flight,
-            f"login stream {self._login_stream} is not in flight",
+            lambda: f"login stream {self._login_stream} is not in flight",
         )
         invariant(
             all(version != PROTOCOL_VERSION for version in self._reply_versions.values()),
