@@ -18,8 +18,9 @@ capture's settings. ``build_node`` composes, in this order:
 
 ``BuiltNode.prepare`` is the store work to do before the node listens (the capture's
 triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
-in place. Then ``start``, and ``stop`` at the end of the incarnation. ``validate`` checks the
-node's invariants; the simulator calls it after every event.
+in place. Then ``start``, and ``stop`` at the end of the incarnation. The services' work after
+each gossip round is composed here, in one order (``after_round``, the node's only hook into
+them). ``validate`` checks the node's invariants; the simulator calls it after every event.
 
 What only a process has is added by ``ringflow.node`` around the built node: the native
 protocol server, anti-entropy repair (an asyncio shell), the operator's control channel and
@@ -191,12 +192,12 @@ class BuiltNode:
         decider, cdc = self.generations.decider, self.generations.cdc
         invariant(
             cdc.writes_held == (not decider.learnt),
-            f"CDC writes held: {cdc.writes_held}, generations learnt: {decider.learnt}",
+            lambda: f"CDC writes held: {cdc.writes_held}, generations learnt: {decider.learnt}",
         )
         loaded = decider.loaded
         invariant(
             loaded is None or cdc.description_at(loaded.timestamp_ms) is not None,
-            f"the generation operated, {loaded}, is not in the node's CDC metadata",
+            lambda: f"the generation operated, {loaded}, is not in the node's CDC metadata",
         )
 
 
