@@ -732,7 +732,9 @@ class CqlServer(Generic[SessionT]):
             self._worker.submit(run)
         except RuntimeError as error:  # the worker is shut down (the node is stopping)
             answer = ErrorResponse(ErrorCode.SERVER_ERROR, f"the node is stopping: {error}")
-            self._answered(client, stream_id, Handled(answer))
+            # answered in a later step, not here: ``_answered`` starts the next statement
+            # waiting, whose hand-off fails the same way, and so on through the whole queue
+            loop.call_soon(self._answered, client, stream_id, Handled(answer))
 
     def _bug(self, error: BaseException) -> None:
         self.stats.server_errors += 1
