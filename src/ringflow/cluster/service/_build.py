@@ -259,12 +259,12 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
     plane = connect_statement_path(
         backend, cluster, runtime.loop, runtime.statements, runtime.auth_submit
     )
-    capture = None
-    if spec.capture is not None and spec.capture.enabled:
-        capture = ReplicaCapture(cluster, spec.cdc, spec.capture)
-    transmission = None
-    if capture is not None and spec.capture is not None and spec.transmission:
-        transmission = CaptureServices(cluster, spec.capture)
+    capture = transmission = None
+    settings_of_capture = spec.capture
+    if settings_of_capture is not None and settings_of_capture.enabled:
+        capture = ReplicaCapture(cluster, spec.cdc, settings_of_capture)
+        if spec.transmission:
+            transmission = CaptureServices(cluster, settings_of_capture)
     built = BuiltNode(
         runtime=runtime,
         cluster=cluster,
