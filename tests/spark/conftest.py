@@ -97,6 +97,7 @@ def hub_node() -> Iterator[NodeProcess]:
 def hub(hub_node: NodeProcess) -> Iterator[Any]:
     """A driver session on the hub node (consistency ONE)."""
     driver = driver_cluster([hub_node.address], hub_node.port, RoundRobinPolicy(), "ONE")
+    driver.scheduler.name = "Task Scheduler (session fixture)"  # outlives its first file
     try:
         yield driver.connect()
     finally:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,20 +44,30 @@ def _stop(data: Path) -> None:
     )
 
 
-def _workload(address: str, keys: range, acked: list[int], stop: threading.Event) -> None:
+@contextmanager
+def _driver(address: str) -> Iterator[Session]:
+    """A driver session through ``address``, its ``Cluster`` shut down however the block ends
+    (one left running reconnects to the stopped nodes, logging from its threads, for the rest
+    of the pytest worker's run)."""
     cluster = Cluster([address], protocol_version=4)
-    session = cluster.connect()
-    insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
-    insert.consistency_level = ConsistencyLevel.QUORUM
-    for key in keys:
-        if stop.is_set():
-            break
-        try:
-            session.execute(insert, (key, f"v{key}"))
-        except Exception:  # not acknowledged: not required afterwards
-            continue
-        acked.append(key)
-    cluster.shutdown()
+    try:
+        yield cluster.connect()
+    finally:
+        cluster.shutdown()
+
+
+def _workload(address: str, keys: range, acked: list[int], stop: threading.Event) -> None:
+    with _driver(address) as session:
+        insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
+        insert.consistency_level = ConsistencyLevel.QUORUM
+        for key in keys:
+            if stop.is_set():
+                break
+            try:
+                session.execute(insert, (key, f"v{key}"))
+            except Exception:  # not acknowledged: not required afterwards
+                continue
+            acked.append(key)
 
 
 def _assert_published(session: Session, at_least: int) -> None:
@@ -131,48 +143,46 @@ def test_bootstrap_then_decommission_keeps_every_acknowledged_write(tmp_path: Pa
         "90",
     )
     try:
-        cluster = Cluster([first], protocol_version=4)
-        session = cluster.connect()
-        _create_cdc_table(session)
-        acked: list[int] = []
-        stop = threading.Event()
-        writer = threading.Thread(target=_workload, args=(first, range(100_000), acked, stop))
-        writer.start()
-        try:
-            ringflow("cluster", "add", "--data", str(data), "--timeout", "150", timeout_s=200)
-        finally:
-            stop.set()
-            writer.join()
-        fourth = f"{prefix}.{int(last) + 3}"
-        status = json.loads((data / "node4" / "status.json").read_text())
-        assert status["topology"]["phase"] == "done"
-        assert status["topology"]["streamed_partitions"] > 0
-        assert len(status["nodes"]) == 4
+        with _driver(first) as session:
+            _create_cdc_table(session)
+            acked: list[int] = []
+            stop = threading.Event()
+            writer = threading.Thread(target=_workload, args=(first, range(100_000), acked, stop))
+            writer.start()
+            try:
+                ringflow("cluster", "add", "--data", str(data), "--timeout", "150", timeout_s=200)
+            finally:
+                stop.set()
+                writer.join()
+            fourth = f"{prefix}.{int(last) + 3}"
+            status = json.loads((data / "node4" / "status.json").read_text())
+            assert status["topology"]["phase"] == "done"
+            assert status["topology"]["streamed_partitions"] > 0
+            assert len(status["nodes"]) == 4
 
-        _assert_published(session, at_least=2)
-        _assert_same_descriptions_everywhere([f"{prefix}.{int(last) + i}" for i in range(4)])
-        _assert_timestamps_rejected(session)
+            _assert_published(session, at_least=2)
+            _assert_same_descriptions_everywhere([f"{prefix}.{int(last) + i}" for i in range(4)])
+            _assert_timestamps_rejected(session)
 
-        ringflow(
-            "cluster",
-            "decommission",
-            f"{prefix}.{int(last) + 2}",
-            "--data",
-            str(data),
-            "--timeout",
-            "150",
-            timeout_s=200,
-        )
-        layout = json.loads((data / "cluster.json").read_text())
-        assert len(layout["nodes"]) == 3
-        _assert_published(session, at_least=3)
+            ringflow(
+                "cluster",
+                "decommission",
+                f"{prefix}.{int(last) + 2}",
+                "--data",
+                str(data),
+                "--timeout",
+                "150",
+                timeout_s=200,
+            )
+            layout = json.loads((data / "cluster.json").read_text())
+            assert len(layout["nodes"]) == 3
+            _assert_published(session, at_least=3)
 
-        check = Cluster([fourth], protocol_version=4).connect()
-        select = check.prepare("SELECT v FROM topo.t WHERE k = ?")
-        select.consistency_level = ConsistencyLevel.QUORUM
-        missing = [k for k in acked if not list(check.execute(select, (k,)))]
-        assert acked and not missing, f"{len(missing)} of {len(acked)} acknowledged writes lost"
-        cluster.shutdown()
+            with _driver(fourth) as check:
+                select = check.prepare("SELECT v FROM topo.t WHERE k = ?")
+                select.consistency_level = ConsistencyLevel.QUORUM
+                missing = [k for k in acked if not list(check.execute(select, (k,)))]
+            assert acked and not missing, f"{len(missing)} of {len(acked)} acknowledged writes lost"
     finally:
         _stop(data)
 
@@ -188,26 +198,24 @@ def test_removenode_restreams_a_dead_nodes_ranges(tmp_path: Path) -> None:
         "--gossip-interval-ms", "200", "--timeout", "90",
     )  # fmt: skip
     try:
-        cluster = Cluster([base], protocol_version=4)
-        session = cluster.connect()
-        _create_cdc_table(session)
-        insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
-        insert.consistency_level = ConsistencyLevel.QUORUM
-        for key in range(300):
-            session.execute(insert, (key, f"v{key}"))
-        dead = f"{prefix}.{int(last) + 2}"
-        layout = json.loads((data / "cluster.json").read_text())
-        host_id = next(n["host_id"] for n in layout["nodes"] if n["address"] == dead)
-        ringflow("cluster", "kill", dead, "--data", str(data))
-        ringflow("cluster", "removenode", host_id, "--data", str(data), "--timeout", "150",
-                 timeout_s=200)  # fmt: skip
-        _assert_published(session, at_least=2)
-        peers = {row.peer for row in session.execute("SELECT peer FROM system.peers")}
-        assert dead not in {str(peer) for peer in peers}
-        select = session.prepare("SELECT v FROM topo.t WHERE k = ?")
-        select.consistency_level = ConsistencyLevel.QUORUM
-        missing = [k for k in range(300) if not list(session.execute(select, (k,)))]
-        assert not missing, f"{len(missing)} rows lost"
-        cluster.shutdown()
+        with _driver(base) as session:
+            _create_cdc_table(session)
+            insert = session.prepare("INSERT INTO topo.t (k, v) VALUES (?, ?)")
+            insert.consistency_level = ConsistencyLevel.QUORUM
+            for key in range(300):
+                session.execute(insert, (key, f"v{key}"))
+            dead = f"{prefix}.{int(last) + 2}"
+            layout = json.loads((data / "cluster.json").read_text())
+            host_id = next(n["host_id"] for n in layout["nodes"] if n["address"] == dead)
+            ringflow("cluster", "kill", dead, "--data", str(data))
+            ringflow("cluster", "removenode", host_id, "--data", str(data), "--timeout", "150",
+                     timeout_s=200)  # fmt: skip
+            _assert_published(session, at_least=2)
+            peers = {row.peer for row in session.execute("SELECT peer FROM system.peers")}
+            assert dead not in {str(peer) for peer in peers}
+            select = session.prepare("SELECT v FROM topo.t WHERE k = ?")
+            select.consistency_level = ConsistencyLevel.QUORUM
+            missing = [k for k in range(300) if not list(session.execute(select, (k,)))]
+            assert not missing, f"{len(missing)} rows lost"
     finally:
         _stop(data)
