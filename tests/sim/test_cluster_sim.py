@@ -21,6 +21,8 @@ replay of that target in DELIVERING for good (reported with these tests).
 from __future__ import annotations
 
 import struct
+import types
+import typing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,9 +30,21 @@ from dataclasses import dataclass, field
 import pytest
 
 from ringflow.cdc import CdcMetadata, GenerationsNotLearnt, StreamId
-from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
+from ringflow.cluster._coordinator import (
+    CoordinatorAction,
+    base_token,
+    log_token,
+    prepare_cdc_write,
+)
+from ringflow.cluster._gossip import GossipAction, Send
+from ringflow.cluster._hints import HintAction, ReplayHints
+from ringflow.cluster._messages import Verb
+from ringflow.cluster._read_path import Respond
+from ringflow.cluster._write_path import SendMutation, StoreHint
 from ringflow.cluster.service import BuiltNode
+from ringflow.cluster.service._cdc_generations import GenerationAction, Publish
 from ringflow.cluster.service._node import ClusterNode
+from ringflow.errors import InternalError
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell
 from ringflow.sim import NetworkConfig, ProcessCrashed, Simulation
@@ -234,3 +248,44 @@ def test_same_seed_same_trace() -> None:
     first = run_scenario(3)
     second = run_scenario(3)
     assert first == second
+
+
+def _action_types(union: object) -> set[type]:
+    """The classes of the union type ``union`` (generic ones by their origin)."""
+    kinds: set[type] = set()
+    for member in typing.get_args(union) or (union,):
+        origin = typing.get_origin(member)
+        if origin is types.UnionType or origin is typing.Union:
+            kinds |= _action_types(member)
+        else:
+            kinds.add(origin or member)
+    return kinds
+
+
+def test_every_action_the_cores_of_a_built_node_decide_has_its_handler() -> None:
+    """Each node's one ``ActionExecutor`` (``build_node``) carries out every action type its
+    gossiper, coordinator, hint manager and CDC generation decider can return."""
+    sim, cluster = boot(1)
+    with sim:
+        unions = (GossipAction, CoordinatorAction, HintAction, GenerationAction)
+        kinds = set().union(*(_action_types(union) for union in unions))
+        assert {Send, SendMutation, StoreHint, Respond, ReplayHints, Publish} <= kinds
+        for name in NAMES:
+            executor = cluster.node(name).executor
+            assert [k.__name__ for k in kinds if not executor.handles(k)] == [], name
+
+
+def test_each_verb_is_served_by_one_service() -> None:
+    """The services built on a node (streaming, repair) serve their verbs through
+    ``ClusterNode.serve``: a second service for a verb already served is a wiring fault, and
+    the node keeps the first."""
+    sim, cluster = boot(2)
+    with sim:
+        node = cluster.node("n1")
+        streaming = node.verb_handler(Verb.STREAM_REQ)
+        assert streaming is not None
+        with pytest.raises(InternalError, match="verbs already served: STREAM_REQ"):
+            node.serve({Verb.STREAM_REQ: lambda source, request_id, payload: None})
+        with pytest.raises(InternalError, match="verbs already served: MUTATION_REQ"):
+            node.serve({Verb.MUTATION_REQ: lambda source, request_id, payload: None})
+        assert node.verb_handler(Verb.STREAM_REQ) is streaming

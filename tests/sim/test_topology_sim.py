@@ -676,7 +676,7 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
         refusing = [True]
         for name in FIRST:
             node = cluster.nodes[name]
-            serve = node.extra_handlers[Verb.STREAM_REQ]
+            serve = node.verb_handler(Verb.STREAM_REQ)
 
             def refuse(
                 source: str, request_id: int, payload: bytes, node: Any = node, serve: Any = serve
@@ -686,7 +686,7 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
                 else:
                     serve(source, request_id, payload)
 
-            node.extra_handlers[Verb.STREAM_REQ] = refuse
+            node.serve({Verb.STREAM_REQ: refuse}, replace=True)
         writes = Writes()
         schedule_writes(cluster, writes, 20, 5_000)
         assert sim.run_until_true(lambda: writes.settled == 20, timeout_ms=120_000)

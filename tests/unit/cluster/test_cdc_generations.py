@@ -37,7 +37,12 @@ from ringflow.cdc import (
 )
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._gossip_state import ApplicationState, EndpointState
-from ringflow.cluster.service import STREAMS_TABLE, TIMESTAMPS_TABLE, load_local_generation
+from ringflow.cluster.service import (
+    STREAMS_TABLE,
+    TIMESTAMPS_TABLE,
+    ActionExecutor,
+    load_local_generation,
+)
 from ringflow.cluster.service._cdc_generations import (
     Activate,
     Announce,
@@ -433,6 +438,7 @@ class _FakeCluster:
         self.host = SimpleNamespace(host_id=host_id)
         self.written: list[tuple[str, str, object]] = []
         self.fail_writes = False
+        self.executor = ActionExecutor()
 
     def offload(self, work: Callable[[], object], done: Callable[..., None]) -> None:
         done(work(), None)
@@ -449,7 +455,12 @@ class _FakeCluster:
 
 
 def _service(fake: _FakeCluster, cdc: CdcMetadata, **options: Any) -> CdcGenerationService:
-    return CdcGenerationService(fake, cdc, **options)  # type: ignore[arg-type]
+    """The service, its actions carried out by a new executor of ``fake`` (as ``build_node``
+    registers them; a new service is a restarted node)."""
+    service = CdcGenerationService(fake, cdc, **options)  # type: ignore[arg-type]
+    fake.executor = ActionExecutor()
+    fake.executor.register_all(service.action_handlers())
+    return service
 
 
 def _gossip_state(host_id: uuid.UUID, tokens: str, generation: str | None) -> EndpointState:

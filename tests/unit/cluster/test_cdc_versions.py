@@ -37,6 +37,7 @@ from ringflow.cluster.service import (
     STREAMS_V1_TABLE,
     TIMESTAMPS_TABLE,
     V1_GENERATION_TABLE,
+    ActionExecutor,
     load_local_generation,
     local_generation_id,
 )
@@ -194,6 +195,7 @@ class _Node:
         self.settings = SimpleNamespace(gossip_interval_ms=100, seeds=(), endpoint="self:7000")
         self.host = SimpleNamespace(host_id=host_id)
         self.written: list[tuple[str, str, object]] = []
+        self.executor = ActionExecutor()
         tables = {
             ("ks", f"t{i}"): SimpleNamespace(
                 options=SimpleNamespace(cdc=SimpleNamespace(enabled=True, ttl_s=ttl))
@@ -278,9 +280,12 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
     store = _store(tmp_path)
     node = _Node(store, HIGH, [86_400])
     node.gossiper.states = _states(v2=False)
-    service = CdcGenerationService(
-        node, SynchronizedCdcMetadata(), rng=random.Random(1), settle_ms=0, v2_enabled=False
-    )  # type: ignore[arg-type]
+    service = _serve(
+        node,
+        CdcGenerationService(
+            node, SynchronizedCdcMetadata(), rng=random.Random(1), settle_ms=0, v2_enabled=False
+        ),  # type: ignore[arg-type]
+    )
     service.start()
     service.tick(node.clock.now_ms())
     service.tick(node.clock.now_ms())
@@ -307,13 +312,24 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
     # an upgraded node restarting with the remembered v1 id loads it through the coordinator
     # and publishes it to the v2 tables
     node.written.clear()
-    upgraded = CdcGenerationService(
-        node, SynchronizedCdcMetadata(), rng=random.Random(2), remembered=created
-    )  # type: ignore[arg-type]
+    upgraded = _serve(
+        node,
+        CdcGenerationService(
+            node, SynchronizedCdcMetadata(), rng=random.Random(2), remembered=created
+        ),  # type: ignore[arg-type]
+    )
     upgraded.start()
     assert upgraded.decider.loaded == created and created in upgraded.decider.published
     assert [(k, t) for k, t, _ in node.written] == [STREAMS_TABLE, TIMESTAMPS_TABLE]
     store.close()
+
+
+def _serve(node: _Node, service: CdcGenerationService) -> CdcGenerationService:
+    """``service``, its actions carried out by a new executor of ``node`` (as ``build_node``
+    registers them; a new service is a restarted node)."""
+    node.executor = ActionExecutor()
+    node.executor.register_all(service.action_handlers())
+    return service
 
 
 def _pk(store: Store, generation: GenerationId) -> tuple[bytes, ...]:

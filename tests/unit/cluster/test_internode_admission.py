@@ -93,7 +93,6 @@ class _Node:
         return MessageDispatcher(
             lambda source, message: self.gossip.append(source),
             {verb: self.handler(verb) for verb in Verb},  # type: ignore[misc]
-            {},
             standing_of=lambda e: self.standings.get(e, Standing.STRANGER),
             fail=lambda to, request_id, verb, reason: self.failed.append((to, verb)),
         )
@@ -180,7 +179,6 @@ def test_a_sender_not_known_yet_is_held_then_served_once_gossip_knows_it() -> No
     dispatcher = MessageDispatcher(
         lambda source, message: node.standings.update({source: Standing.MEMBER}),
         {verb: node.handler(verb) for verb in Verb},  # type: ignore[misc]
-        {},
         standing_of=lambda e: node.standings.get(e, Standing.STRANGER),
         fail=lambda to, request_id, verb, reason: node.failed.append((to, verb)),
         holding=Holding(lambda delay_ms, callback: timers.append(callback), learned.append),

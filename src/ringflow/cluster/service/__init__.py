@@ -57,6 +57,7 @@ from ringflow.cluster.service._dispatch import (
     VERB_STANDING,
     Standing,
 )
+from ringflow.cluster.service._executor import ActionExecutor
 from ringflow.cluster.service._metrics import MetricsServer, NodeMetrics
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
@@ -94,6 +95,7 @@ __all__ = [
     "TIMING_OPTIONS",
     "V1_GENERATION_TABLE",
     "VERB_STANDING",
+    "ActionExecutor",
     "BuiltNode",
     "CaptureServices",
     "CaptureSettings",

@@ -246,6 +246,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         remembered=spec.remembered_generation,
         v2_enabled=settings.cdc_generations_v2,
     )
+    cluster.executor.register_all(generations.action_handlers())
     v2 = settings.cdc_generations_v2  # an upgraded node: v1 -> v2 rewrite, expiry
     topology = TopologyService(
         cluster,

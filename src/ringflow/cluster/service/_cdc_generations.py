@@ -58,6 +58,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ringflow.cdc import (
     DEFAULT_BATCH_BYTES_MAX,
@@ -646,27 +647,36 @@ class CdcGenerationService:
         except Exception:  # never break the node's gossip loop
             _log.exception("CDC generation round failed")
 
-    def _run(self, actions: Sequence[GenerationAction]) -> None:
-        for action in actions:
-            if isinstance(action, Propose):
-                self._propose(action)
-            elif isinstance(action, Announce):
-                self._gossip(action.generation)
-            elif isinstance(action, Prepare):
-                self.cdc.prepare(action.generation.timestamp_ms, self.cluster.clock.now_us())
-            elif isinstance(action, Load):
-                self._later(action.delay_ms, functools.partial(self._load, action.generation))
-            elif isinstance(action, Activate):
-                self._activate(action.generation, action.description)
-            elif isinstance(action, HoldWrites):
-                self.cdc.hold_writes(action.reason)
-            elif isinstance(action, ReleaseWrites):
-                self.cdc.release_writes()
-            elif self._joining:
-                if action.generation not in self._deferred:
-                    self._deferred.append(action.generation)
-            else:
+    def action_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the decider's actions do here, registered with the node's ``ActionExecutor``
+        by ``build_node``."""
+        cdc, clock = self.cdc, self.cluster.clock
+
+        def load(action: Load) -> None:
+            self._later(action.delay_ms, functools.partial(self._load, action.generation))
+
+        def prepare(action: Prepare) -> None:
+            cdc.prepare(action.generation.timestamp_ms, clock.now_us())
+
+        def publish(action: Publish) -> None:
+            if not self._joining:
                 self._later(action.delay_ms, functools.partial(self._publish, action.generation))
+            elif action.generation not in self._deferred:
+                self._deferred.append(action.generation)
+
+        return {
+            Propose: self._propose,
+            Announce: lambda action: self._gossip(action.generation),
+            Prepare: prepare,
+            Load: load,
+            Activate: lambda action: self._activate(action.generation, action.description),
+            HoldWrites: lambda action: cdc.hold_writes(action.reason),
+            ReleaseWrites: lambda _action: cdc.release_writes(),
+            Publish: publish,
+        }
+
+    def _run(self, actions: Sequence[GenerationAction]) -> None:
+        self.cluster.executor.run(actions)
 
     def joining(self) -> None:
         """The node is joining the ring (``TopologyService``): until ``joined``, the generations

@@ -141,14 +141,13 @@ class Holding:
 
 
 class MessageDispatcher:
-    """Decodes, checks and routes each message (see the module docstring). ``handlers`` and
-    ``extra_handlers`` are read at every message: later registrations count."""
+    """Decodes, checks and routes each message (see the module docstring). ``handlers`` is
+    read at every message: verbs served later (``ClusterNode.serve``) count."""
 
     def __init__(
         self,
         on_gossip: Callable[[str, GossipMessage], None],
         handlers: Mapping[Verb, Handler],
-        extra_handlers: Mapping[Verb, Handler],
         *,
         standing_of: Callable[[str], Standing],
         fail: Callable[[str, int, Verb, str], None],
@@ -159,7 +158,6 @@ class MessageDispatcher:
         self._holding = holding
         self._held: dict[str, deque[Envelope]] = {}
         self._handlers = handlers
-        self._extra_handlers = extra_handlers
         self._standing_of = standing_of
         self._fail = fail
         self._max_frame_size = max_frame_size
@@ -256,10 +254,6 @@ class MessageDispatcher:
             self._on_gossip(source, payload)
             if self._held:  # gossip may have told us who a held sender is
                 self.release_all()
-            return
-        extra = self._extra_handlers.get(verb)
-        if extra is not None:
-            extra(source, envelope.request_id, payload)
             return
         handler = self._handlers.get(verb)
         if handler is None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ringflow.cluster._coordinator import HintStored
-from ringflow.cluster._hints import DeleteHint, DeliverHint, HintAction, ReplayHints
+from ringflow.cluster._hints import DeleteHint, DeliverHint, ReplayHints
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._write_path import StoreHint, WriteUnit
 from ringflow.cluster.service import _codec
@@ -75,16 +75,20 @@ class HintDelivery:
 
         node.offload(work, done)
 
-    def run(self, actions: Sequence[HintAction]) -> None:
-        """Carry out the manager's ``actions``."""
-        for action in actions:
-            if isinstance(action, ReplayHints):
-                self._fetch_hints(action.target_id)
-            elif isinstance(action, DeliverHint):
-                self._deliver_hint(action)
-            elif isinstance(action, DeleteHint):
-                self._fetched.pop(action.hint_id, None)
-                self._delete_hint(action.hint_id)
+    def action_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the hint manager's actions, and the coordinator's ``StoreHint``, do here (the
+        node's ``ActionExecutor``)."""
+
+        def delete(action: DeleteHint) -> None:
+            self._fetched.pop(action.hint_id, None)
+            self._delete_hint(action.hint_id)
+
+        return {
+            StoreHint: self.store_hint,
+            ReplayHints: lambda action: self._fetch_hints(action.target_id),
+            DeliverHint: self._deliver_hint,
+            DeleteHint: delete,
+        }
 
     def _delete_hint(self, hint_id: int) -> None:
         node = self._node
@@ -101,7 +105,7 @@ class HintDelivery:
             actions = node.hints.on_hints_fetched(
                 target_id, hints, node.clock.now_ms(), self._gc_grace_s
             )
-            self.run(actions)
+            self._node.executor.run(actions)
 
         node.offload(lambda: node.store.hints_for(target_id, HINT_FETCH_LIMIT), done)
 
@@ -121,7 +125,7 @@ class HintDelivery:
             target.endpoint, Verb.HINT_REQ, action.hint_id, _codec.encode_unit(unit)
         )
         if not sent:
-            self.run(node.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
+            node.executor.run(node.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
             return
         # An answer lost with the connection (or a target that crashed mid-delivery) must not
         # leave the target's replay stuck in flight: give up on it after the write timeout.
@@ -135,7 +139,7 @@ class HintDelivery:
             actions = self._node.hints.on_hint_delivery_failed(target_id, hint_id)
         except RingflowError:
             return  # answered in time: nothing in flight any more
-        self.run(actions)
+        self._node.executor.run(actions)
 
     def on_hint_answer(self, source: str, hint_id: int, delivered: bool) -> None:
         """``source`` answered HINT_REQ ``hint_id`` (HINT_RSP, or FAILURE_RSP: not delivered)."""
@@ -152,4 +156,4 @@ class HintDelivery:
         except RingflowError:
             _log.debug("late hint answer %s from %s ignored", hint_id, source)
             return
-        self.run(actions)
+        self._node.executor.run(actions)

@@ -4,9 +4,11 @@
 The shell around the pure cores (STYLE.md "pure cores, thin shells"): ``Gossiper`` and its
 ``FailureDetector``, ``Coordinator`` (``WriteHandler``/``ReadHandler``/``BlockingRepair``) and
 ``HintManager`` decide; this class only turns their actions into messages, timers and store
-calls, and turns messages, timers and store results back into their events. Everything here runs
-on one thread (the event loop, or the simulator); store work goes through ``Offload``, whose
-``done`` callback comes back on that thread.
+calls, and turns messages, timers and store results back into their events. Every action goes
+through the node's one ``ActionExecutor`` (``_executor``): the gossiper's handlers are this
+class's, the coordinator's and the hint manager's its helpers', registered when it is built.
+Everything here runs on one thread (the event loop, or the simulator); store work goes through
+``Offload``, whose ``done`` callback comes back on that thread.
 
 ``ClusterNode`` owns the lifecycle (start, the gossip tick, stop), sending, gossip and membership
 (``system.peers``, removals, joining and leaving nodes), replica placement (``strategy_of``,
@@ -23,8 +25,9 @@ that hold a reference to it:
 Rules:
 
 * Internode endpoints are ``address:7000``; a ring ``Host.endpoint`` is that endpoint.
-* A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the verb's
-  ``failure_listeners`` entry when there is one, else to the helper that sent the request.
+* A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the failure handler
+  of the service that serves the verb (``serve``) when there is one, else to the helper that
+  sent the request.
 * A joining or leaving node answers as a pending replica (``host_at``).
 * Internode admission (issue 16, ``_dispatch``): what a sender may ask depends on
   ``standing_of``. Gossip itself stays open, states relayed by anyone included, as
@@ -38,6 +41,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
@@ -47,6 +51,8 @@ from ringflow.cluster._gossip import (
     GossipAction,
     Gossiper,
     NodeDown,
+    NodeJoined,
+    NodeRestarted,
     NodeUp,
     Send,
     StateChanged,
@@ -74,6 +80,7 @@ from ringflow.cluster._topology_change import (
 from ringflow.cluster._write_path import TokenReplicas
 from ringflow.cluster.service._codec import decode_failure, encode_failure
 from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
+from ringflow.cluster.service._executor import ActionExecutor
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
     PeerInfo,
@@ -109,7 +116,7 @@ from ringflow.cluster.service._settings import (
     WriteDone,
 )
 from ringflow.cql import QueryProcessor
-from ringflow.errors import RingflowError, invariant
+from ringflow.errors import InternalError, RingflowError, invariant
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
 from ringflow.runtime import Clock, Network, TimerHandle
 from ringflow.schema import ClusteringBound, Keyspace, Mutation
@@ -133,6 +140,9 @@ __all__ = [
 the helper modules and are re-exported)."""
 
 _log = logging.getLogger(__name__)
+
+FailureHandler = Callable[[str, int, str], None]
+"""Hears a FAILURE_RSP: ``(source, request_id, reason)``."""
 _NO_BOUND = ClusteringBound()
 
 INTERNODE_PORT = 7000
@@ -250,14 +260,19 @@ class ClusterNode:
             tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
         ] = {}
         """``strategy_of``'s answers, by keyspace and ring (at most ``_STRATEGIES_KEPT``)."""
-        self.extra_handlers: dict[Verb, Handler] = {}
-        """Handlers of verbs served outside this class (streaming), by verb."""
-        self.failure_listeners: dict[Verb, Callable[[str, int, str], None]] = {}
-        """Who hears a FAILURE_RSP for a verb served outside this class."""
+        self._failure_handlers: dict[Verb, FailureHandler] = {}
+        """Who hears a FAILURE_RSP for a verb served outside this class (``serve``)."""
         self.started_ms = clock.now_ms()
         self._tick_timer: TimerHandle | None = None
         self._listener: object | None = None
         self._stopped = False
+        self.executor = ActionExecutor()
+        """Carries out every action of the node's cores (``_executor``): the gossiper's,
+        registered here, the coordinator's and the hint manager's by their helpers, the CDC
+        generations' by their service."""
+        self._ring_changed = self._agreement_may_change = False
+        """What the gossip actions run so far changed (``_run_gossip``)."""
+        self.executor.register_all(self._gossip_handlers())
         self.after_round: Callable[[int], None] | None = None
         """The node's services' work after each gossip round, with ``now_ms``: set once, by
         ``build_node`` (``BuiltNode.after_round``: CDC generations, their expiry and rewrite,
@@ -265,12 +280,16 @@ class ClusterNode:
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
+        self.executor.register_all(self.requests.action_handlers())
+        self.executor.register_all(self.hint_delivery.action_handlers())
         schema_offload = offload if schema_offload is None else schema_offload
         self.schema_sync = SchemaSync(self, schema_offload, on_schema_merged, schema_observer)
+        self._verbs = self._verb_handlers()
+        """The handler of every verb this node serves: its own and those of the services
+        built on it (``serve``)."""
         self._dispatcher = MessageDispatcher(
             self._on_gossip,
-            self._verb_handlers(),
-            self.extra_handlers,
+            self._verbs,
             standing_of=self.standing_of,
             fail=self.fail,
             holding=Holding(self._call_later, self._learn),
@@ -311,6 +330,29 @@ class ClusterNode:
         if state is not None:
             return Standing.KNOWN
         return Standing.STRANGER
+
+    def serve(
+        self,
+        handlers: Mapping[Verb, Handler],
+        *,
+        on_failure: Mapping[Verb, FailureHandler] | None = None,
+        replace: bool = False,
+    ) -> None:
+        """Serve the verbs of a service built on this node (streaming, repair) with
+        ``handlers``, and hand the FAILURE_RSP answers to its requests of a verb to that verb's
+        ``on_failure`` handler. A verb already served is a wiring fault (``InternalError``)
+        unless ``replace`` (a test standing in for a service)."""
+        failures = on_failure or {}
+        taken = {verb.name for verb in handlers if verb in self._verbs}
+        taken |= {verb.name for verb in failures if verb in self._failure_handlers}
+        if taken and not replace:
+            raise InternalError(f"verbs already served: {', '.join(sorted(taken))}")
+        self._verbs.update(handlers)
+        self._failure_handlers.update(failures)
+
+    def verb_handler(self, verb: Verb) -> Handler | None:
+        """The handler serving ``verb``, or None."""
+        return self._verbs.get(verb)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -353,7 +395,7 @@ class ClusterNode:
         now_ms = self.clock.now_ms()
         try:
             self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
-            self.hint_delivery.run(self.hints.tick(now_ms))
+            self.executor.run(self.hints.tick(now_ms))
             self.schema_sync.recheck()
             if self.after_round is not None:
                 self.after_round(now_ms)
@@ -382,24 +424,45 @@ class ClusterNode:
 
     # -- gossip and membership -------------------------------------------------------------
 
+    def _gossip_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the gossiper's actions do here: send, tell the hints and the clients of a peer
+        going up or down, hand a peer's schema version to the schema sync. What they change
+        (the ring, the schema agreement) is settled once per batch, by ``_run_gossip``."""
+
+        def send(action: Send) -> None:
+            envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
+            self._send_envelope(action.to, envelope)
+
+        def liveness(action: NodeUp | NodeDown) -> None:
+            self._agreement_may_change = True
+            self._on_liveness(action.endpoint, isinstance(action, NodeUp), self.clock.now_ms())
+
+        def state_changed(action: StateChanged) -> None:
+            self._ring_changed = True
+            if action.app_state is ApplicationState.SCHEMA:
+                self._agreement_may_change = True
+                self.schema_sync.on_peer_schema(action.endpoint, action.value, self.clock.now_ms())
+
+        def seen(_action: NodeJoined | NodeRestarted) -> None:
+            """A new or restarted endpoint: what it changes comes with its ``StateChanged``
+            and ``NodeUp`` events."""
+
+        return {
+            Send: send,
+            NodeUp: liveness,
+            NodeDown: liveness,
+            StateChanged: state_changed,
+            NodeJoined: seen,
+            NodeRestarted: seen,
+        }
+
     def _run_gossip(self, actions: Sequence[GossipAction]) -> None:
-        now_ms = self.clock.now_ms()
-        ring_changed = agreement_may_change = False
-        for action in actions:
-            if isinstance(action, Send):
-                envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
-                self._send_envelope(action.to, envelope)
-            elif isinstance(action, NodeUp | NodeDown):
-                agreement_may_change = True
-                self._on_liveness(action.endpoint, isinstance(action, NodeUp), now_ms)
-            elif isinstance(action, StateChanged):
-                ring_changed = True
-                if action.app_state is ApplicationState.SCHEMA:
-                    agreement_may_change = True
-                    self.schema_sync.on_peer_schema(action.endpoint, action.value, now_ms)
-        if ring_changed:
+        self.executor.run(actions)
+        if self._ring_changed:
+            self._ring_changed = False
             self._refresh_ring()
-        if agreement_may_change:
+        if self._agreement_may_change:
+            self._agreement_may_change = False
             self.schema_sync.settle()
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
@@ -694,9 +757,9 @@ class ClusterNode:
         verb, reason = decode_failure(payload)
         host = self.host_at(source)
         _log.info("%s %s failed on %s: %s", verb.name, request_id, source, reason)
-        listener = self.failure_listeners.get(verb)
-        if listener is not None:
-            listener(source, request_id, reason)
+        on_failure = self._failure_handlers.get(verb)
+        if on_failure is not None:
+            on_failure(source, request_id, reason)
         elif verb == Verb.HINT_REQ:
             self.hint_delivery.on_hint_answer(source, request_id, False)
         elif host is None:

@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._coordinator import (
     ArmTimeout,
-    CoordinatorAction,
     CoordinatorEvent,
     DataReceived,
     DigestReceived,
@@ -67,7 +66,6 @@ from ringflow.cluster._read_repair import SendRepair
 from ringflow.cluster._write_path import (
     Complete,
     SendMutation,
-    StoreHint,
     TokenReplicas,
     WriteUnit,
 )
@@ -142,7 +140,7 @@ class PointRequests:
                 group.complete(error)
                 continue
             self._writes[request_id] = group
-            self._execute(actions)
+            self._node.executor.run(actions)
 
     def _units(
         self, batch: Sequence[Mutation], captures: dict[int, CdcCapture]
@@ -210,7 +208,7 @@ class PointRequests:
             done(None, error)
             return
         self._reads[request_id] = PendingRead(command, done)
-        self._execute(actions)
+        self._node.executor.run(actions)
 
     def handle(self, event: CoordinatorEvent) -> None:
         try:
@@ -218,24 +216,23 @@ class PointRequests:
         except RingflowError:
             _log.exception("coordinator refused %s", event)
             return
-        self._execute(actions)
+        self._node.executor.run(actions)
 
-    def _execute(self, actions: Sequence[CoordinatorAction]) -> None:
-        for action in actions:
-            if isinstance(action, SendMutation):
-                self._send_unit(action.replica, action.request_id, action.unit, repair=False)
-            elif isinstance(action, SendRepair):
-                self._send_repair(action)
-            elif isinstance(action, SendRead):
-                self._send_read(action)
-            elif isinstance(action, StoreHint):
-                self._node.hint_delivery.store_hint(action)
-            elif isinstance(action, ArmTimeout):
-                self._arm(action)
-            elif isinstance(action, Complete):
-                self._complete_write(action)
-            elif isinstance(action, Respond):
-                self._respond(action)
+    def action_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the coordinator's actions do here (the node's ``ActionExecutor``); its
+        ``StoreHint`` is the hint delivery's."""
+
+        def send_mutation(action: SendMutation) -> None:
+            self._send_unit(action.replica, action.request_id, action.unit, repair=False)
+
+        return {
+            SendMutation: send_mutation,
+            SendRepair: self._send_repair,
+            SendRead: self._send_read,
+            ArmTimeout: self._arm,
+            Complete: self._complete_write,
+            Respond: self._respond,
+        }
 
     def _arm(self, action: ArmTimeout) -> None:
         request_id = action.request_id

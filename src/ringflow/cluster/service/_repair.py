@@ -152,9 +152,10 @@ class RepairService:
         self._next_id = _REQUEST_IDS
         self._waiters: dict[int, asyncio.Future[bytes]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
-        cluster.extra_handlers[Verb.REPAIR_REQ] = self._on_request
-        cluster.extra_handlers[Verb.REPAIR_RSP] = self._on_response
-        cluster.failure_listeners[Verb.REPAIR_REQ] = self._on_failure
+        cluster.serve(
+            {Verb.REPAIR_REQ: self._on_request, Verb.REPAIR_RSP: self._on_response},
+            on_failure={Verb.REPAIR_REQ: self._on_failure},
+        )
 
     # -- plumbing -------------------------------------------------------------------------
 

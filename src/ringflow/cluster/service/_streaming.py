@@ -222,9 +222,10 @@ class Streamer:
         self._next_id = _REQUEST_IDS
         self._active: list[_Run] = []
         """The sessions of the runs in progress (``progress``)."""
-        cluster.extra_handlers[Verb.STREAM_REQ] = self._on_request
-        cluster.extra_handlers[Verb.STREAM_RSP] = self._on_response
-        cluster.failure_listeners[Verb.STREAM_REQ] = self._on_failure
+        cluster.serve(
+            {Verb.STREAM_REQ: self._on_request, Verb.STREAM_RSP: self._on_response},
+            on_failure={Verb.STREAM_REQ: self._on_failure},
+        )
 
     def tables_of(self, keyspace: str) -> list[str]:
         """Every table of ``keyspace`` in the local store (CDC log tables included)."""
