@@ -126,6 +126,7 @@ def print_status(console: Console, status: ReplicationStatus) -> None:
 def run_status(arguments: argparse.Namespace) -> int:
     from ringflow.pipeline import (
         PipelineConfigError,
+        close_cached_sessions,
         parse_hosts,
         plot_status,
         read_status,
@@ -156,6 +157,7 @@ def run_status(arguments: argparse.Namespace) -> int:
         console.print("[yellow]stopped")
     finally:
         view.close()
+        close_cached_sessions()  # main() may run in-process: leave no session reconnecting
     if arguments.plot:
         plot_status(samples, arguments.plot)
         console.print(f"backlog and lag per channel: {arguments.plot}")

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from ringflow.pipeline._cluster_client import (
         ClusterOptions,
         DriverTls,
+        close_cached_sessions,
         cluster_options,
         credentials,
         driver_tls,
@@ -340,6 +341,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "change_to_row": ("ringflow.pipeline._changes", "change_to_row"),
     "changes_sorted": ("ringflow.pipeline._changes", "changes_sorted"),
     "check_change_schema": ("ringflow.pipeline._changes", "check_change_schema"),
+    "close_cached_sessions": ("ringflow.pipeline._cluster_client", "close_cached_sessions"),
     "cluster_options": ("ringflow.pipeline._cluster_client", "cluster_options"),
     "credentials": ("ringflow.pipeline._cluster_client", "credentials"),
     "committed_files": ("ringflow.pipeline._lake", "committed_files"),
@@ -474,6 +476,7 @@ __all__ = [
     "check_change_schema",
     "check_driver_address",
     "classify_difference",
+    "close_cached_sessions",
     "cluster_options",
     "committed_files",
     "connect_cluster",

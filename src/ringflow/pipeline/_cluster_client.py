@@ -28,7 +28,7 @@ import datetime
 import os
 import ssl
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,6 +330,38 @@ def shared_session(options: ClusterOptions) -> Session:
     for cluster, _ in stale:
         cluster.shutdown()
     return entry[1]
+
+
+_SESSION_CACHES: list[Callable[[], int]] = []
+"""How to empty each of this process's session caches (``keep_session_cache``)."""
+
+
+def keep_session_cache(close: Callable[[], int]) -> None:
+    """Register a process-wide cache of driver sessions: ``close()`` shuts each of them down
+    and returns how many there were (``close_cached_sessions``)."""
+    _SESSION_CACHES.append(close)
+
+
+def close_cached_sessions() -> int:
+    """Shut down every driver session this process keeps for later use (the shared ones here,
+    those pinned to one node, the hub writers'); how many there were. The next use connects
+    afresh. For a process that goes on without their clusters (a command run in-process, a
+    test file whose cluster stopped): a session left open keeps reconnecting to nodes that are
+    gone, logging each failure."""
+    return sum(close() for close in list(_SESSION_CACHES))
+
+
+def _close_shared_sessions() -> int:
+    with _SHARED.lock:
+        entries = list(_SHARED.sessions.values())
+        _SHARED.sessions.clear()
+        _SHARED.prepared.clear()
+    for cluster, _ in entries:
+        cluster.shutdown()
+    return len(entries)
+
+
+keep_session_cache(_close_shared_sessions)
 
 
 def _drop_prepared(session: Session) -> None:

@@ -103,6 +103,7 @@ from ringflow.pipeline._cluster_client import (
     auth_provider,
     credentials,
     driver_tls,
+    keep_session_cache,
     parse_hosts,
 )
 from ringflow.pipeline._dead_letters import (
@@ -638,8 +639,17 @@ class _SharedHubs:
         if entry is not None:
             entry[0].shutdown()
 
+    def close_all(self) -> int:
+        with self.lock:
+            entries = list(self.sessions.values())
+            self.sessions.clear()
+        for cluster, _ in entries:
+            cluster.shutdown()
+        return len(entries)
+
 
 _SHARED = _SharedHubs()
+keep_session_cache(_SHARED.close_all)
 
 
 def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessage:

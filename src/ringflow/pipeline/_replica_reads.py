@@ -39,7 +39,12 @@ from cassandra.cluster import (
 from cassandra.policies import ExponentialReconnectionPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import tuple_factory
 
-from ringflow.pipeline._cluster_client import DriverTls, auth_provider, prepared
+from ringflow.pipeline._cluster_client import (
+    DriverTls,
+    auth_provider,
+    keep_session_cache,
+    prepared,
+)
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.replication import (
     CAPTURED_ROWS_TABLE,
@@ -142,6 +147,18 @@ def forget_pinned(node: NodeAddress) -> None:
         entry = _PINNED.sessions.pop(node, None)
     if entry is not None:
         entry[0].shutdown()
+
+
+def _close_pinned_sessions() -> int:
+    with _PINNED.lock:
+        entries = list(_PINNED.sessions.values())
+        _PINNED.sessions.clear()
+    for cluster, _ in entries:
+        cluster.shutdown()
+    return len(entries)
+
+
+keep_session_cache(_close_pinned_sessions)
 
 
 def _values(copy: PlannedSend, after: int, limit: int) -> tuple[object, ...]:
