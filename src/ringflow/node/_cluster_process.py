@@ -285,6 +285,7 @@ async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Ran
             },
             gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
             rng=rng,
+            clock=SystemClock(),
         )
     finally:
         await network.aclose()

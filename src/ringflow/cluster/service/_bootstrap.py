@@ -64,7 +64,7 @@ import enum
 import json
 import logging
 import random
-import time
+import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -79,7 +79,7 @@ from ringflow.cdc import (
 )
 from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._failure_detector import FailureDetector
-from ringflow.cluster._gossip import Gossiper, Send
+from ringflow.cluster._gossip import Gossiper, GossipEvent, Send
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Envelope, decode_frame, encode_envelope
 from ringflow.cluster._topology_change import (
@@ -107,6 +107,7 @@ from ringflow.cluster.service._cdc_generations import (
     member_views,
 )
 from ringflow.cluster.service._cdc_tables import v1_generation_mutations, write_in_order
+from ringflow.cluster.service._executor import ActionExecutor
 from ringflow.cluster.service._membership import (
     gossip_transitions,
     local_endpoint_state,
@@ -116,7 +117,7 @@ from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
-from ringflow.runtime import Network, ProtocolViolation
+from ringflow.runtime import Clock, Network, ProtocolViolation
 
 _log = logging.getLogger(__name__)
 
@@ -155,24 +156,35 @@ async def discover_ring(
     states: dict[ApplicationState, str],
     gossip_interval_ms: int,
     rng: random.Random,
+    clock: Clock,
 ) -> TokenMetadata:
     """Gossip as a member without STATUS until the NORMAL members (and the tokens of nodes
-    still joining or leaving) are known and stable; the ring once those changes are done."""
+    still joining or leaving) are known and stable; the ring once those changes are done.
+    The gossiper's actions go through an ``ActionExecutor`` as a node's do: its messages are
+    sent, its events (who is up, what changed) are not needed, the ring being read from its
+    states once per round."""
 
-    origin_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+    origin_ms = clock.now_ms() - clock.monotonic_ms()
 
     def now_ms() -> int:  # monotonic (never back, which the gossiper refuses), from wall time
-        return origin_ms + time.monotonic_ns() // 1_000_000
+        return origin_ms + clock.monotonic_ms()
 
-    state = local_endpoint_state(int(time.time()), states)
+    state = local_endpoint_state(clock.now_ms() // 1000, states)
     gossiper = Gossiper(endpoint, state, tuple(seeds), cluster_name, rng, FailureDetector())
 
-    def send_all(actions: Sequence[object]) -> None:
-        for action in actions:
-            if isinstance(action, Send):
-                envelope = Envelope.of_gossip(action.message, 0, endpoint, 0)
-                with contextlib.suppress(RingflowError):  # gossip is retried next round
-                    network.send(endpoint, action.to, encode_envelope(envelope))
+    def send(action: Send) -> None:
+        envelope = Envelope.of_gossip(action.message, 0, endpoint, 0)
+        with contextlib.suppress(RingflowError):  # gossip is retried next round
+            network.send(endpoint, action.to, encode_envelope(envelope))
+
+    def read_from_the_states(_action: GossipEvent) -> None:
+        """The ring is read from the gossiper's states once per round (``_until_stable``)."""
+
+    executor = ActionExecutor()
+    executor.register(Send, send)
+    for event in typing.get_args(GossipEvent):
+        executor.register(event, read_from_the_states)
+    send_all = executor.run
 
     def on_message(source: str, payload: bytes) -> None:
         """Gossip only, one envelope per message (``_dispatch`` rules); the rest is ignored."""
