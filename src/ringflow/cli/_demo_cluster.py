@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import selectors
@@ -301,15 +302,22 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         """Lay the cluster out (once), start every node and wait until all are UP with one
-        schema version and one CDC generation."""
-        _cluster_command(
-            "start",
-            *("--nodes", str(len(self.addresses)), "--first-address", self.addresses[0]),
-            *("--num-tokens", str(self.num_tokens)),
-            *("--gossip-interval-ms", str(self.gossip_interval_ms)),
-            *("--timeout", str(self.timeout_s), "--data", str(self.data)),
-            *self.options,
-        )
+        schema version and one CDC generation. A start that fails (not ready in time) stops
+        the nodes it started: nobody else would (``ringflow cluster start`` leaves them to the
+        operator to look at)."""
+        try:
+            _cluster_command(
+                "start",
+                *("--nodes", str(len(self.addresses)), "--first-address", self.addresses[0]),
+                *("--num-tokens", str(self.num_tokens)),
+                *("--gossip-interval-ms", str(self.gossip_interval_ms)),
+                *("--timeout", str(self.timeout_s), "--data", str(self.data)),
+                *self.options,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.stop()
+            raise
         return self
 
     def wait_ready(self) -> None:
