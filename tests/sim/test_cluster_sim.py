@@ -20,6 +20,7 @@ replay of that target in DELIVERING for good (reported with these tests).
 
 from __future__ import annotations
 
+import random
 import struct
 import types
 import typing
@@ -37,17 +38,19 @@ from ringflow.cluster._coordinator import (
     prepare_cdc_write,
 )
 from ringflow.cluster._gossip import GossipAction, Send
+from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._hints import HintAction, ReplayHints
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._read_path import Respond
 from ringflow.cluster._write_path import SendMutation, StoreHint
-from ringflow.cluster.service import BuiltNode
+from ringflow.cluster.service import BuiltNode, RingDiscovery
 from ringflow.cluster.service._cdc_generations import GenerationAction, Publish
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.errors import InternalError
+from ringflow.errors import InternalError, RingflowError
+from ringflow.ring import TokenMetadata
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell
-from ringflow.sim import NetworkConfig, ProcessCrashed, Simulation
+from ringflow.sim import MessageSent, NetworkConfig, ProcessCrashed, Simulation
 from tests.sim._harness import (
     NAMES,
     QUORUM,
@@ -289,3 +292,49 @@ def test_each_verb_is_served_by_one_service() -> None:
         with pytest.raises(InternalError, match="verbs already served: MUTATION_REQ"):
             node.serve({Verb.MUTATION_REQ: lambda source, request_id, payload: None})
         assert node.verb_handler(Verb.STREAM_REQ) is streaming
+
+
+@pytest.mark.parametrize("seed", [41, 42, 43])
+def test_a_joiner_learns_the_ring_through_gossip_under_faults(seed: int) -> None:
+    """``RingDiscovery`` (what a joining node process runs before it opens) on a simulated
+    process: under delays, drops and reordering it learns the ring of the three nodes, every
+    host with its tokens, and then stops gossiping."""
+    sim, cluster = boot(seed)
+    with sim:
+        sim.configure_network(random_faults(sim.rng, (2_000, 50_000), (0.0, 0.05)))
+        learnt: list[tuple[TokenMetadata | None, RingflowError | None]] = []
+        discoveries: list[RingDiscovery] = []
+        joiner = "10.0.0.9:7000"
+
+        def discoverer(runtime: Runtime) -> RingDiscovery:
+            discovery = RingDiscovery(
+                runtime.network,
+                runtime.clock,
+                endpoint=joiner,
+                seeds=[endpoint("n1")],
+                cluster_name=cluster.node("n1").settings.cluster_name,
+                states={
+                    ApplicationState.HOST_ID: str(uuid.uuid5(_NAMESPACE, "n9")),
+                    ApplicationState.DC: "datacenter1",
+                    ApplicationState.RACK: "rack1",
+                    ApplicationState.RPC_ADDRESS: "10.0.0.9",
+                },
+                gossip_interval_ms=200,
+                rng=random.Random(runtime.random.getrandbits(64)),
+            )
+            discovery.start(lambda ring, error: learnt.append((ring, error)))
+            discoveries.append(discovery)
+            return discovery
+
+        sim.add_process("n9", discoverer)
+        assert sim.run_until_true(lambda: bool(learnt), timeout_ms=120_000), sim.describe()
+        ((ring, error),) = learnt
+        assert error is None and ring is not None
+        expected = cluster.node("n1").token_metadata
+        assert sorted(ring.hosts, key=str) == sorted(expected.hosts, key=str)
+        for host in expected.hosts:
+            assert ring.tokens_of(host) == expected.tokens_of(host), host
+        sent = len([e for _, e in sim.trace.timed(MessageSent) if e.src == joiner])
+        sim.run_for(5_000)  # stopped: it sends nothing more, and learns nothing more
+        assert len([e for _, e in sim.trace.timed(MessageSent) if e.src == joiner]) == sent
+        assert len(learnt) == 1

@@ -8,6 +8,7 @@ the cluster service never imports the node."""
 from ringflow.cluster.service._backend import ClusterBackend, connect_statement_path
 from ringflow.cluster.service._bootstrap import (
     DISCOVERY_GOSSIP_INTERVAL_MS,
+    RingDiscovery,
     TopologyService,
     bootstrap_state,
     discover_ring,
@@ -113,6 +114,7 @@ __all__ = [
     "NodeTimings",
     "RepairService",
     "ReplicaCapture",
+    "RingDiscovery",
     "SchemaObserver",
     "SchemaStep",
     "Standing",

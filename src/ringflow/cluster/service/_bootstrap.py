@@ -117,7 +117,7 @@ from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
 from ringflow.errors import RingflowError
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
-from ringflow.runtime import Clock, Network, ProtocolViolation
+from ringflow.runtime import Clock, Network, ProtocolViolation, TimerHandle
 
 _log = logging.getLogger(__name__)
 
@@ -147,6 +147,124 @@ def ring_delay_of(cluster: ClusterNode) -> int:
 # --- before the node opens: learn the ring through gossip -----------------------------------------
 
 
+class RingDiscovery:
+    """A joining node learning the ring before it opens: it gossips as a member without STATUS
+    (an empty SYN each round, which the seeds answer with every state) until the NORMAL
+    members, and the tokens of the nodes still joining or leaving, are known and have not
+    changed for ``DISCOVERY_STABLE_ROUNDS`` rounds with every seed among the members; the ring
+    is then the ring once those changes are done (``future_ring``: a node still joining owns
+    its tokens already, and the allocator would pick the same ones). After
+    ``DISCOVERY_TIMEOUT_S`` without that, it fails.
+
+    Runs on a ``Clock`` and a ``Network`` (the node process's or the simulator's, alike); its
+    gossiper's actions go through an ``ActionExecutor`` as a node's do: its messages are sent,
+    its events (who is up, what changed) are not needed, the ring being read from its states
+    once a round."""
+
+    def __init__(
+        self,
+        network: Network,
+        clock: Clock,
+        *,
+        endpoint: str,
+        seeds: Sequence[str],
+        cluster_name: str,
+        states: dict[ApplicationState, str],
+        gossip_interval_ms: int,
+        rng: random.Random,
+        timeout_ms: int = int(DISCOVERY_TIMEOUT_S * 1000),
+    ) -> None:
+        self._network = network
+        self._clock = clock
+        self._endpoint = endpoint
+        self._seeds = tuple(seeds)
+        self._interval_ms = gossip_interval_ms
+        self._origin_ms = clock.now_ms() - clock.monotonic_ms()
+        state = local_endpoint_state(clock.now_ms() // 1000, states)
+        self.gossiper = Gossiper(endpoint, state, self._seeds, cluster_name, rng, FailureDetector())
+        self._executor = ActionExecutor()
+        self._executor.register(Send, self._send)
+        for event in typing.get_args(GossipEvent):
+            self._executor.register(event, self._read_from_the_states)
+        self._deadline_ms = self._now_ms() + timeout_ms
+        self._signature: object = None
+        self._stable = 0
+        self._listener: object | None = None
+        self._timer: TimerHandle | None = None
+        self._done: Callable[[TokenMetadata | None, RingflowError | None], None] | None = None
+
+    def start(self, done: Callable[[TokenMetadata | None, RingflowError | None], None]) -> None:
+        """Begin; ``done(ring, None)`` once it is known, ``done(None, error)`` at the timeout."""
+        self._done = done
+        self._listener = self._network.listen(self._endpoint, self._on_message)
+        self._round()
+
+    def stop(self) -> None:
+        """Stop gossiping and listening (done or not)."""
+        self._done = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        close = getattr(self._listener, "close", None)
+        if close is not None:
+            close()
+        self._listener = None
+
+    def _now_ms(self) -> int:  # monotonic (never back, which the gossiper refuses), from wall time
+        return self._origin_ms + self._clock.monotonic_ms()
+
+    def _send(self, action: Send) -> None:
+        envelope = Envelope.of_gossip(action.message, 0, self._endpoint, 0)
+        with contextlib.suppress(RingflowError):  # gossip is retried next round
+            self._network.send(self._endpoint, action.to, encode_envelope(envelope))
+
+    def _read_from_the_states(self, _action: GossipEvent) -> None:
+        """The ring is read from the gossiper's states once a round (``_check``)."""
+
+    def _on_message(self, source: str, payload: bytes) -> None:
+        """Gossip only, one envelope per message (``_dispatch`` rules); the rest is ignored."""
+        try:
+            envelope = decode_frame(payload)
+        except RingflowError as error:
+            _log.warning("discovery: bad message from %s: %s", source, error)
+            raise ProtocolViolation(str(error)) from None
+        if envelope.from_endpoint != source:
+            raise ProtocolViolation(f"discovery: {source} sent as {envelope.from_endpoint!r:.80}")
+        if self._done is not None and not isinstance(envelope.payload, bytes):
+            self._executor.run(self.gossiper.receive(source, envelope.payload, self._now_ms()))
+
+    def _round(self) -> None:
+        self._executor.run(self.gossiper.shadow_round(self._now_ms()))  # the seeds answer all
+        self._timer = self._clock.call_later(self._interval_ms, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        done = self._done
+        if done is None:
+            return
+        states = self.gossiper.endpoint_states()
+        members = ring_members(states)
+        transitions = gossip_transitions(states)
+        current = frozenset(
+            [(e, info.tokens) for e, info in members.items()]
+            + [(e, t.tokens) for e, t in transitions.items()]
+        )
+        seeds_known = all(seed in members for seed in self._seeds)
+        settled = current == self._signature and members and seeds_known
+        self._stable = self._stable + 1 if settled else 0
+        self._signature = current
+        if self._stable >= DISCOVERY_STABLE_ROUNDS:
+            ring = TokenMetadata({info.host: info.tokens for info in members.values()})
+            self.stop()
+            done(future_ring(ring, transitions.values()), None)
+        elif self._now_ms() >= self._deadline_ms:
+            self.stop()
+            seeds = list(self._seeds)
+            done(None, RingflowError(f"could not learn the ring from the seeds {seeds}"))
+        else:
+            self._round()
+
+
 async def discover_ring(
     network: Network,
     *,
@@ -158,84 +276,32 @@ async def discover_ring(
     rng: random.Random,
     clock: Clock,
 ) -> TokenMetadata:
-    """Gossip as a member without STATUS until the NORMAL members (and the tokens of nodes
-    still joining or leaving) are known and stable; the ring once those changes are done.
-    The gossiper's actions go through an ``ActionExecutor`` as a node's do: its messages are
-    sent, its events (who is up, what changed) are not needed, the ring being read from its
-    states once per round."""
+    """``RingDiscovery`` on the running event loop: the ring, or its ``RingflowError``."""
+    learnt: asyncio.Future[TokenMetadata] = asyncio.get_running_loop().create_future()
 
-    origin_ms = clock.now_ms() - clock.monotonic_ms()
+    def done(ring: TokenMetadata | None, error: RingflowError | None) -> None:
+        if learnt.done():
+            return
+        if ring is not None:
+            learnt.set_result(ring)
+        else:
+            learnt.set_exception(error or RingflowError("ring discovery ended without a ring"))
 
-    def now_ms() -> int:  # monotonic (never back, which the gossiper refuses), from wall time
-        return origin_ms + clock.monotonic_ms()
-
-    state = local_endpoint_state(clock.now_ms() // 1000, states)
-    gossiper = Gossiper(endpoint, state, tuple(seeds), cluster_name, rng, FailureDetector())
-
-    def send(action: Send) -> None:
-        envelope = Envelope.of_gossip(action.message, 0, endpoint, 0)
-        with contextlib.suppress(RingflowError):  # gossip is retried next round
-            network.send(endpoint, action.to, encode_envelope(envelope))
-
-    def read_from_the_states(_action: GossipEvent) -> None:
-        """The ring is read from the gossiper's states once per round (``_until_stable``)."""
-
-    executor = ActionExecutor()
-    executor.register(Send, send)
-    for event in typing.get_args(GossipEvent):
-        executor.register(event, read_from_the_states)
-    send_all = executor.run
-
-    def on_message(source: str, payload: bytes) -> None:
-        """Gossip only, one envelope per message (``_dispatch`` rules); the rest is ignored."""
-        try:
-            envelope = decode_frame(payload)
-        except RingflowError as error:
-            _log.warning("discovery: bad message from %s: %s", source, error)
-            raise ProtocolViolation(str(error)) from None
-        if envelope.from_endpoint != source:
-            raise ProtocolViolation(f"discovery: {source} sent as {envelope.from_endpoint!r:.80}")
-        if not isinstance(envelope.payload, bytes):
-            send_all(gossiper.receive(source, envelope.payload, now_ms()))
-
-    listener = network.listen(endpoint, on_message)
+    discovery = RingDiscovery(
+        network,
+        clock,
+        endpoint=endpoint,
+        seeds=seeds,
+        cluster_name=cluster_name,
+        states=states,
+        gossip_interval_ms=gossip_interval_ms,
+        rng=rng,
+    )
+    discovery.start(done)
     try:
-        return await _until_stable(gossiper, send_all, now_ms, seeds, gossip_interval_ms)
+        return await learnt
     finally:
-        close = getattr(listener, "close", None)
-        if close is not None:
-            close()
-
-
-async def _until_stable(
-    gossiper: Gossiper,
-    send_all: Callable[[Sequence[object]], None],
-    now_ms: Callable[[], int],
-    seeds: Sequence[str],
-    gossip_interval_ms: int,
-) -> TokenMetadata:
-    signature: object = None
-    stable = 0
-    deadline_ms = now_ms() + int(DISCOVERY_TIMEOUT_S * 1000)
-    while now_ms() < deadline_ms:
-        send_all(gossiper.shadow_round(now_ms()))  # an empty SYN: the seeds answer all
-        await asyncio.sleep(gossip_interval_ms / 1000)
-        states = gossiper.endpoint_states()
-        members = ring_members(states)
-        transitions = gossip_transitions(states)
-        current = frozenset(
-            [(e, info.tokens) for e, info in members.items()]
-            + [(e, t.tokens) for e, t in transitions.items()]
-        )
-        seeds_known = all(seed in members for seed in seeds)
-        stable = stable + 1 if current == signature and members and seeds_known else 0
-        signature = current
-        if stable >= DISCOVERY_STABLE_ROUNDS:
-            ring = TokenMetadata({info.host: info.tokens for info in members.values()})
-            # Tokens are chosen over the ring after the changes in flight: a node still
-            # joining owns its tokens already, and the allocator would pick the same ones.
-            return future_ring(ring, transitions.values())
-    raise RingflowError(f"could not learn the ring from the seeds {list(seeds)}")
+        discovery.stop()
 
 
 def pick_tokens(ring: TokenMetadata, host: Host, num_tokens: int, rng: random.Random) -> list[int]:
