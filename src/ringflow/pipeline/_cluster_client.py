@@ -351,14 +351,22 @@ def close_cached_sessions() -> int:
     return sum(close() for close in list(_SESSION_CACHES))
 
 
-def _close_shared_sessions() -> int:
-    with _SHARED.lock:
-        entries = list(_SHARED.sessions.values())
-        _SHARED.sessions.clear()
-        _SHARED.prepared.clear()
+def shut_down_sessions(lock: threading.Lock, sessions: dict[Any, tuple[Cluster, Session]]) -> int:
+    """Empty the session cache ``sessions`` (guarded by ``lock``) and shut each of its sessions
+    down, outside the lock; how many there were (a cache's closer, ``keep_session_cache``)."""
+    with lock:
+        entries = list(sessions.values())
+        sessions.clear()
     for cluster, _ in entries:
         cluster.shutdown()
     return len(entries)
+
+
+def _close_shared_sessions() -> int:
+    closed = shut_down_sessions(_SHARED.lock, _SHARED.sessions)
+    with _SHARED.lock:  # a session made meanwhile prepares its statements again: harmless
+        _SHARED.prepared.clear()
+    return closed
 
 
 keep_session_cache(_close_shared_sessions)

@@ -105,6 +105,7 @@ from ringflow.pipeline._cluster_client import (
     driver_tls,
     keep_session_cache,
     parse_hosts,
+    shut_down_sessions,
 )
 from ringflow.pipeline._dead_letters import (
     DEAD_LETTER_ACCESS_OPTIONS,
@@ -639,17 +640,9 @@ class _SharedHubs:
         if entry is not None:
             entry[0].shutdown()
 
-    def close_all(self) -> int:
-        with self.lock:
-            entries = list(self.sessions.values())
-            self.sessions.clear()
-        for cluster, _ in entries:
-            cluster.shutdown()
-        return len(entries)
-
 
 _SHARED = _SharedHubs()
-keep_session_cache(_SHARED.close_all)
+keep_session_cache(lambda: shut_down_sessions(_SHARED.lock, _SHARED.sessions))
 
 
 def _write_batches(config: HubConfig, batches: Iterator[Any]) -> HubCommitMessage:

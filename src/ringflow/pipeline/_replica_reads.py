@@ -44,6 +44,7 @@ from ringflow.pipeline._cluster_client import (
     auth_provider,
     keep_session_cache,
     prepared,
+    shut_down_sessions,
 )
 from ringflow.pipeline._replica_offsets import ReplicaReadError
 from ringflow.replication import (
@@ -149,16 +150,7 @@ def forget_pinned(node: NodeAddress) -> None:
         entry[0].shutdown()
 
 
-def _close_pinned_sessions() -> int:
-    with _PINNED.lock:
-        entries = list(_PINNED.sessions.values())
-        _PINNED.sessions.clear()
-    for cluster, _ in entries:
-        cluster.shutdown()
-    return len(entries)
-
-
-keep_session_cache(_close_pinned_sessions)
+keep_session_cache(lambda: shut_down_sessions(_PINNED.lock, _PINNED.sessions))
 
 
 def _values(copy: PlannedSend, after: int, limit: int) -> tuple[object, ...]:
