@@ -64,6 +64,7 @@ from ringflow.cluster.service import (
     NodeSpec,
     NodeTimings,
     RepairService,
+    RingDiscovery,
     SynchronizedCdcMetadata,
     build_node,
     discover_ring,
@@ -272,8 +273,9 @@ async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Ran
         NODE_NETWORK_CONFIG, rng=random.Random(rng.getrandbits(64)), tls=internode_tls(config)
     )
     try:
-        ring = await discover_ring(
+        discovery = RingDiscovery(
             network,
+            SystemClock(),
             endpoint=endpoint,
             seeds=[f"{seed}:{INTERNODE_PORT}" for seed in seeds],
             cluster_name=config.cluster_name,
@@ -285,8 +287,8 @@ async def prepare_join(config: NodeConfig, seeds: Sequence[str], rng: random.Ran
             },
             gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
             rng=rng,
-            clock=SystemClock(),
         )
+        ring = await discover_ring(discovery)
     finally:
         await network.aclose()
     host = Host(host_id, endpoint, config.dc, config.rack)

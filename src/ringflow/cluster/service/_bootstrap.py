@@ -265,18 +265,8 @@ class RingDiscovery:
             self._round()
 
 
-async def discover_ring(
-    network: Network,
-    *,
-    endpoint: str,
-    seeds: Sequence[str],
-    cluster_name: str,
-    states: dict[ApplicationState, str],
-    gossip_interval_ms: int,
-    rng: random.Random,
-    clock: Clock,
-) -> TokenMetadata:
-    """``RingDiscovery`` on the running event loop: the ring, or its ``RingflowError``."""
+async def discover_ring(discovery: RingDiscovery) -> TokenMetadata:
+    """Run ``discovery`` on the running event loop: the ring, or its ``RingflowError``."""
     learnt: asyncio.Future[TokenMetadata] = asyncio.get_running_loop().create_future()
 
     def done(ring: TokenMetadata | None, error: RingflowError | None) -> None:
@@ -287,16 +277,6 @@ async def discover_ring(
         else:
             learnt.set_exception(error or RingflowError("ring discovery ended without a ring"))
 
-    discovery = RingDiscovery(
-        network,
-        clock,
-        endpoint=endpoint,
-        seeds=seeds,
-        cluster_name=cluster_name,
-        states=states,
-        gossip_interval_ms=gossip_interval_ms,
-        rng=rng,
-    )
     discovery.start(done)
     try:
         return await learnt
