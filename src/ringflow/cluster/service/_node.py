@@ -143,6 +143,7 @@ _log = logging.getLogger(__name__)
 
 FailureHandler = Callable[[str, int, str], None]
 """Hears a FAILURE_RSP: ``(source, request_id, reason)``."""
+
 _NO_BOUND = ClusteringBound()
 
 INTERNODE_PORT = 7000
@@ -433,9 +434,9 @@ class ClusterNode:
             envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
             self._send_envelope(action.to, envelope)
 
-        def liveness(action: NodeUp | NodeDown) -> None:
+        def liveness(endpoint: str, up: bool) -> None:
             self._agreement_may_change = True
-            self._on_liveness(action.endpoint, isinstance(action, NodeUp), self.clock.now_ms())
+            self._on_liveness(endpoint, up, self.clock.now_ms())
 
         def state_changed(action: StateChanged) -> None:
             self._ring_changed = True
@@ -449,8 +450,8 @@ class ClusterNode:
 
         return {
             Send: send,
-            NodeUp: liveness,
-            NodeDown: liveness,
+            NodeUp: lambda action: liveness(action.endpoint, True),
+            NodeDown: lambda action: liveness(action.endpoint, False),
             StateChanged: state_changed,
             NodeJoined: seen,
             NodeRestarted: seen,
