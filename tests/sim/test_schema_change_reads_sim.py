@@ -26,7 +26,10 @@ from collections.abc import Callable
 
 import pytest
 
+from ringflow.cluster._messages import Verb
+from ringflow.cluster._read_path import ReadKind
 from ringflow.cluster.service import BuiltNode
+from ringflow.cluster.service._codec import decode_read_response
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cql._executor import SessionState
 from ringflow.cql._requests import Query, QueryParameters
@@ -169,3 +172,56 @@ def test_quorum_reads_answer_while_a_drop_or_an_add_has_reached_one_node_only() 
             assert {k: (_value(p, "v"), _value(p, "x")) for k, p in answers[name].items()} == {
                 k: (k, 200 + k) for k in KEYS
             }
+
+
+def test_a_read_repair_reaching_a_replica_that_dropped_the_column_since_it_answered() -> None:
+    """The race left after the fix above: a replica answers a read with ``w`` (it still has
+    it), the DROP reaches it, then the read repair reconciled from its answer arrives with
+    ``w``'s cells. Cassandra's replica takes such a mutation and never shows the dropped
+    column's cells; ours refused it ("no regular column 'w'") and the QUORUM read waited for
+    the ack until it timed out (the flaky 3-node test of issue 15 §3: "received 0, required 1"
+    in the repair phase). Each peer here drops ``w`` right after it sends a full-data answer."""
+    with Simulation(16) as sim:
+        cluster = Cluster(sim)
+        for name in NAMES:
+            sim.add_process(name, cluster.factory(name))
+        assert sim.run_until_true(
+            lambda: all_alive(cluster.nodes, NAMES, endpoint), timeout_ms=60_000
+        )
+        ddl(cluster.nodes["n1"], KEYSPACE_RF3)
+        ddl(cluster.nodes["n1"], "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
+        assert sim.run_until_true(cluster.agreed, timeout_ms=60_000)
+        for key in KEYS:
+            assert cluster.write("n1", key, {"v": key}) is None
+        n1 = cluster.nodes["n1"]
+        for key in KEYS:  # w on n1 only: every read through n1 repairs its other contact
+            cell = Cell.live(n1.clock.now_us(), _int(100 + key))
+            only_w = Mutation("ks", "wide", kv_key(key), rows=(Row((), cells={"w": cell}),))
+            n1.store.apply([only_w], now_s=n1.clock.now_ms() // 1000)
+        dropped: list[str] = []
+        for name in ("n2", "n3"):
+            _drop_after_full_data_answer(cluster.nodes[name], name, dropped)
+
+        through_n1 = cluster.read("n1")  # no read may fail (Cluster.read)
+        assert dropped, "no peer answered with full data: the read repaired nothing"
+        assert {k: (_value(p, "v"), _value(p, "w")) for k, p in through_n1.items()} == {
+            k: (k, 100 + k) for k in KEYS
+        }
+        for name in dropped:
+            assert cluster.columns(name) == ("v",)
+
+
+def _drop_after_full_data_answer(node: ClusterNode, name: str, dropped: list[str]) -> None:
+    """``node`` applies ``ALTER TABLE ks.wide DROP w`` (unannounced) right after it sends its
+    first full-data READ_RSP, before the read repair that answer leads to can reach it."""
+    send = node.send
+
+    def send_then_drop(to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
+        sent = send(to, verb, request_id, payload)
+        full_data = verb == Verb.READ_RSP and decode_read_response(payload)[0] is ReadKind.DATA
+        if full_data and name not in dropped:
+            dropped.append(name)
+            _unannounced(node, "ALTER TABLE ks.wide DROP w")
+        return sent
+
+    node.send = send_then_drop  # type: ignore[method-assign]

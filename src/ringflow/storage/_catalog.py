@@ -107,6 +107,9 @@ class TableInfo:
     dropped_at_us: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """Columns of the table that were dropped and added again: their cells written at or
     before the drop are never read (``Table.dropped_columns``)."""
+    dropped_names: frozenset[str] = frozenset()
+    """Columns dropped and not added again: a mutation's cells of them are skipped, not
+    refused (:func:`~ringflow.storage._write.without_dropped_columns`)."""
 
     @classmethod
     def of(cls, tid: int, table: Table, packed_rows: bool = False) -> TableInfo:
@@ -134,6 +137,9 @@ class TableInfo:
             token_of_key=partial(token_of_key_bytes, table.name),
             dropped_at_us=MappingProxyType(
                 {name: at for name, at in table.dropped_columns if table.has_column(name)}
+            ),
+            dropped_names=frozenset(
+                name for name, _ in table.dropped_columns if not table.has_column(name)
             ),
         )
 

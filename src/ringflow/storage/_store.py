@@ -100,7 +100,12 @@ from ringflow.storage._sqlite_layout import (
     UPDATE_TABLE,
 )
 from ringflow.storage._table_codec import table_from_record, table_to_record
-from ringflow.storage._write import FlatMutation, flatten_mutation, partition_position
+from ringflow.storage._write import (
+    FlatMutation,
+    flatten_mutation,
+    partition_position,
+    without_dropped_columns,
+)
 from ringflow.storage._write_buffer import WriteBuffer, settle_log_queue, write_flats
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -293,6 +298,7 @@ class Store:
             if not isinstance(mutation, Mutation):
                 raise InvalidRequest(f"a batch holds Mutation objects, got {mutation!r:.80}")
             info = self._info(mutation.keyspace, mutation.table)
+            mutation = without_dropped_columns(info, mutation)
             flat = flatten_mutation(info, mutation)
             if flat.size_bytes > limits.max_mutation_size_bytes:
                 raise MutationTooLarge(

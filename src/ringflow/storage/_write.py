@@ -9,7 +9,7 @@ can be validated completely before its transaction begins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from operator import itemgetter
@@ -28,6 +28,7 @@ from ringflow.schema import (
     DeletionTime,
     Mutation,
     Row,
+    restrict_columns,
     token_of_key_bytes,
 )
 from ringflow.storage._catalog import TableInfo
@@ -384,6 +385,29 @@ def queue_row(atom: AtomRow) -> LogAppendRow:
 
 
 _PACKED_CONSTANTS = (NO_TIMESTAMP, 0, NO_DELETION_TIME)
+
+
+def without_dropped_columns(info: TableInfo, mutation: Mutation) -> Mutation:
+    """``mutation`` without its cells of columns the table has dropped (and not added again);
+    the same object when it has none. As Cassandra's deserializer, which maps a dropped column's
+    cells to the dropped column and never shows them, a replica takes such a mutation instead of
+    refusing it: it comes from a peer the DROP has not reached yet, or it is a read repair
+    reconciled from a replica that still had the column when it answered. Refused, a repair
+    leaves its read waiting for the ack until it times out. A column the table never had is
+    still refused (:func:`flatten_mutation`)."""
+    dropped = info.dropped_names
+    if not dropped:
+        return mutation
+    names = {name for row in _value_rows(mutation) for name in row.cells}
+    if dropped.isdisjoint(names):
+        return mutation
+    return restrict_columns(mutation, names - dropped)
+
+
+def _value_rows(mutation: Mutation) -> Iterator[Row]:
+    if mutation.static_row is not None:
+        yield mutation.static_row
+    yield from mutation.rows
 
 
 def flatten_mutation(info: TableInfo, mutation: Mutation) -> FlatMutation:

@@ -12,10 +12,12 @@ import pytest
 
 from ringflow.errors import InvalidRequest
 from ringflow.schema import (
+    BLOB,
     INT,
     TEXT,
     Cell,
     ClusteringBound,
+    ClusteringOrder,
     ComplexColumn,
     DeletionTime,
     ListType,
@@ -402,3 +404,68 @@ def test_read_mutation_of_a_slice_gives_its_rows_the_static_row_and_every_tombst
     assert store.read_mutation(EVENTS, (i32(2),), start=start, end=end) is None
     store.close()
     copy.close()
+
+
+def test_a_mutation_with_cells_of_a_dropped_column_is_taken_without_them(tmp_path: Path) -> None:
+    """Cassandra's deserializer maps a dropped column's cells to the dropped column and never
+    shows them: a replica takes such a mutation (from a peer the DROP has not reached, or a read
+    repair reconciled from a replica that still had the column when it answered). Before, it
+    refused the whole mutation ("no regular column 'w'") and a QUORUM read waiting for that
+    repair's ack timed out. A column the table never had is still refused, and a column added
+    again takes its new cells."""
+    wide = Table.create(
+        "ks",
+        "wide",
+        partition_key=[("k", TEXT)],
+        clustering=[("c", INT, ClusteringOrder.ASC)],
+        static=[("s", BLOB)],
+        regular=[("v", BLOB), ("w", BLOB)],
+        table_id=uuid.UUID(int=9),
+    )
+    store = open_store(tmp_path, wide)
+    key, row = (txt("a"),), (i32(1),)
+    store.apply([insert(wide, key, row, {"v": b"1", "w": b"2"})], now_s=NOW)
+    dropped = Table.create(
+        "ks",
+        "wide",
+        partition_key=[("k", TEXT)],
+        clustering=[("c", INT, ClusteringOrder.ASC)],
+        regular=[("v", BLOB)],
+        table_id=wide.id,
+    )
+    dropped = dropped.with_dropped_column("w", 20).with_dropped_column("s", 20)
+    store.register_table(dropped)
+
+    stale = Mutation(
+        "ks",
+        "wide",
+        key,
+        static_row=Row((), cells={"s": Cell.live(30, b"s")}),
+        rows=(
+            Row(row, cells={"v": Cell.live(30, b"3"), "w": Cell.live(30, b"4")}),
+            Row((i32(2),), cells={"w": Cell.live(30, b"5")}),  # nothing left: no row
+        ),
+    )
+    store.apply([stale], now_s=NOW)
+    (only,) = store.read_partition(dropped, key, now_s=NOW)
+    assert (only.clustering, dict(only.values)) == (row, {"v": b"3"})
+    held = store.read_mutation(dropped, key)
+    assert held is not None and held.static_row is None and len(held.rows) == 1
+
+    never = Mutation("ks", "wide", key, rows=(Row(row, cells={"x": Cell.live(40, b"x")}),))
+    with pytest.raises(InvalidMutation, match="no regular column 'x'"):
+        store.apply([never], now_s=NOW)
+
+    again = Table.create(
+        "ks",
+        "wide",
+        partition_key=[("k", TEXT)],
+        clustering=[("c", INT, ClusteringOrder.ASC)],
+        regular=[("v", BLOB), ("w", BLOB)],
+        table_id=wide.id,
+    ).with_dropped_column("w", 20)
+    store.register_table(again)
+    store.apply([insert(again, key, row, {"w": b"6"}, timestamp_us=50)], now_s=NOW)
+    (only,) = store.read_partition(again, key, now_s=NOW)
+    assert (dict(only.values), only.writetime_us["w"]) == ({"v": b"3", "w": b"6"}, 50)
+    store.close()
