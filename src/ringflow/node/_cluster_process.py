@@ -63,7 +63,6 @@ from ringflow.cluster.service import (
     NodeRuntime,
     NodeSpec,
     NodeTimings,
-    RepairService,
     RingDiscovery,
     SynchronizedCdcMetadata,
     build_node,
@@ -71,7 +70,6 @@ from ringflow.cluster.service import (
     joining_states,
     local_generation_id,
     pick_tokens,
-    register_repair_procedures,
     save_bootstrap_state,
 )
 from ringflow.cql import (
@@ -447,8 +445,7 @@ async def _serve(
         stale.unlink(missing_ok=True)
     await loop.run_in_executor(storage, built.prepare)
     built.start()
-    repair = RepairService(cluster, config.data_dir, loop)
-    register_repair_procedures(repair)
+    repair = built.repair
     control = ControlServer(
         config.data_dir,
         {

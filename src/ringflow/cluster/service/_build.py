@@ -14,7 +14,10 @@ capture's settings. ``build_node`` composes, in this order:
 * the statement path (``connect_statement_path``: ``ClusterBackend`` over a
   ``ClusterDataPlane``);
 * the replica-side capture (``ReplicaCapture``, seed 002) and, when ``transmission`` is on,
-  the node side of transmission (``CaptureServices``).
+  the node side of transmission (``CaptureServices``);
+* anti-entropy repair (``RepairService``: REPAIR_REQ, the repairs it coordinates, the
+  ``CALL NodeOps.repair`` procedures), an asyncio shell on the runtime's loop: asyncio's in a
+  process, a ``ClockLoop`` over the simulated clock in the simulator.
 
 ``BuiltNode.prepare`` is the store work to do before the node listens (the capture's
 triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
@@ -23,12 +26,12 @@ each gossip round is composed here, in one order (``after_round``, the node's on
 them). ``validate`` checks the node's invariants; the simulator calls it after every event.
 
 What only a process has is added by ``ringflow.node`` around the built node: the native
-protocol server, anti-entropy repair (an asyncio shell), the operator's control channel and
-``status.json``.
+protocol server, the operator's control channel and ``status.json``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import random
 from collections.abc import Callable, Mapping
@@ -50,7 +53,9 @@ from ringflow.cluster.service._cdc_generations import (
 from ringflow.cluster.service._cdc_local import CdcGeneration
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._plane import ClusterDataPlane, EventLoop
+from ringflow.cluster.service._plane import ClusterDataPlane
+from ringflow.cluster.service._repair import RepairService
+from ringflow.cluster.service._repair_procedures import register_repair_procedures
 from ringflow.cluster.service._schema_sync import SchemaObserver
 from ringflow.cluster.service._settings import (
     CaptureSettings,
@@ -72,8 +77,9 @@ class NodeRuntime:
 
     clock: Clock
     network: Network
-    loop: EventLoop
-    """Where the statement path's futures complete and schema changes are announced from."""
+    loop: asyncio.AbstractEventLoop
+    """Where the statement path's futures complete, schema changes are announced from and
+    repairs run (a ``ClockLoop`` in the simulator)."""
     offload: Offload
     """Store work off the event loop (the storage thread; in place in the simulator)."""
     statements: concurrent.futures.Executor
@@ -138,6 +144,7 @@ class BuiltNode:
     transmission: CaptureServices | None
     rewrite: StreamsRewriteService | None
     expiry: GenerationExpiryService | None
+    repair: RepairService
     joining: bool
     started: bool = False
 
@@ -277,7 +284,14 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         transmission=transmission,
         rewrite=StreamsRewriteService(cluster) if v2 else None,
         expiry=GenerationExpiryService(cluster, generations.known_v2_ids) if v2 else None,
+        repair=RepairService(
+            cluster,
+            spec.data_dir,
+            runtime.loop,
+            rng=random.Random(runtime.rng.getrandbits(64)),
+        ),
         joining=spec.joining,
     )
+    register_repair_procedures(built.repair)
     cluster.after_round = built.after_round
     return built

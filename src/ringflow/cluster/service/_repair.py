@@ -2,7 +2,9 @@
 
 cassandra-core.md §7.3 and replication-and-repair.md §4 (Cassandra's ``RepairSession``,
 ``ValidationManager``, ``SyncTask``); seed 003 "Merkle repair". The pure parts are
-``ringflow.cluster``'s Merkle core and sync plan; this is their asyncio shell. Rules:
+``ringflow.cluster``'s Merkle core and sync plan; this is their asyncio shell, built by
+``build_node`` on the runtime's loop (asyncio's in a process, a ``ClockLoop`` in the
+simulator) and timed by the node's clock, so the simulator runs the same code. Rules:
 
 * A repair is coordinated by one node, asked by ``ringflow cluster repair`` (over the node's
   request channel, as ``removenode``: ``repair_request``, then ``repair_status`` for its
@@ -38,8 +40,7 @@ import datetime
 import ipaddress
 import json
 import logging
-import time
-import uuid
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -93,7 +94,7 @@ from ringflow.cluster.service._streaming import (
 from ringflow.cql import DISTRIBUTED_TABLES
 from ringflow.errors import InvalidRequest, Overloaded, RingflowError
 from ringflow.replication import Origin
-from ringflow.schema import Mutation, table_mutation
+from ringflow.schema import Mutation, table_mutation, timeuuid_from_micros
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -112,6 +113,7 @@ REPAIR_RESULTS_KEPT: Final = 32
 """Repairs waiting for their turn on one coordinator (CQL calls, internode ``run``, the CLI's
 files); one more is refused (Overloaded) rather than queued without end."""
 _REQUEST_IDS: Final = 5 << 60
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 Progress = Callable[[str, int, int], None]
 """``(table, ranges done, ranges)`` after each range."""
@@ -130,6 +132,7 @@ class RepairService:
         data_dir: Path,
         loop: asyncio.AbstractEventLoop,
         *,
+        rng: random.Random,
         page_partitions: int = PAGE_PARTITIONS,
         tree_memory_bytes: int = DEFAULT_TREE_MEMORY_BYTES,
         refine_partitions_max: int = REFINE_PARTITIONS_MAX,
@@ -139,6 +142,7 @@ class RepairService:
         self.cluster = cluster
         self.data_dir = data_dir
         self.loop = loop
+        self._rng = rng
         self.page_partitions = page_partitions
         self.max_depth = max_depth_for_bytes(tree_memory_bytes)
         self.refine_partitions_max = refine_partitions_max
@@ -158,6 +162,13 @@ class RepairService:
         )
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def _monotonic_s(self) -> float:
+        return self.cluster.clock.monotonic_ms() / 1000
+
+    def _now(self) -> datetime.datetime:
+        """The node's wall clock as a datetime (history rows)."""
+        return _EPOCH + datetime.timedelta(microseconds=self.cluster.clock.now_us())
 
     def _offloaded(self, work: Callable[[], _T]) -> Awaitable[_T]:
         future: asyncio.Future[_T] = self.loop.create_future()
@@ -187,14 +198,14 @@ class RepairService:
                 endpoint, Verb.REPAIR_REQ, request_id, encode_repair_message_any(message)
             ):
                 raise RepairError(f"could not send to {endpoint}")
-            deadline = time.monotonic() + timeout_s
+            deadline = self._monotonic_s() + timeout_s
             while True:
                 with contextlib.suppress(TimeoutError):
                     payload = await asyncio.wait_for(asyncio.shield(future), LIVENESS_CHECK_S)
                     return decode_repair_message(payload)
                 if not self.cluster.gossiper.is_alive(endpoint):
                     raise RepairError(f"replica {endpoint} went down")
-                if time.monotonic() > deadline:
+                if self._monotonic_s() > deadline:
                     raise RepairError(f"replica {endpoint} did not answer in {timeout_s:.0f} s")
         finally:
             self._waiters.pop(request_id, None)
@@ -453,7 +464,7 @@ class RepairService:
 
     async def run(self, options: RepairOptions, progress: Progress | None = None) -> RepairSummary:
         """Repair (or preview) every range and table ``options`` ask for."""
-        started = time.monotonic()
+        started = self._monotonic_s()
         summary = RepairSummary(
             str(options.id), options.keyspace, options.preview, self.cluster.host.endpoint
         )
@@ -465,19 +476,19 @@ class RepairService:
             primary_range=options.primary_range,
             subrange=options.subrange(),
         )
-        started_at = _now()
+        started_at = self._now()
         for table in tables:
             table_summary = TableSummary(options.keyspace, table, ranges=len(ranges))
             summary.tables.append(table_summary)
-            table_started = time.monotonic()
+            table_started = self._monotonic_s()
             for done, piece in enumerate(ranges):
                 await self._repair_range(options, table, piece, table_summary)
                 if progress is not None:
                     progress(table, done + 1, len(ranges))
-            table_summary.elapsed_ms = int((time.monotonic() - table_started) * 1000)
+            table_summary.elapsed_ms = int((self._monotonic_s() - table_started) * 1000)
             if not options.preview and not table_summary.ranges_failed:
                 self._remember(options, table)
-        summary.elapsed_ms = int((time.monotonic() - started) * 1000)
+        summary.elapsed_ms = int((self._monotonic_s() - started) * 1000)
         if not options.preview:
             await self._record_parent(options, tables, ranges, summary, started_at)
         return summary
@@ -488,7 +499,7 @@ class RepairService:
         where = format_range(piece.low, piece.high)
         live = [h for h in piece.replicas if self.cluster.live(h)]
         down = [h.endpoint for h in piece.replicas if h not in live]
-        started_at = _now()
+        started_at = self._now()
         problems = [f"replica {endpoint} is down" for endpoint in down]
         try:
             if len(live) >= 2:
@@ -623,7 +634,7 @@ class RepairService:
         row: dict[str, object] = {
             "keyspace_name": options.keyspace,
             "columnfamily_name": table,
-            "id": uuid.uuid1(),
+            "id": timeuuid_from_micros(self.cluster.clock.now_us(), self._rng.getrandbits(64)),
             "parent_id": options.id,
             "range_begin": str(piece.low),
             "range_end": str(piece.high),
@@ -633,7 +644,7 @@ class RepairService:
             "participants_v2": set(participants),
             "status": status,
             "started_at": started_at,
-            "finished_at": _now(),
+            "finished_at": self._now(),
         }
         if problem:
             row["exception_message"] = problem
@@ -654,7 +665,7 @@ class RepairService:
             "keyspace_name": options.keyspace,
             "columnfamily_names": set(tables),
             "started_at": started_at,
-            "finished_at": _now(),
+            "finished_at": self._now(),
             "requested_ranges": requested,
             "successful_ranges": requested - failed,
             "options": {
@@ -670,7 +681,7 @@ class RepairService:
     def _remember(self, options: RepairOptions, table: str) -> None:
         self.last_repairs[f"{options.keyspace}.{table}"] = {
             "id": str(options.id),
-            "finished_at_ms": int(time.time() * 1000),
+            "finished_at_ms": self.cluster.clock.now_ms(),
             "coordinator": self.cluster.host.endpoint,
         }
         path = self.data_dir / LAST_REPAIRS_FILE
@@ -754,10 +765,6 @@ def encode_repair_message_any(message: RepairMessage) -> bytes:
     if isinstance(message, Page):
         return encode_page(message)
     return encode_repair_message(message)
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def _address(endpoint: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:

@@ -1,0 +1,223 @@
+"""Merkle-tree anti-entropy repair in ``ringflow.sim`` (issue 21 §2: ``build_node`` builds the
+node's ``RepairService`` for the simulator as for a process; its asyncio shell runs on a
+``ClockLoop`` over the simulated clock, so validation, the sync plan, streaming and the history
+rows run the same code under the simulator's network, clock and crashes).
+
+Three simulated nodes (``test_cluster_sim``'s layout) hold ``ks.kv`` (CDC on) at RF 3, written
+at QUORUM. Then the replicas are made to differ behind the cluster's back (rows written into
+one store only, a newer value on another, a deletion on the third) and n2 repairs the keyspace:
+
+* with messages delayed and reordered, every range is repaired, exactly the differing
+  partitions stream, and afterwards the three stores hold the same partitions (base table and
+  CDC log), with no CDC log row made by the repair (origin REPAIR); a second repair finds
+  nothing to stream; the history rows reach every replica.
+* a replica that crashes mid-repair fails the ranges after its crash (each naming it), the
+  ranges before stay repaired, and the repair ends instead of waiting; restarted, a repair
+  brings it level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from ringflow.cdc import CdcMetadata
+from ringflow.cluster._coordinator import prepare_cdc_write
+from ringflow.cluster._digest import validation_digest
+from ringflow.cluster._repair_plan import RepairOptions, RepairSummary
+from ringflow.cluster.service import BuiltNode
+from ringflow.cql import DISTRIBUTED_TABLES
+from ringflow.ring import MIN_TOKEN
+from ringflow.runtime import Runtime
+from ringflow.schema import DeletionTime, Mutation
+from ringflow.sim import NetworkConfig, Simulation
+from tests.sim._harness import (
+    NAMES,
+    QUORUM,
+    all_alive,
+    check_acting_node,
+    create_cdc_table,
+    endpoint,
+    kv_key,
+    kv_write,
+    open_store,
+    sim_host,
+    start_layout_node,
+)
+
+pytestmark = pytest.mark.timeout(300)
+_NAMESPACE = uuid.UUID("6f1d2c3b-4a5e-4f60-9b7c-8d9e0a1b2c3d")
+TABLES = ("kv", "kv_scylla_cdc_log")
+WRITTEN = 40
+
+
+class Cluster:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.built: dict[str, BuiltNode] = {}
+        self.cdc: dict[str, CdcMetadata] = {}
+
+    def factory(self, name: str) -> Callable[[Runtime], BuiltNode]:
+        host = sim_host(_NAMESPACE, name, endpoint(name))
+
+        def make(runtime: Runtime) -> BuiltNode:
+            built, cdc = start_layout_node(runtime, name, host, open_store(runtime))
+            self.built[name], self.cdc[name] = built, cdc
+            return built
+
+        return make
+
+    def up(self, names: tuple[str, ...] = NAMES) -> None:
+        nodes = {name: built.cluster for name, built in self.built.items()}
+        assert self.sim.run_until_true(
+            lambda: all_alive(nodes, names, endpoint), timeout_ms=120_000
+        ), self.sim.describe()
+
+    def held(self, name: str, table: str) -> dict[tuple[bytes, ...], bytes]:
+        """Every partition of ``ks.<table>`` in ``name``'s store, by key: its digest."""
+        page = self.built[name].cluster.store.scan_mutations(
+            ("ks", table), MIN_TOKEN, MIN_TOKEN, page_size=10_000
+        )
+        return {m.partition_key: validation_digest(m) for m in page.mutations}
+
+    def level(self) -> bool:
+        return all(
+            self.held("n1", table) == self.held(name, table) for table in TABLES for name in NAMES
+        )
+
+    def repair(
+        self, through: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> asyncio.Task[RepairSummary]:
+        """Start a repair of keyspace ks coordinated by ``through``: its task."""
+        service = self.built[through].repair
+        return service.loop.create_task(service.submit(RepairOptions("ks"), progress))
+
+    def finish(self, task: asyncio.Task[RepairSummary]) -> RepairSummary:
+        assert self.sim.run_until_true(task.done, timeout_ms=600_000), self.sim.describe()
+        return task.result()
+
+
+def _boot(sim: Simulation) -> Cluster:
+    cluster = Cluster(sim)
+    check_acting_node(sim)
+    for name in NAMES:
+        sim.add_process(name, cluster.factory(name))
+    cluster.up()
+    n1 = cluster.built["n1"].cluster
+    create_cdc_table(n1)
+    assert sim.run_until_true(
+        lambda: len({b.cluster.processor.schema_version for b in cluster.built.values()}) == 1,
+        timeout_ms=60_000,
+    )
+    rng = random.Random(7)
+    for key in range(WRITTEN):  # with their CDC log rows, as the statement path writes them
+        outcome: list[BaseException | None] = []
+        ts_us = n1.clock.now_us()
+        mutation = kv_write(key, key, ts_us)
+        capture = prepare_cdc_write(
+            mutation,
+            n1.processor.schema.tables[("ks", "kv")],
+            ts_us,
+            ts_us,
+            cluster.cdc["n1"],
+            rng,
+            token_metadata=n1.token_metadata,
+            strategy=n1.strategy_of("ks"),
+        )
+        n1.write([mutation], {0: capture}, QUORUM, outcome.append)
+        assert sim.run_until_true(lambda o=outcome: bool(o), timeout_ms=30_000)
+        assert outcome[0] is None
+    assert sim.run_until_true(cluster.level, timeout_ms=60_000)  # the third replica too
+    return cluster
+
+
+def _diverge(cluster: Cluster) -> int:
+    """Make the replicas differ behind the cluster's back; how many partitions the repair
+    streams: each once to every replica lacking its version (Cassandra's symmetric sync). A
+    row only n1 has goes to n2 and n3 (10 x 2); a partition one replica holds differently
+    (a newer value on n2, a deletion on n3) goes both ways: to the other two, and theirs to
+    it (2 x 3)."""
+    stores = {name: cluster.built[name].cluster.store for name in NAMES}
+    now_us = cluster.built["n1"].cluster.clock.now_us()
+    now_s = now_us // 1_000_000
+    stores["n1"].apply([kv_write(1000 + k, k, now_us) for k in range(10)], now_s=now_s)
+    stores["n2"].apply([kv_write(3, 333, now_us)], now_s=now_s)
+    deleted = Mutation("ks", "kv", kv_key(5), partition_deletion=DeletionTime(now_us, now_s))
+    stores["n3"].apply([deleted], now_s=now_s)
+    return 10 * 2 + 2 * 3
+
+
+def _log_rows(cluster: Cluster, name: str) -> int:
+    page = cluster.built[name].cluster.store.scan_mutations(
+        ("ks", "kv_scylla_cdc_log"), MIN_TOKEN, MIN_TOKEN, page_size=10_000
+    )
+    return sum(len(m.rows) for m in page.mutations)
+
+
+def test_a_repair_in_the_simulator_brings_every_replica_level() -> None:
+    with Simulation(21) as sim:
+        cluster = _boot(sim)
+        logs_before = {name: _log_rows(cluster, name) for name in NAMES}
+        assert logs_before == dict.fromkeys(NAMES, WRITTEN)
+        differing = _diverge(cluster)
+        assert not cluster.level()
+        sim.configure_network(  # messages late (up to 20 ms) and out of order
+            NetworkConfig(
+                delay_us_min=200,
+                delay_us_max=20_000,
+                delay_distribution="exponential",
+                reorder=True,
+            )
+        )
+        summary = cluster.finish(cluster.repair("n2"))
+        assert summary.failed_ranges == 0, summary.to_json()
+        base = next(t for t in summary.tables if t.table == "kv")
+        assert base.ranges == base.ranges_repaired > 0
+        assert base.partitions_differing == base.partitions_streamed == differing
+        assert cluster.level()
+        assert {name: _log_rows(cluster, name) for name in NAMES} == logs_before
+        held = cluster.held("n1", "kv")
+        assert len(held) == WRITTEN + 10
+
+        again = cluster.finish(cluster.repair("n3"))
+        assert again.failed_ranges == 0
+        assert sum(t.partitions_streamed for t in again.tables) == 0
+
+        parents = DISTRIBUTED_TABLES[("system_distributed", "parent_repair_history")]
+        repairs = {uuid.UUID(summary.id), uuid.UUID(again.id)}
+
+        def recorded(name: str) -> set[uuid.UUID]:
+            store = cluster.built[name].cluster.store
+            page = store.scan_mutations(parents, MIN_TOKEN, MIN_TOKEN, page_size=100)
+            return {uuid.UUID(bytes=m.partition_key[0]) for m in page.mutations}
+
+        # written at QUORUM: on two replicas when the repair ends, on the third soon after
+        assert sum(repairs <= recorded(name) for name in NAMES) >= 2
+        assert sim.run_until_true(
+            lambda: all(repairs <= recorded(name) for name in NAMES), timeout_ms=10_000
+        )
+
+
+def test_a_replica_crashing_mid_repair_fails_the_ranges_after_it_and_the_repair_ends() -> None:
+    with Simulation(22) as sim:
+        cluster = _boot(sim)
+        _diverge(cluster)
+        done: list[tuple[str, int, int]] = []
+        task = cluster.repair("n1", lambda table, n, total: done.append((table, n, total)))
+        assert sim.run_until_true(lambda: len(done) >= 2, timeout_ms=600_000)
+        sim.crash("n3")
+        summary = cluster.finish(task)
+        base = next(t for t in summary.tables if t.table == "kv")
+        assert base.ranges_repaired >= 2 and base.ranges_failed
+        assert base.ranges_repaired + len(base.ranges_failed) == base.ranges
+        assert all(endpoint("n3") in problem for _, problem in base.ranges_failed)
+
+        sim.restart("n3")
+        cluster.up()
+        summary = cluster.finish(cluster.repair("n1"))
+        assert summary.failed_ranges == 0, summary.to_json()
+        assert cluster.level()
