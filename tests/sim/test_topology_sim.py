@@ -3,7 +3,8 @@
 Every simulated process runs the real ``ClusterNode``, ``CdcGenerationService`` and
 ``TopologyService`` (``ringflow.cluster.service._bootstrap``) over a real SQLite store, like
 ``test_cluster_sim.py``. Three nodes start with one CDC generation; then a 4th and a 5th node
-join (tokens from the balanced allocator over the ring they see, STATUS BOOT -> new generation
+join as a joining node process does (``RingDiscovery`` learns the ring through gossip under the
+same faults, tokens from the balanced allocator over it, then STATUS BOOT -> new generation
 -> streaming -> NORMAL) and one of the first three is decommissioned, while writes at QUORUM to
 a CDC table go through random NORMAL coordinators, with message delays, drops and reordering
 and one crash/restart of a node that is not changing.
@@ -34,11 +35,18 @@ from ringflow.cdc import (
     StreamId,
     TopologyDescription,
 )
+from ringflow.cluster import ApplicationState
 from ringflow.cluster._coordinator import log_token, prepare_cdc_write
 from ringflow.cluster._messages import Verb
-from ringflow.cluster._topology_change import choose_tokens
-from ringflow.cluster.service import BuiltNode, is_published, load_local_generation
+from ringflow.cluster.service import (
+    BuiltNode,
+    RingDiscovery,
+    is_published,
+    load_local_generation,
+    pick_tokens,
+)
 from ringflow.cluster.service._bootstrap import (
+    DISCOVERY_GOSSIP_INTERVAL_MS,
     Phase,
     TopologyService,
     joining_states,
@@ -49,8 +57,9 @@ from ringflow.cluster.service._cdc_generations import (
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
 from ringflow.cql._exec_system import ensure_system_tables
+from ringflow.errors import RingflowError
 from ringflow.replication import Origin
-from ringflow.ring import Host
+from ringflow.ring import Host, TokenMetadata
 from ringflow.runtime import Runtime
 from ringflow.schema import CDC_LOG_SUFFIX, Cell, Mutation
 from ringflow.sim import NetworkConfig, Simulation
@@ -128,6 +137,7 @@ class TopologyCluster:
     calm: bool = False
     """Set when the faults stop (before the final checks): scheduled crashes are skipped."""
     skews: random.Random = field(default_factory=lambda: random.Random(0))
+    discovery_failures: list[str] = field(default_factory=list)
 
     hinted: set[bytes] = field(default_factory=set)
     """Partition keys of ``ks.kv`` writes some coordinator stored a hint for (a replica missed
@@ -191,11 +201,25 @@ class TopologyCluster:
         return make
 
     def running(self) -> list[str]:
-        return [p.name for p in self.sim.processes if p.running and p.name not in self.left]
+        """The running nodes (not a joiner still discovering the ring: no node yet)."""
+        return [
+            p.name
+            for p in self.sim.processes
+            if p.running and isinstance(p.node, BuiltNode) and p.name not in self.left
+        ]
+
+    def discovering(self) -> list[str]:
+        """Joiners still learning the ring (``add_joiner``): running, no node yet."""
+        return [
+            p.name for p in self.sim.processes if p.running and not isinstance(p.node, BuiltNode)
+        ]
 
     def running_or_crashed(self) -> list[str]:
-        """Every process that has not left the ring, up or down."""
-        return [p.name for p in self.sim.processes if p.name not in self.left]
+        """Every node that has not left the ring, up or down (not a joiner that never got
+        past its discovery)."""
+        return [
+            p.name for p in self.sim.processes if p.name not in self.left and p.name in self.nodes
+        ]
 
     def coordinators(self) -> list[str]:
         """Running NORMAL members (a joining node has no old generation to write with)."""
@@ -212,13 +236,63 @@ class TopologyCluster:
 
 
 def add_joiner(cluster: TopologyCluster, name: str) -> None:
-    """Start ``name`` with balanced tokens over the ring n1 sees once the changes in flight are
-    done (what discovery learns: ``discover_ring``)."""
-    rng = random.Random(cluster.sim.rng.getrandbits(64))
-    ring = cluster.nodes["n1"].future_metadata
-    cluster.tokens[name] = choose_tokens(ring, host_of(name), TOKENS_PER_NODE, 3, rng)
-    cluster.sim.add_process(name, cluster.factory(name, joining=True))
+    """Start ``name`` as a joining node process does (``ringflow.node``): it learns the ring
+    through gossip (``RingDiscovery``), picks balanced tokens over the ring once the changes
+    in flight are done (``pick_tokens``), waits for a newer gossip generation, then builds and
+    starts the node. A restart after that keeps the tokens (the process's saved record); a crash
+    during discovery discovers again."""
+    build = cluster.factory(name, joining=True)
+    host = host_of(name)
+
+    def make(runtime: Runtime) -> object:
+        if name in cluster.tokens:
+            return build(runtime)
+        rng = random.Random(runtime.random.getrandbits(64))
+        discovery = RingDiscovery(
+            runtime.network,
+            runtime.clock,
+            endpoint=host.endpoint,
+            seeds=[endpoint(SEED_NODE)],
+            cluster_name=cluster.nodes[SEED_NODE].settings.cluster_name,
+            states={
+                ApplicationState.HOST_ID: str(host.host_id),
+                ApplicationState.DC: host.dc,
+                ApplicationState.RACK: host.rack,
+                ApplicationState.RPC_ADDRESS: host.endpoint.split(":")[0],
+            },
+            gossip_interval_ms=DISCOVERY_GOSSIP_INTERVAL_MS,
+            rng=rng,
+        )
+
+        def learnt(ring: TokenMetadata | None, error: RingflowError | None) -> None:
+            discovery.stop()
+            if ring is None:  # what the process does: it exits, and is started again
+                cluster.discovery_failures.append(f"{name}: {error}")
+                return
+            cluster.tokens[name] = tuple(pick_tokens(ring, host, TOKENS_PER_NODE, rng))
+
+            def open_node() -> None:  # the node's gossip generation is newer than discovery's
+                cluster.sim.process(name).node = build(runtime)
+
+            runtime.clock.call_later(DISCOVERY_HANDOFF_MS, open_node)
+
+        discovery.start(learnt)
+        return discovery
+
+    cluster.sim.add_process(name, make)
     cluster.skew(name)
+
+
+DISCOVERY_HANDOFF_MS = 1_100
+"""What the node process waits between the end of its ring discovery and its node's start."""
+
+
+def opened(cluster: TopologyCluster, name: str) -> TopologyService:
+    """Run until joiner ``name`` has discovered the ring and built its node: its topology."""
+    assert cluster.sim.run_until_true(lambda: name in cluster.topology, timeout_ms=180_000), (
+        f"{name} did not get past its discovery: {cluster.discovery_failures}"
+    )
+    return cluster.topology[name]
 
 
 def phases(cluster: TopologyCluster) -> str:
@@ -230,6 +304,8 @@ def phases(cluster: TopologyCluster) -> str:
 def settled(cluster: TopologyCluster) -> bool:
     """Every running node sees every running node NORMAL, and no change in progress."""
     running = cluster.running()
+    if cluster.discovering():
+        return False
     expected = sorted(endpoint(n) for n in running)
     return all(
         sorted(cluster.nodes[n].members) == expected and not cluster.nodes[n].transitions
@@ -624,6 +700,7 @@ def test_a_join_in_a_cluster_with_an_older_node_makes_a_v1_generation() -> None:
     sim, cluster = boot(1, without_v2=frozenset({"n3"}))
     with sim:
         add_joiner(cluster, "n4")
+        opened(cluster, "n4")
         joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
         assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
         assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
@@ -652,6 +729,7 @@ def test_a_joiner_with_tokens_already_owned_refuses_to_join() -> None:
     sim, cluster = boot(2)
     with sim:
         add_joiner(cluster, "n4")
+        opened(cluster, "n4")
         joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
         assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
         assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
@@ -692,7 +770,7 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
         assert sim.run_until_true(lambda: writes.settled == 20, timeout_ms=120_000)
         assert writes.acked, sim.describe()
         add_joiner(cluster, "n4")
-        service = cluster.topology["n4"]
+        service = opened(cluster, "n4")
         gave_up = lambda: service.made and service.phase is Phase.WAIT_SCHEMA  # noqa: E731
         assert sim.run_until_true(gave_up, timeout_ms=600_000), phases(cluster)
         assert service.stats.pages == 0, service.status()
