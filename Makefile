@@ -35,7 +35,7 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-# Many simulation seeds (issue 22): make sim SEEDS=1000 [FIRST=0] [SCENARIO=topology|topology-wide|cluster|cql|all]
+# Many simulation seeds (issue 22): make sim SEEDS=1000 [FIRST=0] [SCENARIO=topology|topology-wide|cluster|cql|repair|all]
 SEEDS ?= 1000
 FIRST ?= 0
 SCENARIO ?= all

@@ -6,8 +6,9 @@ failing seed with the first line of its error and the command that replays it, t
 (``test_topology_sim``: two joins and a decommission under QUORUM CDC writes with faults),
 ``topology-wide`` (the same with clock skew, a second crash, a partition while streaming and a
 join while another is in flight), ``cluster`` (``test_cluster_sim``: faults, a partition
-and a crash under QUORUM CDC writes) and ``cql`` (``test_cql_sim``: CQL clients, 2,000
-operations per seed under faults, checked Jepsen-style).
+and a crash under QUORUM CDC writes), ``cql`` (``test_cql_sim``: CQL clients, 2,000
+operations per seed under faults, checked Jepsen-style) and ``repair`` (``test_repair_sim``:
+Merkle-tree repair of replicas made to differ, under faults and a crash).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ SCENARIOS = {
     "cql": (
         "tests/sim/test_cql_sim.py::test_cql_clients_see_every_acknowledged_write_and_its_cdc_row"
     ),
+    "repair": (
+        "tests/sim/test_repair_sim.py::"
+        "test_seeded_repairs_under_faults_leave_every_replica_with_the_newest_versions"
+    ),
 }
 
 
@@ -47,6 +52,10 @@ def _scenario(name: str) -> Callable[[int], object]:
         from tests.sim import test_cql_sim
 
         return test_cql_sim.check_seed
+    if name == "repair":
+        from tests.sim import test_repair_sim
+
+        return test_repair_sim.run_scenario
     from tests.sim import test_cluster_sim
 
     return test_cluster_sim.run_scenario

@@ -14,12 +14,19 @@ one store only, a newer value on another, a deletion on the third) and n2 repair
 * a replica that crashes mid-repair fails the ranges after its crash (each naming it), the
   ranges before stay repaired, and the repair ends instead of waiting; restarted, a repair
   brings it level.
+* seeded (``run_scenario``, ``make sim SCENARIO=repair``): random divergence (newer values,
+  deletions, rows on some replicas only), then a repair from a random node under message
+  delays, drops and reordering, half the time with a replica crashed at a random moment.
+  The repair ends; its summary accounts for every range (repaired or failed with a reason);
+  once healed, a second repair fails nothing, every replica holds exactly the newest version
+  of every partition (base table) and the CDC log rows of the acknowledged writes only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import struct
 import uuid
 from collections.abc import Callable
 
@@ -45,9 +52,11 @@ from tests.sim._harness import (
     kv_key,
     kv_write,
     open_store,
+    random_faults,
     sim_host,
     start_layout_node,
 )
+from tests.sim._seeds import ci_seeds
 
 pytestmark = pytest.mark.timeout(300)
 _NAMESPACE = uuid.UUID("6f1d2c3b-4a5e-4f60-9b7c-8d9e0a1b2c3d")
@@ -221,3 +230,77 @@ def test_a_replica_crashing_mid_repair_fails_the_ranges_after_it_and_the_repair_
         summary = cluster.finish(cluster.repair("n1"))
         assert summary.failed_ranges == 0, summary.to_json()
         assert cluster.level()
+
+
+SEEDS = ci_seeds((), per_run=4, pool=2_000)
+"""Seeded repairs a CI run covers (about 5 s each); ``make sim SCENARIO=repair`` runs more."""
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seeded_repairs_under_faults_leave_every_replica_with_the_newest_versions(
+    seed: int,
+) -> None:
+    """The checks of the module docstring's seeded scenario."""
+    run_scenario(seed)
+
+
+def run_scenario(seed: int) -> None:
+    with Simulation(seed) as sim:
+        rng = random.Random(seed * 7919 + 3)
+        cluster = _boot(sim)
+        newest = {key: (key, 0) for key in range(WRITTEN)}  # key -> (value or None, ts)
+        now_us = cluster.built["n1"].cluster.clock.now_us()
+        for change in range(12):  # behind the cluster's back, each on some replicas only
+            key = rng.randrange(WRITTEN + 6)
+            holders = rng.sample(NAMES, rng.randint(1, 2))
+            ts_us, now_s = now_us + change + 1, now_us // 1_000_000
+            if rng.random() < 0.3:
+                mutation = Mutation(
+                    "ks", "kv", kv_key(key), partition_deletion=DeletionTime(ts_us, now_s)
+                )
+                version: tuple[int | None, int] = (None, ts_us)
+            else:
+                value = rng.randrange(10_000)
+                mutation, version = kv_write(key, value, ts_us), (value, ts_us)
+            for name in holders:
+                cluster.built[name].cluster.store.apply([mutation], now_s=now_s)
+            newest[key] = max(newest.get(key, version), version, key=lambda v: v[1])
+
+        sim.configure_network(random_faults(rng, (2_000, 30_000), (0.0, 0.005, 0.02)))
+        coordinator = rng.choice(NAMES)
+        task = cluster.repair(coordinator)
+        victim = rng.choice([n for n in NAMES if n != coordinator]) if rng.random() < 0.5 else None
+        crash = (
+            None
+            if victim is None
+            else sim.after(rng.randrange(0, 1_000), lambda: sim.crash(victim))
+        )
+        assert sim.run_until_true(task.done, timeout_ms=4 * 3_600_000), sim.describe()
+        if crash is not None:
+            crash.cancel()  # the repair may end first
+        first = task.result()
+        for table in first.tables:
+            assert table.ranges_repaired + len(table.ranges_failed) == table.ranges, first.to_json()
+            assert all(problem for _, problem in table.ranges_failed), first.to_json()
+
+        sim.heal()
+        sim.configure_network(NetworkConfig())
+        if victim is not None and not sim.process(victim).running:
+            sim.restart(victim)
+        cluster.up()
+        second = cluster.finish(cluster.repair(coordinator))
+        assert second.failed_ranges == 0, second.to_json()
+        assert cluster.level(), sim.describe()
+        for name in NAMES:
+            node = cluster.built[name].cluster
+            table, now_s = node.processor.schema.tables[("ks", "kv")], node.clock.now_ms() // 1000
+            for key, (value, _ts) in newest.items():
+                rows = node.store.read_partition(table, kv_key(key), now_s=now_s)
+                found = [_int_of(row.values.get("v")) for row in rows]
+                expected = [] if value is None else [value]
+                assert found == expected, f"{name} key {key}: {found} != {expected}; seed {seed}"
+            assert _log_rows(cluster, name) == WRITTEN, name
+
+
+def _int_of(value: bytes | None) -> int | None:
+    return None if value is None else int(struct.unpack(">i", value)[0])
