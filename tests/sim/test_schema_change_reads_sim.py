@@ -131,17 +131,21 @@ def _unannounced(node: ClusterNode, text: str) -> None:
     assert "Error" not in type(response).__name__, response
 
 
+def _booted(sim: Simulation) -> Cluster:
+    """The three nodes up, agreed on ``ks.wide (k int PRIMARY KEY, v int, w int)`` at RF 3."""
+    cluster = Cluster(sim)
+    for name in NAMES:
+        sim.add_process(name, cluster.factory(name))
+    assert sim.run_until_true(lambda: all_alive(cluster.nodes, NAMES, endpoint), timeout_ms=60_000)
+    ddl(cluster.nodes["n1"], KEYSPACE_RF3)
+    ddl(cluster.nodes["n1"], "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
+    assert sim.run_until_true(cluster.agreed, timeout_ms=60_000)
+    return cluster
+
+
 def test_quorum_reads_answer_while_a_drop_or_an_add_has_reached_one_node_only() -> None:
     with Simulation(15) as sim:
-        cluster = Cluster(sim)
-        for name in NAMES:
-            sim.add_process(name, cluster.factory(name))
-        assert sim.run_until_true(
-            lambda: all_alive(cluster.nodes, NAMES, endpoint), timeout_ms=60_000
-        )
-        ddl(cluster.nodes["n1"], KEYSPACE_RF3)
-        ddl(cluster.nodes["n1"], "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
-        assert sim.run_until_true(cluster.agreed, timeout_ms=60_000)
+        cluster = _booted(sim)
         for key in KEYS:
             assert cluster.write("n2", key, {"v": key, "w": 100 + key}) is None
 
@@ -182,15 +186,7 @@ def test_a_read_repair_reaching_a_replica_that_dropped_the_column_since_it_answe
     the ack until it timed out (the flaky 3-node test of issue 15 §3: "received 0, required 1"
     in the repair phase). Each peer here drops ``w`` right after it sends a full-data answer."""
     with Simulation(16) as sim:
-        cluster = Cluster(sim)
-        for name in NAMES:
-            sim.add_process(name, cluster.factory(name))
-        assert sim.run_until_true(
-            lambda: all_alive(cluster.nodes, NAMES, endpoint), timeout_ms=60_000
-        )
-        ddl(cluster.nodes["n1"], KEYSPACE_RF3)
-        ddl(cluster.nodes["n1"], "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
-        assert sim.run_until_true(cluster.agreed, timeout_ms=60_000)
+        cluster = _booted(sim)
         for key in KEYS:
             assert cluster.write("n1", key, {"v": key}) is None
         n1 = cluster.nodes["n1"]
