@@ -10,7 +10,10 @@ Every node is the real ``ClusterNode`` over a real SQLite store serving CQL thro
 * now and then a whole-table SELECT at QUORUM, paged (``page_size`` 10) to its last page;
 * the DDL at the start (keyspace, CDC table) through a client, answered once the schema agrees,
   and an ``ALTER TABLE ... ADD`` mid-run, under the faults (after healing every node must agree
-  on the schema, with the column if the ALTER was acknowledged).
+  on the schema, with the column if the ALTER was acknowledged);
+* a Merkle-tree repair of the table and its CDC log asked mid-run through a client (``CALL
+  NodeOps.repairWithOptions``, async), running under the faults while the writes go on (it
+  must not be refused for anything but a fault, and the final checks hold with it).
 
 Faults, chosen by the seed: message delays (exponential), drops, reordering, one crash and
 restart of a node, a partition and its healing, and clock skew on a node. Each client keeps a
@@ -67,6 +70,7 @@ SCAN = "SELECT k, v, WRITETIME(v) FROM ks.kv"
 LOG_SCAN = 'SELECT k, v, "cdc$time", WRITETIME(v) FROM ks.kv_scylla_cdc_log'
 ALTERED_COLUMN = "extra"
 ALTER = f"ALTER TABLE ks.kv ADD {ALTERED_COLUMN} int"
+REPAIR_CALL = "CALL NodeOps.repairWithOptions('ks', ['kv', 'kv_scylla_cdc_log'], {'async': 'true'})"
 CLIENTS = ("c1", "c2", "c3")
 KEYS = 24
 IN_FLIGHT_PER_CLIENT = 3
@@ -132,6 +136,7 @@ class Run:
     faults: dict[int, list[Callable[[], object]]] = field(default_factory=dict)
     """What the faults do, by the operation number they come at."""
     alter_answers: list[Response | None] = field(default_factory=list)
+    repair_answers: list[Response | None] = field(default_factory=list)
     final: dict[int, tuple[int, int]] = field(default_factory=dict)
     log: list[LogRow] = field(default_factory=list)
 
@@ -243,6 +248,18 @@ def start_faults(run: Run) -> None:
     at(rng.uniform(0.0, 0.5), lambda: sim.set_skew_ms(skewed, rng.randrange(-800, 800)))
     altering = rng.choice(NAMES)
     at(rng.uniform(0.2, 0.8), lambda: alter_table(run, altering))
+    repairing = rng.choice(NAMES)
+    at(rng.uniform(0.1, 0.6), lambda: repair_table(run, repairing))
+
+
+def repair_table(run: Run, node: str) -> None:
+    """A Merkle-tree repair of ``ks.kv`` and its CDC log asked through CQL mid-run (``CALL
+    NodeOps.repairWithOptions``, async: answered once queued), running under the faults
+    while the writes go on; the checks of the final state hold with it."""
+    client = run.clients["c3"]
+    client.query(
+        cql_endpoint(node), REPAIR_CALL, QueryParameters(QUORUM), run.repair_answers.append
+    )
 
 
 def alter_table(run: Run, node: str) -> None:
@@ -397,6 +414,11 @@ def heal_and_read(run: Run) -> tuple[dict[int, tuple[int, int]], list[LogRow]]:
         timeout_ms=60_000,
     ), f"the schema did not agree after healing; {sim.describe()}"
     run.unexpected.extend(schema_problems(run))
+    run.unexpected.extend(
+        f"repair: refused: {answer.code.name}: {answer.message}"
+        for answer in run.repair_answers
+        if isinstance(answer, AnyErrorResponse) and answer.code not in EXPECTED_ERRORS
+    )
     client = run.clients["c1"]
     final = read_at_all(run, client, "n1", SCAN, None, PAGE_SIZE)
     log: list[LogRow] = []

@@ -4,10 +4,10 @@ Three simulated nodes serve CQL through the node's own statement path (``serve_c
 ``ServerConnection``, ``ClusterBackend``, ``QueryProcessor``, ``ClusterDataPlane``,
 coordinator, SQLite store) and three simulated clients send it 2,000 operations per seed
 (``_cql_workload``: prepared INSERTs and LOGGED batches at QUORUM with client timestamps,
-QUORUM reads, paged QUORUM scans, the DDL through CQL, an ALTER mid-run) under the seed's
-faults (delays, drops, reordering, a crash and restart, a partition, a skewed clock).
-``_jepsen`` checks the history
-and the final state read at ALL: every acknowledged write visible to later QUORUM reads, no
+QUORUM reads, paged QUORUM scans, the DDL through CQL, an ALTER and a repair (``CALL
+NodeOps.repairWithOptions``) mid-run) under the seed's faults (delays, drops, reordering, a
+crash and restart, a partition, a skewed clock). ``_jepsen`` checks the history and the final
+state read at ALL: every acknowledged write visible to later QUORUM reads, no
 value that was never written, no value from the future, and CDC log rows that match the base
 writes exactly.
 
@@ -30,7 +30,8 @@ from tests.sim._seeds import ci_seeds
 pytestmark = pytest.mark.timeout(300)
 OPERATIONS = 2_000
 SEEDS_PER_RUN = 12
-"""About 6 s of CPU each, on one pytest worker (the file's): 80 s of the CI budget."""
+"""About 7 s of CPU each (6 before the mid-run repair), on one pytest worker (the file's):
+90 s of the CI budget."""
 SEEDS = ci_seeds((67,), per_run=SEEDS_PER_RUN, pool=10_000)
 """Regression seeds: 67 (the gossiper fed the wall clock, which the seed skews back: every
 round refused "time went backwards", fixed by ``ClusterNode.gossip_now_ms``)."""

@@ -41,6 +41,7 @@ import ipaddress
 import json
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -162,6 +163,11 @@ class RepairService:
         )
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def new_id(self) -> uuid.UUID:
+        """A repair's or a history row's id: a timeuuid of the node's clock and random source
+        (Cassandra's parent session ids are timeuuids)."""
+        return timeuuid_from_micros(self.cluster.clock.now_us(), self._rng.getrandbits(64))
 
     def _monotonic_s(self) -> float:
         return self.cluster.clock.monotonic_ms() / 1000
@@ -634,7 +640,7 @@ class RepairService:
         row: dict[str, object] = {
             "keyspace_name": options.keyspace,
             "columnfamily_name": table,
-            "id": timeuuid_from_micros(self.cluster.clock.now_us(), self._rng.getrandbits(64)),
+            "id": self.new_id(),
             "parent_id": options.id,
             "range_begin": str(piece.low),
             "range_end": str(piece.high),

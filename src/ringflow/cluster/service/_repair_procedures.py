@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
 
 from ringflow.cluster._repair_call import (
@@ -59,8 +60,9 @@ def _body(
 ) -> Callable[[Mapping[str, object]], concurrent.futures.Future[Answer]]:
     def run(arguments: Mapping[str, object]) -> concurrent.futures.Future[Answer]:
         call = parse(arguments)
-        repair_id = str(call.options.id)
-        queued, outcome = service.start(call.options)
+        options = dataclasses.replace(call.options, id=service.new_id())
+        repair_id = str(options.id)
+        queued, outcome = service.start(options)
         answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
         if not call.wait:
             chain(queued, answer, lambda _queued: [call_answer(repair_id, None)])
