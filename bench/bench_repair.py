@@ -6,9 +6,13 @@ Run with the project venv: ``.venv/bin/python bench/bench_repair.py [--rows N]
 1. Validation vs scan, in process (no cluster): ``--validation-rows`` one-row partitions of
    ``bench.t (k bigint PRIMARY KEY, v text)`` in a store; in alternating rounds (best of 3) a
    plain full-range scan (``Store.scan_mutations``, 512 partitions a page, every page decoded)
-   and a validation of the same range (the same scan + ``validation_digest`` + ``MerkleTree.add``
-   into a depth-20 tree, then the fold to ``depth_for(partitions)``, as ``RepairService.validate``
+   and a validation of the same range (the same scan + ``validation_digest`` + ``TreeBuilder``
+   at depth 20, then the tree at ``depth_for(partitions)``, as ``RepairService.validate``
    does). Ratio validation / scan; target at most 1.5x.
+1b. The same for ``--small-range-rows`` partitions validated in ``--small-ranges`` equal ranges
+   (a repair validates one vnode range at a time): plain scans, ``TreeBuilder`` validations and
+   the earlier dense tree (2**20 leaves allocated and folded per range, whatever it holds), in
+   the same run.
 2. Repair, on a real 3-node RF 3 cluster (``ringflow cluster start``, gossip 200 ms): ``--rows``
    one-row partitions bulk-loaded into node 1's store through ``Store.apply`` (cluster stopped),
    the stored atoms copied into node 2, and into node 3 without the partitions whose token is a
@@ -23,6 +27,7 @@ Nothing is asserted: a measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -30,13 +35,20 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._cluster import free_block, ringflow
 from bench.bench_topology import bulk_load
-from ringflow.cluster import MAX_TREE_DEPTH, MerkleTree, depth_for, validation_digest
+from ringflow.cluster import (
+    MAX_TREE_DEPTH,
+    MerkleTree,
+    TreeBuilder,
+    depth_for,
+    validation_digest,
+)
 from ringflow.schema import BIGINT, TEXT, Table
 from ringflow.storage import Store
 
@@ -44,29 +56,43 @@ MIN, MAX = -(2**63), 2**63 - 1
 PAGE = 512
 
 
-def scan(store: Store) -> int:
+def scan_range(store: Store, low: int = MIN, high: int = MAX) -> int:
     state, count = None, 0
     while True:
-        page = store.scan_mutations(("bench", "t"), MIN, MAX, page_size=PAGE, paging_state=state)
+        page = store.scan_mutations(("bench", "t"), low, high, page_size=PAGE, paging_state=state)
         count += len(page.mutations)
         state = page.paging_state
         if state is None:
             return count
 
 
-def validate(store: Store) -> int:
-    tree = MerkleTree.empty(MIN, MAX, MAX_TREE_DEPTH)
+def validate(store: Store, low: int = MIN, high: int = MAX, *, dense: bool = False) -> int:
+    """``RepairService.validate``'s work on ``(low, high]``: a ``TreeBuilder`` (``dense``: the
+    earlier whole ``MerkleTree`` at the max depth, then its fold)."""
+    tree = MerkleTree.empty(low, high, MAX_TREE_DEPTH) if dense else None
+    builder = None if dense else TreeBuilder(low, high, MAX_TREE_DEPTH)
     state = None
     while True:
-        page = store.scan_mutations(("bench", "t"), MIN, MAX, page_size=PAGE, paging_state=state)
+        page = store.scan_mutations(("bench", "t"), low, high, page_size=PAGE, paging_state=state)
         for token, mutation in zip(page.tokens, page.mutations, strict=True):
-            tree.add(token, validation_digest(mutation))
+            (tree or builder).add(token, validation_digest(mutation))  # type: ignore[union-attr]
         state = page.paging_state
         if state is None:
             break
-    folded = tree.folded(depth_for(tree.partitions, MAX_TREE_DEPTH))
+    if tree is not None:
+        folded = tree.folded(depth_for(tree.partitions, MAX_TREE_DEPTH))
+    else:
+        assert builder is not None
+        folded = builder.tree()
     folded.root()
     return folded.partitions
+
+
+def ranges(count: int) -> list[tuple[int, int]]:
+    """The whole ring cut into ``count`` equal ranges (vnode-sized pieces of a repair)."""
+    step = (MAX - MIN) // count
+    bounds = [MIN + i * step for i in range(count)] + [MAX]
+    return list(itertools.pairwise(bounds))
 
 
 def bench_validation(rows: int) -> None:
@@ -74,11 +100,7 @@ def bench_validation(rows: int) -> None:
     with tempfile.TemporaryDirectory(prefix="ringflow-bench-repair-") as directory:
         path = Path(directory) / "store.sqlite"
         store = Store(path, synchronous="NORMAL")
-        table = Table.create(
-            "bench", "t", partition_key=[("k", BIGINT)], regular=[("v", TEXT)],
-            table_id=uuid.uuid5(uuid.NAMESPACE_DNS, "bench.t"),
-        )  # fmt: skip
-        store.register_table(table)
+        store.register_table(_table())
         store.close()
         start = time.perf_counter()
         bulk_load(path, rows)
@@ -86,7 +108,7 @@ def bench_validation(rows: int) -> None:
         store = Store(path, synchronous="NORMAL")
         best = {"scan": float("inf"), "validation": float("inf")}
         for _ in range(3):
-            for name, run in (("scan", scan), ("validation", validate)):
+            for name, run in (("scan", scan_range), ("validation", validate)):
                 start = time.perf_counter()
                 count = run(store)
                 best[name] = min(best[name], time.perf_counter() - start)
@@ -95,6 +117,46 @@ def bench_validation(rows: int) -> None:
     for name, seconds in best.items():
         print(f"  {name}: {seconds:.2f} s = {rows / seconds:,.0f} partitions/s")
     print(f"  ratio validation / scan: {best['validation'] / best['scan']:.2f}x (target <= 1.5x)")
+
+
+def bench_small_ranges(rows: int, count: int) -> None:
+    """A repair validates range by range (one per vnode range and table): the same rows in
+    ``count`` ranges, scanned plainly, validated with ``TreeBuilder`` and validated with the
+    earlier dense tree (2**20 leaves allocated and folded whatever the range holds)."""
+    print(f"\n## Validation of {count} small ranges, {rows:,} one-row partitions (in process)")
+    pieces = ranges(count)
+    with tempfile.TemporaryDirectory(prefix="ringflow-bench-repair-") as directory:
+        path = Path(directory) / "store.sqlite"
+        store = Store(path, synchronous="NORMAL")
+        store.register_table(_table())
+        store.close()
+        bulk_load(path, rows)
+        store = Store(path, synchronous="NORMAL")
+        runs: dict[str, Callable[[int, int], int]] = {
+            "scan": lambda low, high: scan_range(store, low, high),
+            "validation (builder)": lambda low, high: validate(store, low, high),
+            "validation (dense, before)": lambda low, high: validate(store, low, high, dense=True),
+        }
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(3):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                count_seen = sum(run(low, high) for low, high in pieces)
+                best[name] = min(best[name], time.perf_counter() - start)
+                assert count_seen == rows, (name, count_seen)
+        store.close()
+    for name, seconds in best.items():
+        ratio = seconds / best["scan"]
+        print(
+            f"  {name}: {seconds:.2f} s, {seconds / count * 1000:.1f} ms a range, {ratio:.2f}x scan"
+        )
+
+
+def _table() -> Table:
+    return Table.create(
+        "bench", "t", partition_key=[("k", BIGINT)], regular=[("v", TEXT)],
+        table_id=uuid.uuid5(uuid.NAMESPACE_DNS, "bench.t"),
+    )  # fmt: skip
 
 
 def copy_table(source: Path, target: Path, where: str = "1") -> int:
@@ -192,10 +254,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--validation-rows", type=int, default=200_000)
+    parser.add_argument("--small-ranges", type=int, default=256)
+    parser.add_argument("--small-range-rows", type=int, default=20_000)
     parser.add_argument("--skip-cluster", action="store_true")
     arguments = parser.parse_args()
     print(f"bench_repair on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     bench_validation(arguments.validation_rows)
+    bench_small_ranges(arguments.small_range_rows, arguments.small_ranges)
     if not arguments.skip_cluster:
         bench_cluster(arguments.rows)
 

@@ -17,7 +17,10 @@ and ``repair/ValidationManager.java``); seed 003 "Merkle repair". Rules:
   being ``min(20, the depth the memory budget allows)``: ``repair_session_max_tree_depth``
   defaults to 20 in Cassandra. A replica builds at the max depth while scanning (it does not
   know the count beforehand) and folds to the depth the count gives: folding XORs sibling
-  leaves, which is exactly the leaf of the shallower tree.
+  leaves, which is exactly the leaf of the shallower tree (leaf ``i`` at depth ``d`` is leaf
+  ``i >> (D - d)`` at depth ``D``'s fold). ``TreeBuilder`` does this holding only the leaves
+  that have partitions while they are few (a range of 50 partitions costs 50 entries, not the
+  2**20 leaves of the max depth and their fold), the whole leaf array once they are many.
 """
 
 from __future__ import annotations
@@ -144,6 +147,65 @@ class MerkleTree:
             for i in range(0, len(data), DIGEST_BYTES)
         ]
         return cls(low, high, depth, leaves, partitions)
+
+
+class TreeBuilder:
+    """A range's tree built at ``max_depth`` while its partitions are scanned, then given at the
+    depth their count calls for (module docstring): ``add`` each partition, then ``tree()``.
+
+    Leaves with partitions are kept in a dict while they are at most ``2**max_depth / 8`` (its
+    entries cost a few times a list slot), then in the whole leaf array: memory never passes
+    about that of the dense tree, and time is linear in the partitions plus the leaves of the
+    tree given, not in ``2**max_depth``."""
+
+    __slots__ = ("_dense", "_dense_after", "_sparse", "high", "low", "max_depth", "partitions")
+
+    def __init__(self, low: int, high: int, max_depth: int) -> None:
+        _check_range(low, high)
+        if not 0 <= max_depth <= MAX_TREE_DEPTH:
+            raise InvalidRequest(f"tree depth must be in [0, {MAX_TREE_DEPTH}], got {max_depth}")
+        self.low, self.high, self.max_depth = low, high, max_depth
+        self.partitions = 0
+        self._sparse: dict[int, int] | None = {}
+        self._dense: list[int] | None = None
+        self._dense_after = (1 << max_depth) >> 3
+
+    def add(self, token: int, digest: bytes) -> None:
+        """Hash one partition into its leaf at the max depth (order-independent: XOR)."""
+        invariant(len(digest) == DIGEST_BYTES, "a partition digest is 16 bytes")
+        if not self.low < token <= self.high:
+            raise InvalidRequest(f"token {token} is not in ({self.low}, {self.high}]")
+        index = (((token - self.low) << self.max_depth) - 1) // (self.high - self.low)
+        value = int.from_bytes(digest, "big")
+        self.partitions += 1
+        sparse = self._sparse
+        if sparse is None:
+            dense = self._dense
+            invariant(dense is not None, "a tree builder holds its leaves one way or the other")
+            if dense is not None:
+                dense[index] ^= value
+            return
+        sparse[index] = sparse.get(index, 0) ^ value
+        if len(sparse) > self._dense_after:
+            dense = [0] * (1 << self.max_depth)
+            for leaf, xor in sparse.items():
+                dense[leaf] = xor
+            self._sparse, self._dense = None, dense
+
+    def tree(self, depth: int | None = None) -> MerkleTree:
+        """The tree at ``depth`` (default ``depth_for(partitions, max_depth)``)."""
+        if depth is None:
+            depth = depth_for(self.partitions, self.max_depth)
+        if not 0 <= depth <= self.max_depth:
+            raise InvalidRequest(f"cannot fold a depth {self.max_depth} tree to depth {depth}")
+        if self._dense is not None:
+            whole = MerkleTree(self.low, self.high, self.max_depth, self._dense, self.partitions)
+            return whole.folded(depth)
+        shift = self.max_depth - depth
+        leaves = [0] * (1 << depth)
+        for leaf, xor in (self._sparse or {}).items():
+            leaves[leaf >> shift] ^= xor
+        return MerkleTree(self.low, self.high, depth, leaves, self.partitions)
 
 
 def _inner(left: bytes, right: bytes) -> bytes:

@@ -22,6 +22,7 @@ from ringflow.cluster import (
     MAX_TREE_DEPTH,
     MerkleTree,
     RepairOptions,
+    TreeBuilder,
     canonical_partition,
     check_subrange,
     depth_for,
@@ -149,6 +150,38 @@ def test_folding_equals_building_shallower(
     direct = _build(low, high, shallower, partitions, list(partitions))
     assert deep.folded(shallower).leaves == direct.leaves
     assert deep.folded(shallower).root() == direct.root()
+
+
+@given(tree_data(), st.data())
+def test_the_builder_gives_the_tree_built_at_its_depth_sparse_or_dense(
+    case: tuple[int, int, int, dict[int, bytes]], data: st.DataObject
+) -> None:
+    """``TreeBuilder`` (what a replica's validation builds while it scans) gives, at any depth
+    up to its max, exactly the tree built at that depth, whether it still holds its leaves
+    sparse or switched to the whole array (past ``2**max_depth / 8`` leaves: up to 60
+    partitions in a tree of at most 256 leaves crosses it)."""
+    low, high, max_depth, partitions = case
+    builder = TreeBuilder(low, high, max_depth)
+    for token, digest in partitions.items():
+        builder.add(token, digest)
+    depth = data.draw(st.integers(0, max_depth))
+    direct = _build(low, high, depth, partitions, list(partitions))
+    given_tree = builder.tree(depth)
+    assert (given_tree.depth, given_tree.leaves) == (depth, direct.leaves)
+    assert given_tree.partitions == len(partitions)
+    default = builder.tree()
+    assert default.depth == depth_for(len(partitions), max_depth)
+    assert default.leaves == _build(low, high, default.depth, partitions, list(partitions)).leaves
+
+
+def test_the_builder_refuses_what_the_tree_refuses() -> None:
+    builder = TreeBuilder(0, 1000, 4)
+    with pytest.raises(InvalidRequest):
+        builder.add(0, _digest(1))  # (low, high]: low is outside
+    with pytest.raises(InvalidRequest):
+        builder.tree(5)
+    with pytest.raises(InvalidRequest):
+        TreeBuilder(0, 1000, MAX_TREE_DEPTH + 1)
 
 
 @given(tree_data())

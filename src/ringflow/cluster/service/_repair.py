@@ -50,8 +50,7 @@ from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._digest import validation_digest
 from ringflow.cluster._merkle import (
     DEFAULT_TREE_MEMORY_BYTES,
-    MerkleTree,
-    depth_for,
+    TreeBuilder,
     max_depth_for_bytes,
 )
 from ringflow.cluster._messages import InternodeProtocolError, Verb
@@ -264,7 +263,7 @@ class RepairService:
         """This node's tree of ``(low, high]`` of one table (module docstring)."""
         store, table = self.cluster.store, (request.keyspace, request.table)
         max_depth = min(request.max_depth, self.max_depth)
-        tree = MerkleTree.empty(request.low, request.high, max_depth)
+        tree = TreeBuilder(request.low, request.high, max_depth)
         state: bytes | None = None
 
         def page() -> tuple[list[tuple[int, bytes]], bytes | None]:
@@ -284,7 +283,7 @@ class RepairService:
                 tree.add(token, digest)
             if state is None:
                 break
-        folded = tree.folded(depth_for(tree.partitions, max_depth))
+        folded = tree.tree()
         return TreeAnswer(folded.depth, folded.partitions, folded.to_bytes())
 
     async def list_digests(self, request: DigestsRequest) -> DigestsAnswer:
