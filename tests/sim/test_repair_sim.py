@@ -18,6 +18,7 @@ one store only, a newer value on another, a deletion on the third) and n2 repair
   deletions, rows on some replicas only), then a repair from a random node under message
   delays, drops and reordering, half the time with a replica crashed at a random moment.
   The repair ends; its summary accounts for every range (repaired or failed with a reason);
+  without a crash it fails no range and levels the replicas (lost messages are sent again);
   once healed, a second repair fails nothing, every replica holds exactly the newest version
   of every partition (base table) and the CDC log rows of the acknowledged writes only.
 """
@@ -35,8 +36,11 @@ import pytest
 from ringflow.cdc import CdcMetadata
 from ringflow.cluster._coordinator import prepare_cdc_write
 from ringflow.cluster._digest import validation_digest
+from ringflow.cluster._messages import Verb
 from ringflow.cluster._repair_plan import RepairOptions, RepairSummary
 from ringflow.cluster.service import BuiltNode
+from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._repair import RESEND_AFTER_S
 from ringflow.cql import DISTRIBUTED_TABLES
 from ringflow.ring import MIN_TOKEN
 from ringflow.runtime import Runtime
@@ -232,6 +236,41 @@ def test_a_replica_crashing_mid_repair_fails_the_ranges_after_it_and_the_repair_
         assert cluster.level()
 
 
+def test_a_lost_request_and_a_lost_answer_are_sent_again_not_waited_for() -> None:
+    """A REPAIR_REQ lost on its way to n3 and a REPAIR_RSP lost on its way back from n2 (a
+    connection reset, a dropped message): the coordinator sends the request again after
+    ``RESEND_AFTER_S`` with the same id, and the repair completes. Before, each loss failed
+    its range after the 600 s validation timeout ("did not answer in 600 s")."""
+    with Simulation(23) as sim:
+        cluster = _boot(sim)
+        differing = _diverge(cluster)
+        lost: list[str] = []
+        _lose_first(cluster.built["n1"].cluster, Verb.REPAIR_REQ, endpoint("n3"), lost)
+        _lose_first(cluster.built["n2"].cluster, Verb.REPAIR_RSP, endpoint("n1"), lost)
+        started_ms = sim.now_ms()
+        summary = cluster.finish(cluster.repair("n1"))
+        assert sorted(lost) == ["REPAIR_REQ", "REPAIR_RSP"]
+        assert summary.failed_ranges == 0, summary.to_json()
+        base = next(t for t in summary.tables if t.table == "kv")
+        assert base.partitions_streamed == differing
+        assert cluster.level()
+        assert cluster.built["n1"].repair.resent >= 2
+        assert sim.now_ms() - started_ms < 2 * RESEND_AFTER_S * 1000 + 10_000
+
+
+def _lose_first(node: ClusterNode, verb: Verb, to: str, lost: list[str]) -> None:
+    """``node``'s first ``verb`` message to ``to`` is lost (sent, as far as it knows)."""
+    send = node.send
+
+    def send_or_lose(target: str, sent_verb: Verb, request_id: int, payload: bytes) -> bool:
+        if sent_verb == verb and target == to and verb.name not in lost:
+            lost.append(verb.name)
+            return True
+        return send(target, sent_verb, request_id, payload)
+
+    node.send = send_or_lose  # type: ignore[method-assign]
+
+
 SEEDS = ci_seeds((), per_run=4, pool=2_000)
 """Seeded repairs a CI run covers (about 5 s each); ``make sim SCENARIO=repair`` runs more."""
 
@@ -279,6 +318,10 @@ def run_scenario(seed: int) -> None:
         if crash is not None:
             crash.cancel()  # the repair may end first
         first = task.result()
+        crashed = victim is not None and not sim.process(victim).running
+        if not crashed:  # drops and delays only: lost messages are sent again, nothing fails
+            assert first.failed_ranges == 0, first.to_json()
+            assert cluster.level(), sim.describe()
         for table in first.tables:
             assert table.ranges_repaired + len(table.ranges_failed) == table.ranges, first.to_json()
             assert all(problem for _, problem in table.ranges_failed), first.to_json()

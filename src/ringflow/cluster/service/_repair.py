@@ -25,7 +25,11 @@ simulator) and timed by the node's clock, so the simulator runs the same code. R
   replica's capture out of sequence (REPLICATION.md decision 1).
 * A replica down before or during a range fails that range with its reason (the live
   replicas are still repaired among themselves); the repair goes on with the next range and its
-  summary lists every range not repaired. ``--preview`` validates and reports, streams nothing.
+  summary lists every range not repaired. A request or answer lost on the way is not a failure:
+  a replica's request unanswered for ``RESEND_AFTER_S`` goes again with the same id (every one
+  is idempotent: a tree, a listing, a page, a sync that merges what it pulls), and a replica
+  ignores a request id it is still serving. A ``run`` is never sent again. ``--preview``
+  validates and reports, streams nothing.
 * History: one ``system_distributed.repair_history`` row per range and table, one
   ``parent_repair_history`` row per repair (Cassandra's tables); the last fully successful
   repair of each table is kept in ``repairs.json`` and shown by ``cluster status``.
@@ -104,6 +108,12 @@ REFINE_PARTITIONS_MAX: Final = 20_000
 """Per replica and range, the most partitions of mismatching leaves listed for the row-level
 refinement (memory on the coordinator: RF listings of at most this many entries)."""
 LIVENESS_CHECK_S: Final = 1.0
+RESEND_AFTER_S: Final = 15.0
+"""A replica's request (validation, listing, sync, pull) without an answer is sent again after
+this, with the same id; the replica serves one request id at a time."""
+REQUESTS_SERVED_MAX: Final = 1024
+"""REPAIR_REQs one node serves at once (a coordinator asks one range at a time of each
+replica; more is refused, not queued without end)."""
 VALIDATE_TIMEOUT_S: Final = 600.0
 SYNC_TIMEOUT_S: Final = 1800.0
 PULL_TIMEOUT_S: Final = 60.0
@@ -153,7 +163,13 @@ class RepairService:
         self.results: dict[str, object] = {}
         """The summaries of the last ``REPAIR_RESULTS_KEPT`` repairs, by id (oldest first)."""
         self.last_repairs: dict[str, dict[str, object]] = _load_last(data_dir)
-        self._next_id = _REQUEST_IDS
+        self._next_id = _REQUEST_IDS + (rng.getrandbits(32) << 20)
+        """Request ids start at a random point: a restarted coordinator's are not its earlier
+        incarnation's, which a replica may still be serving."""
+        self._in_service: set[tuple[str, int]] = set()
+        """``(source, request id)`` of the REPAIR_REQs this node is serving."""
+        self.resent = 0
+        """Requests sent again for want of an answer (``RESEND_AFTER_S``)."""
         self._waiters: dict[int, asyncio.Future[bytes]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
         cluster.serve(
@@ -191,27 +207,36 @@ class RepairService:
 
     async def _ask(self, endpoint: str, message: RepairMessage, timeout_s: float) -> RepairMessage:
         """Send ``message`` to ``endpoint`` (answered locally when it is this node) and wait
-        for the answer, failing early once the failure detector convicts the peer."""
+        for the answer, failing early once the failure detector convicts the peer. A request
+        a replica serves (validation, listing, sync, pull) is sent again every
+        ``RESEND_AFTER_S`` without an answer, with the same id: a request or an answer lost on
+        the way costs that, not the whole timeout (module rules)."""
         if endpoint == self.cluster.host.endpoint:
             return await self._serve(message)
         self._next_id += 1
         request_id = self._next_id
         future: asyncio.Future[bytes] = self.loop.create_future()
         self._waiters[request_id] = future
+        payload = encode_repair_message_any(message)
+        resend = not isinstance(message, RunRequest)  # a second run would repair again
         try:
-            if not self.cluster.send(
-                endpoint, Verb.REPAIR_REQ, request_id, encode_repair_message_any(message)
-            ):
+            if not self.cluster.send(endpoint, Verb.REPAIR_REQ, request_id, payload):
                 raise RepairError(f"could not send to {endpoint}")
-            deadline = self._monotonic_s() + timeout_s
+            now = self._monotonic_s()
+            deadline, resend_at = now + timeout_s, now + RESEND_AFTER_S
             while True:
                 with contextlib.suppress(TimeoutError):
-                    payload = await asyncio.wait_for(asyncio.shield(future), LIVENESS_CHECK_S)
-                    return decode_repair_message(payload)
+                    answer = await asyncio.wait_for(asyncio.shield(future), LIVENESS_CHECK_S)
+                    return decode_repair_message(answer)
                 if not self.cluster.gossiper.is_alive(endpoint):
                     raise RepairError(f"replica {endpoint} went down")
-                if self._monotonic_s() > deadline:
+                now = self._monotonic_s()
+                if now > deadline:
                     raise RepairError(f"replica {endpoint} did not answer in {timeout_s:.0f} s")
+                if resend and now >= resend_at:
+                    self.resent += 1
+                    self.cluster.send(endpoint, Verb.REPAIR_REQ, request_id, payload)
+                    resend_at = now + RESEND_AFTER_S
         finally:
             self._waiters.pop(request_id, None)
 
@@ -227,6 +252,13 @@ class RepairService:
 
     def _on_request(self, source: str, request_id: int, payload: bytes) -> None:
         message = decode_repair_message(payload)
+        key = (source, request_id)
+        if key in self._in_service:  # sent again while this node still serves it
+            return
+        if len(self._in_service) >= REQUESTS_SERVED_MAX:
+            self.cluster.fail(source, request_id, Verb.REPAIR_REQ, "too many repair requests")
+            return
+        self._in_service.add(key)
 
         async def answer() -> None:
             try:
@@ -234,6 +266,8 @@ class RepairService:
             except Exception as error:  # the peer gets the reason, whatever it was
                 self.cluster.fail(source, request_id, Verb.REPAIR_REQ, str(error) or repr(error))
                 return
+            finally:
+                self._in_service.discard(key)
             self.cluster.send(source, Verb.REPAIR_RSP, request_id, body)
 
         task = self.loop.create_task(answer())
