@@ -36,8 +36,9 @@ from ringflow.cdc import (
     TopologyDescription,
 )
 from ringflow.cluster import ApplicationState
-from ringflow.cluster._coordinator import log_token, prepare_cdc_write
+from ringflow.cluster._coordinator import base_token, log_token, prepare_cdc_write
 from ringflow.cluster._messages import Verb
+from ringflow.cluster._repair_plan import RepairOptions
 from ringflow.cluster.service import (
     BuiltNode,
     RingDiscovery,
@@ -677,6 +678,33 @@ def check_outcome(
     log = read_all(sim, consumer, "kv" + CDC_LOG_SUFFIX, log_keys, timeout_ms=60_000)
     missing = {k: v for k, v in writes.acked.items() if v not in logged(log[k], k)}
     assert not missing, f"changes missing from the CDC log: {missing}; {sim.describe()}"
+    check_repaired(cluster, writes, remaining)
+
+
+def check_repaired(cluster: TopologyCluster, writes: Writes, remaining: list[str]) -> None:
+    """What ``check_log_replicas`` leaves to repair: after a repair of ``ks`` on the calm
+    final ring (every range repaired), every natural replica of each acknowledged write holds
+    its base row and its CDC log row, the ones the crash windows and single-source streaming
+    left out included."""
+    sim = cluster.sim
+    built = sim.process(remaining[0]).node
+    assert isinstance(built, BuiltNode)
+    task = built.repair.loop.create_task(built.repair.submit(RepairOptions("ks")))
+    assert sim.run_until_true(task.done, timeout_ms=3_600_000), sim.describe()
+    summary = task.result()
+    assert summary.failed_ranges == 0, summary.to_json()
+    ring = cluster.nodes[remaining[0]]
+    by_endpoint = {endpoint(name): cluster.nodes[name] for name in remaining}
+    log_table = ("ks", "kv" + CDC_LOG_SUFFIX)
+    for key, value in writes.acked.items():
+        stream = writes.streams[key][0]
+        for host in ring.replicas_of("ks", base_token(kv_write(key, value, 0))).natural:
+            stored = by_endpoint[host.endpoint].store.read_mutation(("ks", "kv"), kv_key(key))
+            assert kv_value(stored) == value, f"write {key} not on {host.endpoint} after repair"
+        log_replicas = ring.replicas_of("ks", log_token(StreamId.from_bytes(stream))).natural
+        for host in log_replicas:
+            stored = by_endpoint[host.endpoint].store.read_mutation(log_table, (stream,))
+            assert value in logged(stored, key), f"log row {key} not on {host.endpoint}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
