@@ -5,8 +5,8 @@ following Scylla's ``cdc/log.cc`` (``log_mutation_builder``, ``process_change_vi
 ``transformer::generate_image``) and ``docs/features/cdc/cdc-basic-operations.rst``,
 ``cdc-advanced-types.rst``, ``cdc-preimages.rst``. Pure: the stream id and the random low bits of
 ``cdc$time`` come in a :class:`CdcCapture` chosen once per base mutation by the coordinator, the
-clock comes as ``now_s``, pre-images come from the caller's read, so every replica builds
-byte-identical log rows.
+clock comes as ``now_s`` (the coordinator's, which the capture carries: ``CdcCapture.clock_s``),
+pre-images come from the caller's read, so every replica builds byte-identical log rows.
 
 Rules (splitting and images: ``_log_split``, ``_log_images``):
 
@@ -119,10 +119,18 @@ _log_columns: IdentityCache[Table, frozenset[str]] = IdentityCache(_log_column_n
 
 @dataclass(frozen=True, slots=True)
 class CdcCapture:
-    """What the coordinator draws once per base mutation: the stream and ``cdc$time``'s low bits."""
+    """What the coordinator draws once per base mutation: the stream, ``cdc$time``'s low bits
+    and its clock (``now_s``), which the log rows' TTL counts from on every replica."""
 
     stream_id: bytes
     timeuuid_low_bits: int
+    now_s: int | None = None
+    """The coordinator's clock (s) when it drew the capture: every replica's log rows expire
+    ``ttl`` after it, so they are byte-identical (Scylla builds the log mutation on the
+    coordinator). Counted from each replica's own clock at apply, they differed by the seconds
+    between the replicas' applies (a hint, a clock skew, a second boundary): digest mismatches
+    on CDC log reads and repairs streaming the log for nothing. None: a capture from a peer
+    that does not send it (the replica's clock, as before)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream_id, bytes) or len(self.stream_id) != _STREAM_ID_SIZE:
@@ -132,6 +140,13 @@ class CdcCapture:
             raise InvalidRequest(
                 f"timeuuid low bits must be an unsigned 64-bit int, got {self.timeuuid_low_bits}"
             )
+        now_s = self.now_s
+        if now_s is not None and (type(now_s) is not int or not 0 <= now_s < 2**31):
+            raise InvalidRequest(f"a capture's clock is a 32-bit count of seconds, got {now_s!r}")
+
+    def clock_s(self, replica_now_s: int) -> int:
+        """What the log rows' TTL counts from: the coordinator's clock, else the replica's."""
+        return replica_now_s if self.now_s is None else self.now_s
 
 
 def _check_enabled(base: Table) -> None:

@@ -427,4 +427,4 @@ def prepare_cdc_write(
     stream = cdc_metadata.get_stream(write_ts_us, token, now_us)
     if token_metadata is not None and strategy is not None:
         check_cdc_colocation(token, stream, token_metadata, strategy)
-    return CdcCapture(stream.to_bytes(), rng.getrandbits(64))
+    return CdcCapture(stream.to_bytes(), rng.getrandbits(64), now_us // 1_000_000)

@@ -811,7 +811,7 @@ class QueryProcessor:
         timestamp = max(mutation.timestamps_us())
         token = partition_token(table, mutation.partition_key)
         stream = self._cdc.get_stream(timestamp, token, now_us)
-        return CdcCapture(stream.to_bytes(), self._rng.getrandbits(64))
+        return CdcCapture(stream.to_bytes(), self._rng.getrandbits(64), now_us // 1_000_000)
 
     # --- schema --------------------------------------------------------------------------------
 

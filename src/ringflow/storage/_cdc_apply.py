@@ -89,6 +89,7 @@ class CdcWriter:
         and everything without images stay queued (one executemany for the whole batch)."""
         base = self.base.table
         delta_rows = self.delta_rows
+        now_s = capture.clock_s(now_s)
         if delta_rows is not None:  # no images: the common write's one log row packed straight
             delta = delta_rows(mutation, capture, now_s)
             atom = None if delta is None else delta_row_append(self.log, delta)

@@ -15,7 +15,9 @@ from ringflow.cluster.service import _codec
 from ringflow.schema import Cell, ClusteringBound, Mutation, Row
 from ringflow.storage import Store
 
-CAPTURE = CdcCapture(bytes(range(16)), 12345)
+CAPTURE = CdcCapture(bytes(range(16)), 12345, 1_700_000_123)
+OLD_CAPTURE = CdcCapture(bytes(range(16)), 12345)
+"""A capture without the coordinator's clock: what a peer that does not send it gives."""
 
 
 def _mutation(n: int) -> Mutation:
@@ -26,6 +28,22 @@ def _mutation(n: int) -> Mutation:
 def test_write_unit_round_trips_with_its_captures() -> None:
     unit = WriteUnit((_mutation(1), _mutation(2)), ((1, CAPTURE),))
     assert _codec.decode_unit(_codec.encode_unit(unit)) == unit
+
+
+def test_a_capture_carries_the_coordinators_clock_and_one_without_it_still_decodes() -> None:
+    """``[index, stream, low bits, now_s]``; a peer that sends ``[index, stream, low bits]``
+    gives a capture whose log rows count their TTL from the replica's clock (as before); any
+    other shape is a protocol error."""
+    unit = WriteUnit((_mutation(1),), ((0, OLD_CAPTURE),))
+    mutations, captures = msgpack.unpackb(_codec.encode_unit(unit))
+    assert captures == [[0, bytes(range(16)), 12345]]
+    assert _codec.decode_unit(_codec.encode_unit(unit)).cdc_captures == ((0, OLD_CAPTURE),)
+    with_clock = msgpack.unpackb(_codec.encode_unit(WriteUnit((_mutation(1),), ((0, CAPTURE),))))
+    assert with_clock[1] == [[0, bytes(range(16)), 12345, 1_700_000_123]]
+    assert CAPTURE.clock_s(5) == 1_700_000_123 and OLD_CAPTURE.clock_s(5) == 5
+    for bad in ([0, bytes(range(16)), 12345, "soon"], [0, bytes(range(16)), 12345, 1, 2]):
+        with pytest.raises(InternodeProtocolError):
+            _codec.decode_unit(msgpack.packb([mutations, [bad]]))
 
 
 def test_read_command_and_answers_round_trip() -> None:
@@ -86,11 +104,13 @@ def test_hints_keep_cdc_captures_across_reopen(tmp_path: Path) -> None:
     target = uuid.UUID(int=7)
     store = Store(tmp_path / "s.sqlite")
     with_cdc = store.store_hint(target, [_mutation(1), _mutation(2)], 10, captures={1: CAPTURE})
+    old = store.store_hint(target, [_mutation(4)], 12, captures={0: OLD_CAPTURE})
     plain = store.store_hint(target, [_mutation(3)], 11)
     store.close()
     store = Store(tmp_path / "s.sqlite")
     hints = {hint.hint_id: hint for hint in store.hints_for(target, 10)}
-    assert hints[with_cdc].captures == ((1, CAPTURE),)
+    assert hints[with_cdc].captures == ((1, CAPTURE),)  # the coordinator's clock kept
+    assert hints[old].captures == ((0, OLD_CAPTURE),)
     assert hints[with_cdc].mutations == (_mutation(1), _mutation(2))
     assert hints[plain].captures == () and hints[plain].mutations == (_mutation(3),)
     store.close()

@@ -10,6 +10,7 @@ alone, and writes none of itself on a storage failure.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,18 @@ import pytest
 from ringflow.cdc._log_rows import CdcCapture
 from ringflow.cdc._log_schema import cdc_log_table
 from ringflow.errors import InvalidRequest
-from ringflow.schema import INT, Cell, Mutation, Row, Table
+from ringflow.schema import (
+    INT,
+    TEXT,
+    CdcOptions,
+    Cell,
+    ClusteringOrder,
+    Mutation,
+    PreimageMode,
+    Row,
+    Table,
+    TableOptions,
+)
 from ringflow.schema._codec import deserialize
 from ringflow.storage import Store, UnknownTable, _cdc_apply
 from tests.unit.storage._tables import CDC_BASE, KV, i32, insert, open_store, txt
@@ -202,3 +214,45 @@ def test_a_storage_failure_in_a_group_writes_none_of_it(
         )
     assert store.read_mutation(KV, (txt("k"),)) is None
     assert store.read_mutation(CDC_BASE, PK) is None
+
+
+@pytest.mark.parametrize("preimage", [PreimageMode.OFF, PreimageMode.FULL])
+def test_replicas_applying_at_different_times_hold_byte_identical_log_rows(
+    tmp_path: Path, preimage: PreimageMode
+) -> None:
+    """The log rows' TTL counts from the coordinator's clock carried by the capture, so two
+    replicas applying the same write 7 s apart (a hint, a clock skew) hold the same log rows,
+    as Scylla's, whose coordinator builds the log mutation. Before, each counted from its own
+    clock: the rows differed in their expiry, QUORUM log reads saw digest mismatches and every
+    repair streamed the log. A capture without the clock (an older peer) keeps the replica's.
+    Both the one-row fast path (no images) and the general path (pre-image)."""
+    base = Table.create(
+        "ks",
+        "expiring",
+        partition_key=[("pk", INT)],
+        clustering=[("ck", INT, ClusteringOrder.ASC)],
+        regular=[("v", TEXT)],
+        options=TableOptions(cdc=CdcOptions(enabled=True, preimage=preimage, ttl_s=3_600)),
+        table_id=uuid.UUID(int=40),
+    )
+    log = cdc_log_table(base)
+    write = Row((i32(1),), cells={"v": Cell.live(10, txt("a"))})
+    mutation = Mutation("ks", "expiring", (i32(1),), rows=(write,))
+
+    def held(capture: CdcCapture) -> list[Mutation | None]:
+        found = []
+        for replica_now_s in (5_000, 5_007):
+            directory = tmp_path / f"{capture.now_s}-{replica_now_s}"
+            directory.mkdir()
+            store = open_store(directory, base, log)
+            store.apply([mutation], now_s=replica_now_s, cdc={0: capture})
+            found.append(store.read_mutation(log, (STREAM,)))
+            store.close()
+        return found
+
+    first, second = held(CdcCapture(STREAM, 7, 5_000))
+    assert first is not None and first == second
+    expiries = {c.local_deletion_time_s for r in first.rows for c in r.cells.values()}
+    assert expiries == {5_000 + 3_600}
+    first, second = held(CdcCapture(STREAM, 7))
+    assert first is not None and second is not None and first != second
