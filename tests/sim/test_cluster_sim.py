@@ -13,9 +13,11 @@ one crash/restart, QUORUM writes to a CDC-enabled table carry their captures: af
 every node holding a base row holds its CDC log row, in a stream whose replicas are the base
 partition's; every write acknowledged at QUORUM is read back at QUORUM through every node; and
 the same seed gives the same trace digest.
-Not asserted: that hint replay alone brings every replica up to date. It does not today: a
-HINT_REQ or HINT_RSP lost in flight (dropped, or its target crashed) leaves the coordinator's
-replay of that target in DELIVERING for good (reported with these tests).
+Not asserted: that hint replay alone brings every replica up to date. A coordinator that
+crashes before its write timeout stores no hint for a replica that missed the write (as
+Cassandra's), so that replica waits for a read repair or a repair (``test_repair_sim``). A
+HINT_REQ or HINT_RSP lost in flight no longer stalls the target's replay: the delivery gives up
+after the write timeout and replays again (``test_hint_delivery_sim``).
 """
 
 from __future__ import annotations
