@@ -35,7 +35,7 @@ that gives exactly what the general one gives (``tests/unit/cdc/test_log_rows_fa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
@@ -143,6 +143,24 @@ class CdcCapture:
         now_s = self.now_s
         if now_s is not None and (type(now_s) is not int or not 0 <= now_s < 2**31):
             raise InvalidRequest(f"a capture's clock is a 32-bit count of seconds, got {now_s!r}")
+
+    def fields(self) -> list[object]:
+        """Its wire form (write units, stored hints): ``[stream, low bits]``, then the clock
+        when it has one."""
+        head: list[object] = [self.stream_id, self.timeuuid_low_bits]
+        return head if self.now_s is None else [*head, self.now_s]
+
+    @classmethod
+    def from_fields(cls, fields: Sequence[object]) -> CdcCapture:
+        """The capture of :meth:`fields` (2 fields: from a peer that does not send its
+        clock); InvalidRequest for any other shape or type."""
+        if len(fields) not in (2, 3):
+            raise InvalidRequest(f"a capture has 2 or 3 fields, got {len(fields)}")
+        stream_id, low_bits, *clock = fields
+        now_s = clock[0] if clock else None
+        if type(low_bits) is not int or (now_s is not None and type(now_s) is not int):
+            raise InvalidRequest(f"a capture's bits and clock are ints, got {fields!r:.80}")
+        return cls(stream_id, low_bits, now_s)  # type: ignore[arg-type]  # checked there
 
     def clock_s(self, replica_now_s: int) -> int:
         """What the log rows' TTL counts from: the coordinator's clock, else the replica's."""

@@ -59,6 +59,18 @@ def depth_for(partitions: int, max_depth: int) -> int:
     return min((partitions - 1).bit_length(), max_depth)
 
 
+def _check_depth(depth: int) -> None:
+    if not 0 <= depth <= MAX_TREE_DEPTH:
+        raise InvalidRequest(f"tree depth must be in [0, {MAX_TREE_DEPTH}], got {depth}")
+
+
+def _leaf_index(low: int, high: int, depth: int, token: int) -> int:
+    """The leaf of a depth-``depth`` tree over ``(low, high]`` that holds ``token``."""
+    if not low < token <= high:
+        raise InvalidRequest(f"token {token} is not in ({low}, {high}]")
+    return (((token - low) << depth) - 1) // (high - low)
+
+
 def _check_range(low: int, high: int) -> None:
     if not (_MIN_TOKEN <= low < high <= _MAX_TOKEN):
         raise InvalidRequest(
@@ -79,8 +91,7 @@ class MerkleTree:
 
     def __post_init__(self) -> None:
         _check_range(self.low, self.high)
-        if not 0 <= self.depth <= MAX_TREE_DEPTH:
-            raise InvalidRequest(f"tree depth must be in [0, {MAX_TREE_DEPTH}], got {self.depth}")
+        _check_depth(self.depth)
         if not self.leaves:
             self.leaves = [0] * (1 << self.depth)
         invariant(len(self.leaves) == 1 << self.depth, "a tree has 2**depth leaves")
@@ -98,9 +109,7 @@ class MerkleTree:
 
     def leaf_of(self, token: int) -> int:
         """The leaf holding ``token``, which must lie in ``(low, high]``."""
-        if not self.low < token <= self.high:
-            raise InvalidRequest(f"token {token} is not in ({self.low}, {self.high}]")
-        return (((token - self.low) << self.depth) - 1) // (self.high - self.low)
+        return _leaf_index(self.low, self.high, self.depth, token)
 
     def add(self, token: int, digest: bytes) -> None:
         """Hash one partition into its leaf (order-independent: XOR)."""
@@ -162,35 +171,30 @@ class TreeBuilder:
 
     def __init__(self, low: int, high: int, max_depth: int) -> None:
         _check_range(low, high)
-        if not 0 <= max_depth <= MAX_TREE_DEPTH:
-            raise InvalidRequest(f"tree depth must be in [0, {MAX_TREE_DEPTH}], got {max_depth}")
+        _check_depth(max_depth)
         self.low, self.high, self.max_depth = low, high, max_depth
         self.partitions = 0
-        self._sparse: dict[int, int] | None = {}
+        self._sparse: dict[int, int] = {}
+        """The leaves with partitions, while ``_dense`` is None."""
         self._dense: list[int] | None = None
         self._dense_after = (1 << max_depth) >> 3
 
     def add(self, token: int, digest: bytes) -> None:
         """Hash one partition into its leaf at the max depth (order-independent: XOR)."""
         invariant(len(digest) == DIGEST_BYTES, "a partition digest is 16 bytes")
-        if not self.low < token <= self.high:
-            raise InvalidRequest(f"token {token} is not in ({self.low}, {self.high}]")
-        index = (((token - self.low) << self.max_depth) - 1) // (self.high - self.low)
+        index = _leaf_index(self.low, self.high, self.max_depth, token)
         value = int.from_bytes(digest, "big")
         self.partitions += 1
-        sparse = self._sparse
-        if sparse is None:
-            dense = self._dense
-            invariant(dense is not None, "a tree builder holds its leaves one way or the other")
-            if dense is not None:
-                dense[index] ^= value
+        if self._dense is not None:
+            self._dense[index] ^= value
             return
+        sparse = self._sparse
         sparse[index] = sparse.get(index, 0) ^ value
         if len(sparse) > self._dense_after:
             dense = [0] * (1 << self.max_depth)
             for leaf, xor in sparse.items():
                 dense[leaf] = xor
-            self._sparse, self._dense = None, dense
+            self._sparse, self._dense = {}, dense
 
     def tree(self, depth: int | None = None) -> MerkleTree:
         """The tree at ``depth`` (default ``depth_for(partitions, max_depth)``)."""
@@ -203,7 +207,7 @@ class TreeBuilder:
             return whole.folded(depth)
         shift = self.max_depth - depth
         leaves = [0] * (1 << depth)
-        for leaf, xor in (self._sparse or {}).items():
+        for leaf, xor in self._sparse.items():
             leaves[leaf >> shift] ^= xor
         return MerkleTree(self.low, self.high, depth, leaves, self.partitions)
 

@@ -52,13 +52,7 @@ class ClockLoop(asyncio.AbstractEventLoop):
         """Run ``callback(*args)`` after the current callback (a 0 ms timer)."""
         return self._at(0, callback, args, context)
 
-    def call_soon_threadsafe(  # type: ignore[override]  # a TimerHandle: cancel() only
-        self,
-        callback: Callable[..., object],
-        *args: Any,
-        context: contextvars.Context | None = None,
-    ) -> TimerHandle:
-        return self._at(0, callback, args, context)
+    call_soon_threadsafe = call_soon  # type: ignore[assignment]  # one thread: the same hand-off
 
     def call_later(  # type: ignore[override]  # a TimerHandle: cancel() only
         self,

@@ -55,10 +55,7 @@ _CAPTURES_TAG: Final = b"RFHC"
 def _encode_payload(mutations: Sequence[Mutation], captures: Mapping[int, CdcCapture]) -> bytes:
     if not captures:
         return encode_mutations(mutations)
-    pairs = [
-        [i, c.stream_id, c.timeuuid_low_bits, *(() if c.now_s is None else (c.now_s,))]
-        for i, c in sorted(captures.items())
-    ]
+    pairs = [[i, *c.fields()] for i, c in sorted(captures.items())]
     packed: bytes = msgpack.packb([encode_mutations(mutations), pairs], use_bin_type=True)
     return _CAPTURES_TAG + packed
 
@@ -69,10 +66,7 @@ def _decode_payload(
     if not payload.startswith(_CAPTURES_TAG):
         return tuple(decode_mutations(payload)), ()
     body, pairs = msgpack.unpackb(payload[len(_CAPTURES_TAG) :], raw=False)
-    captures = tuple(
-        (int(i), CdcCapture(bytes(sid), int(bits), int(clock[0]) if clock else None))
-        for i, sid, bits, *clock in pairs
-    )
+    captures = tuple((int(i), CdcCapture.from_fields(fields)) for i, *fields in pairs)
     return tuple(decode_mutations(body)), captures
 
 

@@ -102,18 +102,10 @@ def decode_mutations_payload(data: bytes) -> list[Mutation]:
 
 
 def encode_unit(unit: WriteUnit) -> bytes:
-    captures = [_capture_item(i, c) for i, c in unit.cdc_captures]
+    captures = [[i, *c.fields()] for i, c in unit.cdc_captures]
     mutations = [encode_mutation(m) for m in unit.mutations]
     payload: bytes = msgpack.packb([mutations, captures], use_bin_type=True)
     return payload
-
-
-def _capture_item(index: int, capture: CdcCapture) -> list[object]:
-    """``[index, stream, low bits]``, then the coordinator's clock when it has one."""
-    item: list[object] = [index, capture.stream_id, capture.timeuuid_low_bits]
-    if capture.now_s is not None:
-        item.append(capture.now_s)
-    return item
 
 
 def decode_unit(data: bytes) -> WriteUnit:
@@ -122,17 +114,10 @@ def decode_unit(data: bytes) -> WriteUnit:
     pairs: list[tuple[int, CdcCapture]] = []
     for item in _list(captures, "captures"):
         fields = _list(item, "capture")
-        if len(fields) not in (3, 4):  # 3: a peer that does not send its clock
-            raise InternodeProtocolError(f"capture: expected 3 or 4 fields, got {item!r:.80}")
-        index, stream_id, low_bits, *clock = fields
-        if not isinstance(index, int) or not isinstance(low_bits, int):
-            raise InternodeProtocolError(f"capture: bad index or bits {item!r:.80}")
-        now_s = clock[0] if clock else None
-        if now_s is not None and not isinstance(now_s, int):
-            raise InternodeProtocolError(f"capture: bad clock {item!r:.80}")
+        if not fields or not isinstance(fields[0], int):
+            raise InternodeProtocolError(f"capture: bad index {item!r:.80}")
         try:
-            capture = CdcCapture(_bytes(stream_id, "capture"), low_bits, now_s)
-            pairs.append((index, capture))
+            pairs.append((fields[0], CdcCapture.from_fields(fields[1:])))
         except InternodeProtocolError:
             raise
         except Exception as error:
