@@ -256,14 +256,23 @@ def check_acting_node(sim: Simulation) -> None:
     sim.add_invariant(check)
 
 
-def ddl(node: ClusterNode, text: str) -> None:
-    """Run ``text`` on ``node`` as a client would (it must succeed); the statement path
-    announces the change (``connect_statement_path``)."""
-    response = node.processor.query(Query(text, QueryParameters(Consistency.ONE)), SessionState())
-    assert "Error" not in type(response).__name__, response
+def built_node(sim: Simulation, name: str) -> BuiltNode:
+    """The node process ``name`` runs now, as ``build_node`` built it."""
+    node = sim.process(name).node
+    assert isinstance(node, BuiltNode), f"{name} runs {node!r}"
+    return node
 
 
-def create_cdc_table(node: ClusterNode) -> None:
+def ddl(node: BuiltNode, text: str) -> None:
+    """Run ``text`` on ``node`` as a client would, through its statement backend (it must
+    succeed): the backend announces the change (``connect_statement_path``); its answer's
+    wait for schema agreement goes on in the node's loop, unwatched."""
+    query = Query(text, QueryParameters(Consistency.ONE))
+    handled = node.backend.handle(SessionState(), query)
+    assert "Error" not in type(handled.response).__name__, handled.response
+
+
+def create_cdc_table(node: BuiltNode) -> None:
     """Keyspace ``ks`` (RF 3) and the CDC-enabled table ``ks.kv (k int, v int)``."""
     ddl(node, KEYSPACE_RF3)
     ddl(node, CDC_TABLE)

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from ringflow.cluster._coordinator import base_token, prepare_cdc_write
-from tests.sim._harness import NAMES, QUORUM, ddl, kv_key, kv_value, kv_write
+from tests.sim._harness import NAMES, QUORUM, built_node, ddl, kv_key, kv_value, kv_write
 from tests.sim.test_cluster_sim import SimCluster, boot, check_capture, check_cdc_log, read_back
 
 KEYS = range(40)
@@ -76,11 +76,11 @@ def test_an_rf1_batch_goes_as_one_unit_per_owner() -> None:
     with sim:
         n1 = cluster.node("n1")
         ddl(
-            n1,
+            built_node(sim, "n1"),
             "CREATE KEYSPACE one WITH replication = "
             "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         )
-        ddl(n1, "CREATE TABLE one.kv (k int PRIMARY KEY, v int)")
+        ddl(built_node(sim, "n1"), "CREATE TABLE one.kv (k int PRIMARY KEY, v int)")
         assert sim.run_until_true(cluster.agreed, timeout_ms=60_000), sim.describe()
         now_us = n1.clock.now_us()
         batch = [replace(kv_write(key, key, now_us), keyspace="one") for key in KEYS]

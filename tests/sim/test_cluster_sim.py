@@ -57,6 +57,7 @@ from tests.sim._harness import (
     NAMES,
     QUORUM,
     all_alive,
+    built_node,
     capture_and_log,
     check_acting_node,
     create_cdc_table,
@@ -147,7 +148,7 @@ def boot(seed: int) -> tuple[Simulation, SimCluster]:
         for name in NAMES:
             sim.add_process(name, cluster.factory(name))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        create_cdc_table(cluster.node("n1"))
+        create_cdc_table(built_node(sim, "n1"))
         assert sim.run_until_true(cluster.agreed, timeout_ms=60_000), sim.describe()
     except BaseException:
         sim.close()

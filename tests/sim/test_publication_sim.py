@@ -42,6 +42,7 @@ from tests.sim._harness import (
     QUORUM,
     SIM_CAPTURE,
     all_alive,
+    built_node,
     create_cdc_table,
     endpoint,
     kv_write,
@@ -171,7 +172,7 @@ def run_scenario(seed: int) -> int:
         for name in NAMES:
             sim.add_process(name, cluster.factory(name))
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        create_cdc_table(cluster.nodes["n1"])
+        create_cdc_table(built_node(sim, "n1"))
         assert sim.run_until_true(cluster.agreed, timeout_ms=60_000), sim.describe()
         rng = sim.rng
         sim.configure_network(random_faults(rng, (2_000, 50_000, 400_000), (0.0, 0.02, 0.1)))

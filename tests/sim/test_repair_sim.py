@@ -124,7 +124,7 @@ def _boot(sim: Simulation) -> Cluster:
     sim.set_skew_ms("n3", 2_500)
     cluster.up()
     n1 = cluster.built["n1"].cluster
-    create_cdc_table(n1)
+    create_cdc_table(cluster.built["n1"])
     assert sim.run_until_true(
         lambda: len({b.cluster.processor.schema_version for b in cluster.built.values()}) == 1,
         timeout_ms=60_000,

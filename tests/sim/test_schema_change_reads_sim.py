@@ -42,6 +42,7 @@ from tests.sim._harness import (
     NAMES,
     QUORUM,
     all_alive,
+    built_node,
     ddl,
     endpoint,
     kv_key,
@@ -121,13 +122,10 @@ class Cluster:
 
 def _unannounced(node: ClusterNode, text: str) -> None:
     """``text`` applied on ``node`` alone: its peers keep the old schema until it announces
-    (the statement path's announcement is held back, as by a crash right after the change)."""
-    listeners, node.processor.schema_listeners = node.processor.schema_listeners, []
-    try:
-        query = Query(text, QueryParameters(Consistency.ONE))
-        response = node.processor.query(query, SessionState())
-    finally:
-        node.processor.schema_listeners = listeners
+    (run by its processor, not through the statement backend that announces a change, as by
+    a crash right after the change)."""
+    query = Query(text, QueryParameters(Consistency.ONE))
+    response = node.processor.query(query, SessionState())
     assert "Error" not in type(response).__name__, response
 
 
@@ -137,8 +135,8 @@ def _booted(sim: Simulation) -> Cluster:
     for name in NAMES:
         sim.add_process(name, cluster.factory(name))
     assert sim.run_until_true(lambda: all_alive(cluster.nodes, NAMES, endpoint), timeout_ms=60_000)
-    ddl(cluster.nodes["n1"], KEYSPACE_RF3)
-    ddl(cluster.nodes["n1"], "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
+    ddl(built_node(sim, "n1"), KEYSPACE_RF3)
+    ddl(built_node(sim, "n1"), "CREATE TABLE ks.wide (k int PRIMARY KEY, v int, w int)")
     assert sim.run_until_true(cluster.agreed, timeout_ms=60_000)
     return cluster
 

@@ -54,6 +54,7 @@ from tests.sim._harness import (
     NAMES,
     QUORUM,
     all_alive,
+    built_node,
     ddl,
     endpoint,
     kv_key,
@@ -149,7 +150,7 @@ class SchemaCluster:
         announced the change (the statement path announces it in a 0 ms step of the node, and
         pushes it in the same step: a crash there comes after the announcement)."""
         try:
-            ddl(self.nodes[name], text)
+            ddl(built_node(self.sim, name), text)
         except Crashed:
             return False
         try:

@@ -72,6 +72,7 @@ from tests.sim._harness import (
     QUORUM,
     SEED_NODE,
     all_alive,
+    built_node,
     capture_and_log,
     check_acting_node,
     create_cdc_table,
@@ -327,7 +328,7 @@ def boot(
             sim.add_process(name, cluster.factory(name, joining=False))
             cluster.skew(name)
         assert sim.run_until_true(cluster.all_up, timeout_ms=60_000), sim.describe()
-        create_cdc_table(cluster.nodes["n1"])
+        create_cdc_table(built_node(sim, "n1"))
         versions = lambda: {cluster.nodes[n].processor.schema_version for n in FIRST}  # noqa: E731
         assert sim.run_until_true(lambda: len(versions()) == 1, timeout_ms=60_000)
     except BaseException:

@@ -105,7 +105,7 @@ from ringflow.cql._auth_model import (
     decode_plain_token,
     encode_plain_token,
 )
-from ringflow.cql._backend import ProcessorBackend
+from ringflow.cql._backend import ProcessorBackend, SchemaReaction
 from ringflow.cql._bind import (
     PreparedStatement,
     prepared_id,
@@ -157,7 +157,6 @@ from ringflow.cql._executor import (
     NodeIdentity,
     QueryProcessor,
     ReadRun,
-    SchemaListener,
     SessionState,
 )
 from ringflow.cql._frame import (
@@ -418,7 +417,7 @@ __all__ = [
     "SchemaChangeResult",
     "SchemaChangeTarget",
     "SchemaChangeType",
-    "SchemaListener",
+    "SchemaReaction",
     "ScyllaSharding",
     "SelectItem",
     "SelectStatement",

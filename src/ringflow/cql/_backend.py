@@ -4,11 +4,19 @@ Used by a single node's and a cluster node's ``CqlServer`` and by the simulator'
 alike: each statement's schema changes (to push as events), its warnings and the write or read
 it leaves pending (a future the shell waits for with no thread waiting) come back with its
 answer as one ``Handled``.
+
+Every statement runs here, so the node's own reactions to a schema change are here too: the
+``SchemaReaction`` the backend is built with (a node's ``system.local`` row, a cluster node's
+announcement to its peers) is called once per statement that changed the schema, with its
+changes, on the thread that ran it, before its answer. A reaction that fails is logged; the
+change stands.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from ringflow.cql._auth_model import PASSWORD_AUTHENTICATOR
@@ -16,10 +24,15 @@ from ringflow.cql._exec_auth import EffectivePermissions
 from ringflow.cql._executor import QueryProcessor, SessionState
 from ringflow.cql._requests import Execute, Prepare, Query
 from ringflow.cql._responses import Response
-from ringflow.cql._results import VoidResult
+from ringflow.cql._results import SchemaChange, VoidResult
 from ringflow.cql._server import Handled
 from ringflow.cql._server import Statement as StatementRequest
 from ringflow.errors import Consistency, InternalError
+
+_log = logging.getLogger(__name__)
+
+SchemaReaction = Callable[[tuple[SchemaChange, ...]], None]
+"""The node's reaction to a statement's schema changes (module docstring)."""
 
 
 class ProcessorBackend:
@@ -30,8 +43,11 @@ class ProcessorBackend:
 
     authenticator_class = PASSWORD_AUTHENTICATOR
 
-    def __init__(self, processor: QueryProcessor) -> None:
+    def __init__(
+        self, processor: QueryProcessor, *, on_schema_change: SchemaReaction | None = None
+    ) -> None:
         self._processor = processor
+        self._on_schema_change = on_schema_change
 
     def open_session(self) -> SessionState:
         return SessionState(None)
@@ -117,6 +133,11 @@ class ProcessorBackend:
         else:
             response = processor.batch(statement, session, grants)
         changes = processor.take_schema_changes()
+        if changes and self._on_schema_change is not None:
+            try:
+                self._on_schema_change(changes)
+            except Exception:  # the change is committed: a failed reaction must not undo it
+                _log.exception("the reaction to the schema changes %s failed", changes)
         pending = processor.take_pending()
         if pending is None:
             return Handled(response, changes, processor.take_warnings())

@@ -6,8 +6,8 @@ thread. The node shell turns frames into requests, calls one of the four methods
 connection's :class:`SessionState`, and sends back the returned response object with what the
 request leaves behind on its thread: its schema changes (``take_schema_changes``: EVENT frames
 to push), its warnings (``take_warnings``) and its pending write or read (``take_pending``).
-``schema_listeners`` are the node's own reactions to a schema change (announcing it, its
-``system.local`` row).
+The node's own reactions to a schema change (announcing it, its ``system.local`` row) are the
+backend's, which runs every request (``ProcessorBackend``): the processor keeps no listeners.
 
 Rules:
 
@@ -168,7 +168,6 @@ from ringflow.storage import Store, UnknownTable
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SchemaListener = Callable[[SchemaChange], None]
 _SERIAL = frozenset({Consistency.SERIAL, Consistency.LOCAL_SERIAL})
 STORAGE_PORT = 7000
 """Cassandra's default ``storage_port``: the port a lone node's endpoints are shown with."""
@@ -279,7 +278,6 @@ class QueryProcessor:
         self._rng = rng
         self.limits = limits
         self.internal_errors = 0
-        self.schema_listeners: list[SchemaListener] = []
         self._lock = threading.RLock()
         self._deferred: Deferred | None = None  # run after the lock
         self._auth_submit: AuthSubmit | None = None
@@ -436,10 +434,6 @@ class QueryProcessor:
             self._state = new
             self._prepared.invalidate(lambda _entry: True)
             return True
-
-    def on_schema_change(self, listener: SchemaListener) -> None:
-        """Call ``listener`` with each schema change from now on."""
-        self.schema_listeners.append(listener)
 
     # --- the four requests ---------------------------------------------------------------------
 
@@ -883,11 +877,6 @@ class QueryProcessor:
         changes: list[SchemaChange] | None = getattr(self._request, "changes", None)
         if changes is not None:
             changes.append(change)
-        for listener in list(self.schema_listeners):
-            try:
-                listener(change)
-            except Exception:  # a listener's failure must not undo the change
-                _log.exception("schema listener failed on %s", change)
 
     # --- PREPARE -------------------------------------------------------------------------------
 

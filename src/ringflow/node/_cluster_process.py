@@ -94,7 +94,7 @@ from ringflow.node._config import (
     save_record,
 )
 from ringflow.node._control import ControlServer
-from ringflow.node._startup import Node, open_node, write_local_row
+from ringflow.node._startup import Node, open_node
 from ringflow.ring import Host
 from ringflow.runtime import AsyncioNetwork, SystemClock
 
@@ -383,10 +383,6 @@ async def _serve(
     )
     host = Host(record.host_id, settings.endpoint, record.dc, record.rack)
 
-    def schema_merged() -> None:
-        version = node.processor.schema_version
-        write_local_row(node.store, config, record, version, time.time_ns() // 1000)
-
     now_us = time.time_ns() // 1000
     remembered = (  # a v1 generation: loaded through the coordinator by the service
         None
@@ -424,7 +420,7 @@ async def _serve(
                 **joining_states(config.data_dir),
             },
             on_exit=stop.set,
-            on_schema_merged=schema_merged,
+            on_schema_version=node.rewrite_local_row,
         ),
     )
     cluster, backend = built.cluster, built.backend

@@ -104,6 +104,20 @@ class Node:
     cdc: CdcMetadata
     processor: QueryProcessor
     lock: DataDirLock
+    clock: Clock
+
+    def rewrite_local_row(self) -> None:
+        """``system.local`` with the processor's schema version as it is now: after every
+        schema change, a statement's or (on a cluster node) a peer's schema merged."""
+        version = self.processor.schema_version
+        write_local_row(self.store, self.config, self.record, version, self.clock())
+
+    def backend(self) -> ProcessorBackend:
+        """A single node's statement backend: each statement's schema changes rewrite
+        ``system.local`` (on the statement's thread, before its answer)."""
+        return ProcessorBackend(
+            self.processor, on_schema_change=lambda _changes: self.rewrite_local_row()
+        )
 
     def close(self) -> None:
         try:
@@ -175,16 +189,11 @@ def open_node(
             processor.enable_auth(config.auth, lambda: time.monotonic() * 1000)
         version = processor.schema_version
         write_local_row(store, config, record, version, now_us, gossip_generation=now_us // 10**6)
-        processor.on_schema_change(
-            lambda _change: write_local_row(
-                store, config, record, processor.schema_version, clock()
-            )
-        )
     except BaseException:
         store.close()
         lock.release()
         raise
-    return Node(config, record, store, generation, cdc, processor, lock)
+    return Node(config, record, store, generation, cdc, processor, lock, clock)
 
 
 def write_local_row(
@@ -197,7 +206,7 @@ def write_local_row(
     gossip_generation: int | None = None,
 ) -> None:
     """``system.local`` as the driver's control connection and cqlsh read it. Rewritten after
-    every schema change (a processor schema listener, on the storage thread), so
+    every schema change (``Node.rewrite_local_row``), so
     ``schema_version`` is the digest drivers compare when they wait for schema agreement.
     ``gossip_generation`` (the start second, as Cassandra's) is kept when None."""
     row = NodeRow(
@@ -276,7 +285,7 @@ async def _serve(
     on_ready: Callable[[str], None] | None,
 ) -> None:
     config = node.config
-    backend = ProcessorBackend(node.processor)
+    backend = node.backend()
     plane = GroupCommitPlane(node.store, worker)
     node.processor.use_data_plane(plane, plane.submit)
     logins = concurrent.futures.ThreadPoolExecutor(

@@ -2,7 +2,8 @@
 
 Proves: each DDL form answers the right schema change (or Void under IF [NOT] EXISTS), updates
 the store (tables registered/dropped) and the ``system_schema`` rows drivers read, survives a
-restart, announces its changes to listeners and invalidates prepared statements it affects.
+restart, hands its changes to the backend's reaction (every one, in order; a failing reaction
+undoes nothing) and invalidates prepared statements it affects.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.cql import ProcessorBackend, Query, QueryParameters
 from ringflow.cql._results import (
     SchemaChange,
     SchemaChangeResult,
@@ -19,7 +21,7 @@ from ringflow.cql._results import (
     SchemaChangeType,
     VoidResult,
 )
-from ringflow.errors import ErrorCode
+from ringflow.errors import Consistency, ErrorCode
 from ringflow.ring import MIN_TOKEN
 from ringflow.schema import ClusteringOrder, ColumnKind
 from tests.unit.cql._exec_harness import KEYSPACE_CQL, ExecNode, node_with_keyspace
@@ -61,10 +63,8 @@ def schema_tables(node: ExecNode, keyspace: str) -> list[str]:
 
 def test_create_keyspace_is_announced_and_visible_in_system_schema(tmp_path: Path) -> None:
     node = ExecNode(tmp_path)
-    seen: list[SchemaChange] = []
-    node.processor.on_schema_change(seen.append)
     assert change(node.q(KEYSPACE_CQL)) == SchemaChange(CREATED, KEYSPACE, "ks")
-    assert seen == [SchemaChange(CREATED, KEYSPACE, "ks")]
+    assert node.processor.take_schema_changes() == (SchemaChange(CREATED, KEYSPACE, "ks"),)
     rows = node.ok("SELECT keyspace_name, durable_writes, replication FROM system_schema.keyspaces")
     assert (
         "ks",
@@ -211,15 +211,16 @@ def test_no_keyspace_in_session(tmp_path: Path) -> None:
 
 
 def test_cdc_table_creates_its_log_table(node: ExecNode) -> None:
-    seen: list[SchemaChange] = []
-    node.processor.on_schema_change(seen.append)
-    node.ok(
-        "CREATE TABLE t (k int, c int, v text, PRIMARY KEY (k, c)) WITH cdc = {'enabled': true}"
-    )
-    assert seen == [
+    seen: list[tuple[SchemaChange, ...]] = []
+    backend = ProcessorBackend(node.processor, on_schema_change=seen.append)
+    text = "CREATE TABLE t (k int, c int, v text, PRIMARY KEY (k, c)) WITH cdc = {'enabled': true}"
+    handled = backend.handle(node.session, Query(text, QueryParameters(Consistency.ONE)))
+    changes = (
         SchemaChange(CREATED, TABLE, "ks", "t"),
         SchemaChange(CREATED, TABLE, "ks", "t_scylla_cdc_log"),
-    ]
+    )
+    assert handled.schema_changes == changes
+    assert seen == [changes]  # one reaction for the statement, with every change
     assert schema_tables(node, "ks") == ["t", "t_scylla_cdc_log"]
     log = node.store.table("ks", "t_scylla_cdc_log")
     assert {"cdc$stream_id", "cdc$time", "cdc$operation", "cdc$deleted_v", "k", "c"} <= {
@@ -479,12 +480,14 @@ def test_schema_change_invalidates_prepared_statements(node: ExecNode) -> None:
     assert node.execute(on_t.statement_id, [b"\x00\x00\x00\x01"]).code == ErrorCode.UNPREPARED
 
 
-def test_a_failing_listener_does_not_undo_the_change(node: ExecNode) -> None:
-    def broken(change: SchemaChange) -> None:
-        raise RuntimeError("listener bug")
+def test_a_failing_reaction_does_not_undo_the_change(node: ExecNode) -> None:
+    def broken(changes: tuple[SchemaChange, ...]) -> None:
+        raise RuntimeError("reaction bug")
 
-    node.processor.on_schema_change(broken)
-    node.ok("CREATE TABLE t (k int PRIMARY KEY)")
+    backend = ProcessorBackend(node.processor, on_schema_change=broken)
+    query = Query("CREATE TABLE t (k int PRIMARY KEY)", QueryParameters(Consistency.ONE))
+    handled = backend.handle(node.session, query)
+    assert change(handled.response) == SchemaChange(CREATED, TABLE, "ks", "t")
     assert ("ks", "t") in node.processor.schema.tables
     assert node.processor.internal_errors == 0
 

@@ -149,14 +149,14 @@ def test_schema_change_updates_system_local_schema_version(tmp_path: Path) -> No
         session = SessionState(None)
         select = query("SELECT schema_version FROM system.local")
         before = node.processor.query(select, session)
-        created = node.processor.query(
+        created = node.backend().handle(  # the backend the node serves its clients with
+            session,
             query(
                 "CREATE KEYSPACE k WITH replication = "
                 "{'class': 'SimpleStrategy', 'replication_factor': 1}"
             ),
-            session,
         )
-        assert isinstance(created, SchemaChangeResult)
+        assert isinstance(created.response, SchemaChangeResult)
         after = node.processor.query(select, session)
         assert after.rows != before.rows  # type: ignore[union-attr]
         assert after.rows[0][0] == node.processor.schema_version.bytes  # type: ignore[union-attr]

@@ -23,6 +23,8 @@ from ringflow.cql import (
     ProcessorBackend,
     QueryProcessor,
     Response,
+    SchemaChange,
+    SchemaReaction,
     SessionState,
     StatementRequest,
     when_answered,
@@ -63,13 +65,19 @@ def _bug(error: BaseException) -> None:
 
 class ClusterBackend(ProcessorBackend):
     """``ProcessorBackend`` whose DDL answers wait for schema agreement (seed 004), with a
-    warning when it is not reached in time. Nothing in it waits on a thread: what is pending
-    is a future the shell (the ``CqlServer``, or the simulator's ``NetworkCqlShell``) waits
-    for with no thread waiting."""
+    warning when it is not reached in time, over the node's ``plane``. Nothing in it waits on
+    a thread: what is pending is a future the shell (the ``CqlServer``, or the simulator's
+    ``NetworkCqlShell``) waits for with no thread waiting."""
 
-    def __init__(self, processor: QueryProcessor) -> None:
-        super().__init__(processor)
-        self.plane: ClusterDataPlane | None = None
+    def __init__(
+        self,
+        processor: QueryProcessor,
+        plane: ClusterDataPlane,
+        *,
+        on_schema_change: SchemaReaction | None = None,
+    ) -> None:
+        super().__init__(processor, on_schema_change=on_schema_change)
+        self.plane = plane
 
     def _handle(
         self,
@@ -79,7 +87,7 @@ class ClusterBackend(ProcessorBackend):
     ) -> Handled:
         handled = super()._handle(session, statement, grants)
         plane = self.plane
-        if not handled.schema_changes or plane is None:
+        if not handled.schema_changes:
             return handled
         agreed: concurrent.futures.Future[Response | Handled] = concurrent.futures.Future()
 
@@ -97,23 +105,26 @@ class ClusterBackend(ProcessorBackend):
 
 
 def connect_statement_path(
-    backend: ClusterBackend,
     node: ClusterNode,
     loop: EventLoop,
     statements: concurrent.futures.Executor,
     auth_submit: Callable[[Callable[[], None]], object],
-) -> ClusterDataPlane:
-    """Wire ``node``'s statement path, the same in a node process and in the simulator: its
+    on_schema_version: Callable[[], None] | None = None,
+) -> ClusterBackend:
+    """``node``'s statement path, the same in a node process and in the simulator: its
     processor's writes, reads and auth work go through a ``ClusterDataPlane`` on ``loop``
     (``statements`` goes on with a SELECT that reads the local store, ``auth_submit`` runs
     later runs of auth work), the backend's DDL answers wait for schema agreement, and each
-    local schema change is announced to the cluster (seed 004) from ``loop``."""
+    statement's schema changes are announced to the cluster (seed 004) from ``loop``, after
+    ``on_schema_version`` (a node process's ``system.local`` row) on the statement's thread."""
     plane = ClusterDataPlane(node, loop, node.store, statements)
-    backend.plane = plane
     node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth_submit)
 
-    def schema_changed(_change: object) -> None:
-        loop.call_soon_threadsafe(node.on_local_schema_change)
+    def schema_changed(_changes: tuple[SchemaChange, ...]) -> None:
+        try:
+            if on_schema_version is not None:
+                on_schema_version()
+        finally:
+            loop.call_soon_threadsafe(node.on_local_schema_change)
 
-    node.processor.on_schema_change(schema_changed)
-    return plane
+    return ClusterBackend(node.processor, plane, on_schema_change=schema_changed)

@@ -21,9 +21,11 @@ capture's settings. ``build_node`` composes, in this order:
 
 ``BuiltNode.prepare`` is the store work to do before the node listens (the capture's
 triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
-in place. Then ``start``, and ``stop`` at the end of the incarnation. The services' work after
-each gossip round is composed here, in one order (``after_round``, the node's only hook into
-them). ``validate`` checks the node's invariants; the simulator calls it after every event.
+in place. Then ``start``, and ``stop`` at the end of the incarnation. The gossip round is
+driven here, every ``gossip_interval_ms`` on the node's clock: the ``ClusterNode``'s round, then
+the services' work after it, in one order (``round``); nothing calls back up into this
+composition. ``validate`` checks the node's invariants; the simulator calls it after every
+event.
 
 What only a process has is added by ``ringflow.node`` around the built node: the native
 protocol server, the operator's control channel and ``status.json``.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -64,10 +67,12 @@ from ringflow.cluster.service._settings import (
     Offload,
 )
 from ringflow.cql import QueryProcessor
-from ringflow.errors import invariant
+from ringflow.errors import RingflowError, invariant
 from ringflow.ring import Host
-from ringflow.runtime import Clock, Network
+from ringflow.runtime import Clock, Network, TimerHandle
 from ringflow.storage import Store
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,9 @@ class NodeSpec:
     joiner's status, ...)."""
     on_exit: Callable[[], None] | None = None
     """Called when the node has left the ring (decommissioned or removed)."""
-    on_schema_merged: Callable[[], None] | None = None
+    on_schema_version: Callable[[], None] | None = None
+    """The node's schema version changed, by a statement it ran or a peer's schema it merged:
+    a node process rewrites its ``system.local`` row (on the thread that changed it)."""
     schema_observer: SchemaObserver | None = None
 
 
@@ -147,6 +154,8 @@ class BuiltNode:
     repair: RepairService
     joining: bool
     started: bool = False
+    _round_timer: TimerHandle | None = field(default=None, init=False, repr=False)
+    _stopped: bool = field(default=False, init=False, repr=False)
 
     def prepare(self) -> None:
         """The store work before the node listens, on the thread that owns the store: the
@@ -168,19 +177,35 @@ class BuiltNode:
         if self.rewrite is not None:
             self.rewrite.start()
         self.topology.start()
+        self._schedule_round()
 
-    def after_round(self, now_ms: int) -> None:
-        """The services' work after each of the node's gossip rounds, in this order: CDC
-        generations (learn, propose, publish), the expiry of old ones, the topology change in
-        progress, the v1 -> v2 streams rewrite."""
-        self.generations.tick(now_ms)
-        if self.expiry is not None:
-            self.expiry.tick(now_ms)
-        self.topology.tick(now_ms)
-        if self.rewrite is not None:
-            self.rewrite.tick(now_ms)
+    def _schedule_round(self) -> None:
+        if not self._stopped:
+            clock, interval_ms = self.cluster.clock, self.cluster.settings.gossip_interval_ms
+            self._round_timer = clock.call_later(interval_ms, self.round)
+
+    def round(self) -> None:
+        """One round of the node, then the next one scheduled: the cluster node's gossip
+        round, then the services' work after it, in this order: CDC generations (learn,
+        propose, publish), the expiry of old ones, the topology change in progress, the
+        v1 -> v2 streams rewrite. A round that fails is logged; the next one runs."""
+        now_ms = self.cluster.clock.now_ms()
+        try:
+            self.cluster.round(now_ms)
+            self.generations.tick(now_ms)
+            if self.expiry is not None:
+                self.expiry.tick(now_ms)
+            self.topology.tick(now_ms)
+            if self.rewrite is not None:
+                self.rewrite.tick(now_ms)
+        except RingflowError:
+            _log.exception("gossip round failed")
+        self._schedule_round()
 
     def stop(self) -> None:
+        self._stopped = True
+        if self._round_timer is not None:
+            self._round_timer.cancel()
         if self.transmission is not None:
             self.transmission.stop()
         if self.capture is not None:
@@ -240,7 +265,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         schema_offload=runtime.schema_offload,
         events=runtime.events,
         extra_states=node_states(spec),
-        on_schema_merged=spec.on_schema_merged,
+        on_schema_merged=spec.on_schema_version,
         schema_observer=spec.schema_observer,
     )
     generations = CdcGenerationService(
@@ -263,9 +288,8 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         rng=random.Random(runtime.rng.getrandbits(64)),
         on_exit=spec.on_exit,
     )
-    backend = ClusterBackend(spec.processor)
-    plane = connect_statement_path(
-        backend, cluster, runtime.loop, runtime.statements, runtime.auth_submit
+    backend = connect_statement_path(
+        cluster, runtime.loop, runtime.statements, runtime.auth_submit, spec.on_schema_version
     )
     capture = transmission = None
     settings_of_capture = spec.capture
@@ -279,7 +303,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         generations=generations,
         topology=topology,
         backend=backend,
-        plane=plane,
+        plane=backend.plane,
         capture=capture,
         transmission=transmission,
         rewrite=StreamsRewriteService(cluster) if v2 else None,
@@ -293,5 +317,4 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         joining=spec.joining,
     )
     register_repair_procedures(built.repair)
-    cluster.after_round = built.after_round
     return built

@@ -10,7 +10,7 @@ class's, the coordinator's and the hint manager's its helpers', registered when 
 Everything here runs on one thread (the event loop, or the simulator); store work goes through
 ``Offload``, whose ``done`` callback comes back on that thread.
 
-``ClusterNode`` owns the lifecycle (start, the gossip tick, stop), sending, gossip and membership
+``ClusterNode`` owns the lifecycle (start, a gossip round, stop), sending, gossip and membership
 (``system.peers``, removals, joining and leaving nodes), replica placement (``strategy_of``,
 ``replicas_of``, ``check_colocation``) and the routing of FAILURE_RSP. It delegates to helpers
 that hold a reference to it:
@@ -118,7 +118,7 @@ from ringflow.cluster.service._settings import (
 from ringflow.cql import QueryProcessor
 from ringflow.errors import InternalError, RingflowError, invariant
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
-from ringflow.runtime import Clock, Network, TimerHandle
+from ringflow.runtime import Clock, Network
 from ringflow.schema import ClusteringBound, Keyspace, Mutation
 from ringflow.storage import Store
 
@@ -264,9 +264,7 @@ class ClusterNode:
         self._failure_handlers: dict[Verb, FailureHandler] = {}
         """Who hears a FAILURE_RSP for a verb served outside this class (``serve``)."""
         self.started_ms = clock.now_ms()
-        self._tick_timer: TimerHandle | None = None
         self._listener: object | None = None
-        self._stopped = False
         self.executor = ActionExecutor()
         """Carries out every action of the node's cores (``_executor``): the gossiper's,
         registered here, the coordinator's and the hint manager's by their helpers, the CDC
@@ -274,10 +272,6 @@ class ClusterNode:
         self._ring_changed = self._agreement_may_change = False
         """What the gossip actions run so far changed (``_run_gossip``)."""
         self.executor.register_all(self._gossip_handlers())
-        self.after_round: Callable[[int], None] | None = None
-        """The node's services' work after each gossip round, with ``now_ms``: set once, by
-        ``build_node`` (``BuiltNode.after_round``: CDC generations, their expiry and rewrite,
-        topology changes, in that order)."""
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
@@ -360,7 +354,6 @@ class ClusterNode:
     def start(self) -> None:
         self._listener = self.network.listen(self.settings.endpoint, self._dispatcher.on_message)
         self._offload(self.store.hint_targets, self.hint_delivery.on_stored_hint_targets)
-        self._schedule_tick()
 
     def validate(self) -> None:
         """The node's invariants: its gossip state and failure detector, its coordinator
@@ -371,17 +364,10 @@ class ClusterNode:
         self.requests.validate()
 
     def stop(self) -> None:
-        self._stopped = True
-        if self._tick_timer is not None:
-            self._tick_timer.cancel()
         self.requests.stop()
         close = getattr(self._listener, "close", None)
         if close is not None:
             close()
-
-    def _schedule_tick(self) -> None:
-        if not self._stopped:
-            self._tick_timer = self.clock.call_later(self.settings.gossip_interval_ms, self._tick)
 
     def gossip_now_ms(self) -> int:
         """The time the gossiper and its failure detector are given: it must never go back
@@ -392,17 +378,13 @@ class ClusterNode:
         would fail until it caught up again."""
         return self._gossip_origin_ms + self.clock.monotonic_ms()
 
-    def _tick(self) -> None:
-        now_ms = self.clock.now_ms()
-        try:
-            self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
-            self.executor.run(self.hints.tick(now_ms))
-            self.schema_sync.recheck()
-            if self.after_round is not None:
-                self.after_round(now_ms)
-        except RingflowError:
-            _log.exception("gossip round failed")
-        self._schedule_tick()
+    def round(self, now_ms: int) -> None:
+        """One gossip round at ``now_ms`` (every ``gossip_interval_ms``, driven by the node
+        that composes this one, ``BuiltNode``): gossip, hint delivery, the schema pull
+        check."""
+        self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
+        self.executor.run(self.hints.tick(now_ms))
+        self.schema_sync.recheck()
 
     # -- sending ---------------------------------------------------------------------------
 
