@@ -7,13 +7,19 @@ STATUS (cassandra-core.md §8.1 "applying states", C41 ``StorageService.onChange
 
 Encodings of our application states: TOKENS is the comma-separated decimal tokens, STATUS is
 ``NORMAL,<first token>``, RPC_ADDRESS the client address, SCHEMA the schema version UUID.
+
+``Membership`` is the node's view of the ring as gossip shows it (members, the ring, nodes
+being removed, joining and leaving nodes, the ring after them), a pure core: ``refresh`` after
+gossip changed states updates it and returns what the shell is to do (``system.peers`` rows,
+the drivers' events, what the hints learn of a peer, peers refused), carried out by the node's
+one ``ActionExecutor``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ringflow.cluster._gossip_state import (
@@ -22,8 +28,18 @@ from ringflow.cluster._gossip_state import (
     HeartBeatState,
     VersionedValue,
 )
-from ringflow.cluster._topology_change import Transition, transition_of
-from ringflow.errors import RingflowError
+from ringflow.cluster._topology_change import (
+    LEFT_STATUS,
+    REMOVED,
+    REMOVING,
+    Change,
+    Transition,
+    decode_removals,
+    future_ring,
+    status_word,
+    transition_of,
+)
+from ringflow.errors import RingflowError, invariant
 from ringflow.ring import MAX_TOKENS_PER_HOST, Host, TokenMetadata, check_token
 from ringflow.runtime import format_endpoint
 from ringflow.schema import Mutation, NodeRow, peer_removal, peer_row
@@ -199,3 +215,194 @@ def peer_mutation(info: PeerInfo, timestamp_us: int) -> Mutation:
 def peer_removal_mutation(info: PeerInfo, timestamp_us: int) -> Mutation:
     """Delete ``info``'s ``system.peers`` row (the node left the ring)."""
     return peer_removal(info.rpc_address, timestamp_us=timestamp_us)
+
+
+# --- the node's membership: a pure core with its actions ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WritePeers:
+    """Write these ``system.peers`` rows (members new or changed, or gone: deletions)."""
+
+    rows: tuple[Mutation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent:
+    """A native protocol event for the drivers (``TOPOLOGY_CHANGE`` NEW_NODE / REMOVED_NODE)."""
+
+    event_type: str
+    change: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSeen:
+    """A member new or changed: the hints learn its schema version (when it gossips one) and,
+    when ``alive``, that it is up."""
+
+    host_id: uuid.UUID
+    schema_version: uuid.UUID | None
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRefused:
+    """A peer newly kept out of the ring: it gossips another AUTH_MODE than ``own_mode``."""
+
+    endpoint: str
+    mode: str
+    own_mode: str | None
+
+
+MembershipAction = WritePeers | ClientEvent | PeerSeen | PeerRefused
+
+
+class Membership:
+    """The ring as this node's gossip shows it (module docstring). Its fields are replaced
+    whole when they change (never mutated in place), so a reader may keep one as a key."""
+
+    def __init__(
+        self, endpoint: str, host: Host, tokens: Sequence[int], saved_peers: set[str]
+    ) -> None:
+        self.endpoint = endpoint
+        """This node's internode endpoint."""
+        self.members: dict[str, PeerInfo] = {}
+        """The ring members (complete, NORMAL or LEAVING, not removed), by endpoint."""
+        self.auth_refused: dict[str, str] = {}
+        """Peers kept out of the ring: their AUTH_MODE differs from ours (endpoint: mode)."""
+        self.saved_peers = saved_peers
+        """Members an earlier run knew (``system.peers``), until they are seen leaving."""
+        self.token_metadata = TokenMetadata({host: tuple(tokens)})
+        self.removals: dict[uuid.UUID, str] = {}
+        """Host ids being removed (``removenode``) or removed, as gossiped by anyone."""
+        self.transitions: dict[str, Transition] = {}
+        """Endpoints joining (STATUS=BOOT) or leaving (LEAVING) the ring, by endpoint."""
+        self.future_metadata = self.token_metadata
+        """The ring once every transition completed (``_topology_change.future_ring``)."""
+
+    def refresh(
+        self,
+        states: Mapping[str, EndpointState],
+        is_alive: Callable[[str], bool],
+        now_us: int,
+    ) -> list[MembershipAction]:
+        """The membership after gossip changed ``states`` (every endpoint's, ours included),
+        and what to do about it, in order: peers newly refused; for members that announced
+        LEFT or were removed, their rows deleted and REMOVED_NODE events; the hints' news of
+        the members new or changed, their rows, NEW_NODE events."""
+        actions: list[MembershipAction] = []
+        self.removals = _removals(states)
+        refused = self._refusals(states, actions)
+        own = self.endpoint
+        members = {
+            endpoint: info
+            for endpoint, info in ring_members(
+                {e: s for e, s in states.items() if e not in refused}, (own, *self.members)
+            ).items()
+            if self.removals.get(info.host.host_id) != REMOVED
+        }
+        changed = [
+            info
+            for endpoint, info in members.items()
+            if endpoint != own and self.members.get(endpoint) != info
+        ]
+        new_nodes = [info for info in changed if info.host.endpoint not in self.members]
+        gone = [info for endpoint, info in self.members.items() if endpoint not in members]
+        self.members = members
+        self.token_metadata = token_metadata_of(members.values())
+        self._refresh_transitions(states)
+        left = self._left(states, gone)
+        if left:
+            actions.append(WritePeers(tuple(peer_removal_mutation(i, now_us) for i in left)))
+            actions.extend(
+                ClientEvent("TOPOLOGY_CHANGE", "REMOVED_NODE", i.rpc_address) for i in left
+            )
+        actions.extend(
+            PeerSeen(info.host.host_id, info.schema_version, is_alive(info.host.endpoint))
+            for info in changed
+        )
+        if changed:
+            actions.append(WritePeers(tuple(peer_mutation(info, now_us) for info in changed)))
+        actions.extend(ClientEvent("TOPOLOGY_CHANGE", "NEW_NODE", i.rpc_address) for i in new_nodes)
+        return actions
+
+    def validate(self) -> None:
+        """The ring's hosts are the members', none of them refused or removed, and the
+        future ring is the ring when nothing is in transition."""
+        invariant(
+            len(self.token_metadata.hosts) == len(self.members)
+            and all(i.host in self.token_metadata for i in self.members.values()),
+            lambda: f"the ring {self.token_metadata.hosts} is not the members' {self.members}",
+        )
+        invariant(
+            not any(e in self.auth_refused for e in self.members),
+            lambda: (
+                f"refused peers are members: {sorted(set(self.auth_refused) & set(self.members))}"
+            ),
+        )
+        invariant(
+            not any(self.removals.get(i.host.host_id) == REMOVED for i in self.members.values()),
+            "a removed node is a member",
+        )
+        invariant(
+            bool(self.transitions) or self.future_metadata is self.token_metadata,
+            "a future ring differs from the ring with no transition",
+        )
+
+    def _refusals(
+        self, states: Mapping[str, EndpointState], actions: list[MembershipAction]
+    ) -> dict[str, str]:
+        """Peers whose authentication differs from ours: kept out of the ring (nodes of one
+        cluster must agree: a login would depend on the coordinator); a newly refused one is
+        a ``PeerRefused``."""
+        own = states.get(self.endpoint)
+        own_mode = None if own is None else _value(own, ApplicationState.AUTH_MODE)
+        refused = auth_mismatches(states, own_mode)
+        actions.extend(
+            PeerRefused(endpoint, mode, own_mode)
+            for endpoint, mode in refused.items()
+            if endpoint not in self.auth_refused
+        )
+        self.auth_refused = dict(refused)
+        return refused
+
+    def _refresh_transitions(self, states: Mapping[str, EndpointState]) -> None:
+        """Joining and leaving endpoints, and the ring after them (``_topology_change``)."""
+        transitions = {}
+        for endpoint, info in self.members.items():  # dead nodes being removed: leaving
+            if self.removals.get(info.host.host_id) == REMOVING:
+                transitions[endpoint] = Transition(info.host, info.tokens, Change.LEAVE)
+        transitions.update(gossip_transitions(states))
+        self.transitions = transitions
+        self.future_metadata = (
+            future_ring(self.token_metadata, transitions.values())
+            if transitions
+            else self.token_metadata
+        )
+
+    def _left(
+        self, states: Mapping[str, EndpointState], gone: Sequence[PeerInfo]
+    ) -> list[PeerInfo]:
+        """The members gone from the ring that announced LEFT (decommissioned, removed): no
+        longer saved peers. A member that only went down stays a member."""
+        left = []
+        for info in gone:
+            state = states.get(info.host.endpoint)
+            status = None if state is None else _value(state, ApplicationState.STATUS)
+            removed = self.removals.get(info.host.host_id) == REMOVED
+            if removed or (status is not None and status_word(status) == LEFT_STATUS):
+                left.append(info)
+        self.saved_peers.difference_update(info.host.endpoint for info in left)
+        return left
+
+
+def _removals(states: Mapping[str, EndpointState]) -> dict[uuid.UUID, str]:
+    """Dead nodes being removed (``removenode``), from every REMOVAL_COORDINATOR."""
+    removals: dict[uuid.UUID, str] = {}
+    for state in states.values():
+        value = _value(state, ApplicationState.REMOVAL_COORDINATOR)
+        for host_id, word in decode_removals(value).items():
+            if removals.get(host_id) != REMOVED:
+                removals[host_id] = word
+    return removals

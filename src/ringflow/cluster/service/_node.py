@@ -59,7 +59,6 @@ from ringflow.cluster._gossip import (
 )
 from ringflow.cluster._gossip_state import (
     ApplicationState,
-    EndpointState,
     GossipDigestSyn,
     GossipMessage,
 )
@@ -67,13 +66,8 @@ from ringflow.cluster._hints import HintManager
 from ringflow.cluster._messages import Envelope, Verb, encode_envelope
 from ringflow.cluster._topology_change import (
     LEFT_STATUS,
-    REMOVED,
-    REMOVING,
-    Change,
     Transition,
     colocated,
-    decode_removals,
-    future_ring,
     pending_replicas,
     status_word,
 )
@@ -83,15 +77,14 @@ from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatch
 from ringflow.cluster.service._executor import ActionExecutor
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
 from ringflow.cluster.service._membership import (
+    ClientEvent,
+    Membership,
     PeerInfo,
-    auth_mismatches,
-    gossip_transitions,
+    PeerRefused,
+    PeerSeen,
+    WritePeers,
     local_endpoint_state,
-    peer_mutation,
-    peer_removal_mutation,
-    ring_members,
     saved_peer_endpoints,
-    token_metadata_of,
 )
 from ringflow.cluster.service._point_requests import PointRequests
 from ringflow.cluster.service._range_read import (
@@ -244,18 +237,10 @@ class ClusterNode:
             write_timeout_ms=settings.write_timeout_ms,
             read_timeout_ms=settings.read_timeout_ms,
         )
-        self.members: dict[str, PeerInfo] = {}
-        self.auth_refused: dict[str, str] = {}
-        """Peers kept out of the ring: their AUTH_MODE differs from ours (endpoint: mode)."""
-        self._saved_peers = saved_peer_endpoints(store, INTERNODE_PORT)
-        """Members an earlier run knew (``system.peers``), until they are seen leaving."""
-        self.token_metadata = TokenMetadata({host: tuple(tokens)})
-        self.removals: dict[uuid.UUID, str] = {}
-        """Host ids being removed (``removenode``) or removed, as gossiped by anyone."""
-        self.transitions: dict[str, Transition] = {}
-        """Endpoints joining (STATUS=BOOT) or leaving (LEAVING) the ring, by endpoint."""
-        self.future_metadata = self.token_metadata
-        """The ring once every transition completed (``_topology_change.future_ring``)."""
+        self.membership = Membership(
+            settings.endpoint, host, tokens, saved_peer_endpoints(store, INTERNODE_PORT)
+        )
+        """The ring as gossip shows it (a pure core: ``_membership.Membership``)."""
         self._strategies: dict[
             tuple[str, int],
             tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
@@ -272,6 +257,7 @@ class ClusterNode:
         self._ring_changed = self._agreement_may_change = False
         """What the gossip actions run so far changed (``_run_gossip``)."""
         self.executor.register_all(self._gossip_handlers())
+        self.executor.register_all(self._membership_handlers())
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
@@ -296,6 +282,31 @@ class ClusterNode:
         return self._offload
 
     @property
+    def members(self) -> dict[str, PeerInfo]:
+        """The ring members, by endpoint (``Membership.members``)."""
+        return self.membership.members
+
+    @property
+    def token_metadata(self) -> TokenMetadata:
+        return self.membership.token_metadata
+
+    @property
+    def future_metadata(self) -> TokenMetadata:
+        return self.membership.future_metadata
+
+    @property
+    def transitions(self) -> dict[str, Transition]:
+        return self.membership.transitions
+
+    @property
+    def removals(self) -> dict[uuid.UUID, str]:
+        return self.membership.removals
+
+    @property
+    def auth_refused(self) -> dict[str, str]:
+        return self.membership.auth_refused
+
+    @property
     def protocol_errors(self) -> int:
         """Malformed internode messages received so far (each closed its connection)."""
         return self._dispatcher.protocol_errors
@@ -318,7 +329,7 @@ class ClusterNode:
         if self.host_at(endpoint) is not None:
             return Standing.MEMBER
         state = self.gossiper.endpoint_state(endpoint)
-        if endpoint in self._saved_peers:
+        if endpoint in self.membership.saved_peers:
             status = None if state is None else state.get(ApplicationState.STATUS)
             if status is None or status_word(status.value) != LEFT_STATUS:
                 return Standing.MEMBER
@@ -360,6 +371,7 @@ class ClusterNode:
         with every request and hint it holds, and the statements' requests waiting on them.
         The simulator checks them after every event (``Simulation.add_invariant``)."""
         self.gossiper.validate()
+        self.membership.validate()
         self.coordinator.validate()
         self.requests.validate()
 
@@ -470,103 +482,51 @@ class ClusterNode:
             self.hints.on_node_down(info.host.host_id, now_ms)
         self._emit("STATUS_CHANGE", "UP" if up else "DOWN", info.rpc_address)
 
-    def _auth_refusals(self, states: Mapping[str, EndpointState]) -> dict[str, str]:
-        """Peers whose authentication differs from ours: kept out of the ring, each logged
-        once (nodes of one cluster must agree: a login would depend on the coordinator)."""
-        own = states.get(self.settings.endpoint)
-        own_mode = None if own is None else own.get(ApplicationState.AUTH_MODE)
-        refused = auth_mismatches(states, None if own_mode is None else own_mode.value)
-        for endpoint, mode in refused.items():
-            if endpoint not in self.auth_refused:
-                _log.error(
-                    "refusing node %s: its authentication is %s, this node's is %s; nodes of "
-                    "one cluster must use the same authenticator and authorizer",
-                    endpoint,
-                    mode,
-                    own_mode.value if own_mode is not None else "?",
-                )
-        self.auth_refused = dict(refused)
-        return refused
-
     def _emit(self, event_type: str, change: str, address: str) -> None:
         if self._events is not None:
             self._events(event_type, change, address)
 
-    def _refresh_ring(self) -> None:
-        self._refresh_removals()
-        states = self.gossiper.endpoint_states()
-        refused = self._auth_refusals(states)
-        members = {
-            endpoint: info
-            for endpoint, info in ring_members(
-                {e: s for e, s in states.items() if e not in refused},
-                (self.settings.endpoint, *self.members),
-            ).items()
-            if self.removals.get(info.host.host_id) != REMOVED
-        }
-        changed = [
-            info
-            for endpoint, info in members.items()
-            if endpoint != self.settings.endpoint and self.members.get(endpoint) != info
-        ]
-        new_nodes = [info for info in changed if info.host.endpoint not in self.members]
-        gone = [info for endpoint, info in self.members.items() if endpoint not in members]
-        self.members = members
-        self.token_metadata = token_metadata_of(members.values())
-        self._refresh_transitions()
-        self._forget_left(gone)
-        for info in changed:
-            if info.schema_version is not None:
-                self.hints.on_schema_version(info.host.host_id, info.schema_version)
-            if self.gossiper.is_alive(info.host.endpoint):
-                self.hints.on_node_up(info.host.host_id, self.clock.now_ms())
-        if changed:
-            rows = [peer_mutation(info, self.clock.now_us()) for info in changed]
+    def _membership_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the membership's actions do here: ``system.peers`` rows on the store's
+        thread, the drivers' events, the hints' news of a peer, a refused peer logged."""
+
+        def write_peers(action: WritePeers) -> None:
+            rows = list(action.rows)
             self._offload(lambda: self._apply_system(rows), self.log_failure("system.peers"))
-        for info in new_nodes:
-            self._emit("TOPOLOGY_CHANGE", "NEW_NODE", info.rpc_address)
+
+        def client_event(action: ClientEvent) -> None:
+            self._emit(action.event_type, action.change, action.address)
+
+        def peer_seen(action: PeerSeen) -> None:
+            if action.schema_version is not None:
+                self.hints.on_schema_version(action.host_id, action.schema_version)
+            if action.alive:
+                self.hints.on_node_up(action.host_id, self.clock.now_ms())
+
+        def peer_refused(action: PeerRefused) -> None:
+            _log.error(
+                "refusing node %s: its authentication is %s, this node's is %s; nodes of "
+                "one cluster must use the same authenticator and authorizer",
+                action.endpoint,
+                action.mode,
+                action.own_mode or "?",
+            )
+
+        return {
+            WritePeers: write_peers,
+            ClientEvent: client_event,
+            PeerSeen: peer_seen,
+            PeerRefused: peer_refused,
+        }
+
+    def _refresh_ring(self) -> None:
+        states = self.gossiper.endpoint_states()
+        now_us = self.clock.now_us()
+        self.executor.run(self.membership.refresh(states, self.gossiper.is_alive, now_us))
 
     def refresh_ring(self) -> None:
         """Rebuild the ring after a local STATUS change (a topology change of this node)."""
         self._refresh_ring()
-
-    def _refresh_removals(self) -> None:
-        """Dead nodes being removed (``removenode``), from every REMOVAL_COORDINATOR."""
-        removals: dict[uuid.UUID, str] = {}
-        for state in self.gossiper.endpoint_states().values():
-            value = state.get(ApplicationState.REMOVAL_COORDINATOR)
-            for host_id, word in decode_removals(None if value is None else value.value).items():
-                if removals.get(host_id) != REMOVED:
-                    removals[host_id] = word
-        self.removals = removals
-
-    def _refresh_transitions(self) -> None:
-        """Joining and leaving endpoints, and the ring after them (``_topology_change``)."""
-        transitions = {}
-        for endpoint, info in self.members.items():  # dead nodes being removed: leaving
-            if self.removals.get(info.host.host_id) == REMOVING:
-                transitions[endpoint] = Transition(info.host, info.tokens, Change.LEAVE)
-        transitions.update(gossip_transitions(self.gossiper.endpoint_states()))
-        self.transitions = transitions
-        self.future_metadata = future_ring(self.token_metadata, transitions.values())
-
-    def _forget_left(self, gone: Sequence[PeerInfo]) -> None:
-        """Members that announced LEFT (decommissioned, removed): drop their ``system.peers``
-        row and tell the drivers. A member that only went down stays a member."""
-        left = []
-        for info in gone:
-            state = self.gossiper.endpoint_state(info.host.endpoint)
-            status = None if state is None else state.get(ApplicationState.STATUS)
-            removed = self.removals.get(info.host.host_id) == REMOVED
-            if removed or (status is not None and status_word(status.value) == LEFT_STATUS):
-                left.append(info)
-        self._saved_peers.difference_update(info.host.endpoint for info in left)
-        if not left:
-            return
-        rows = [peer_removal_mutation(info, self.clock.now_us()) for info in left]
-        self._offload(lambda: self._apply_system(rows), self.log_failure("system.peers"))
-        for info in left:
-            self._emit("TOPOLOGY_CHANGE", "REMOVED_NODE", info.rpc_address)
 
     def _apply_system(self, rows: list[Mutation]) -> None:
         self.store.apply(rows, now_s=self.clock.now_ms() // 1000)
