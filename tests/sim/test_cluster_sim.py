@@ -39,7 +39,7 @@ from ringflow.cluster._coordinator import (
     log_token,
     prepare_cdc_write,
 )
-from ringflow.cluster._gossip import GossipAction, Send
+from ringflow.cluster._gossip import Send
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._hints import HintAction, ReplayHints
 from ringflow.cluster._messages import Verb
@@ -47,7 +47,9 @@ from ringflow.cluster._read_path import Respond
 from ringflow.cluster._write_path import SendMutation, StoreHint
 from ringflow.cluster.service import BuiltNode, RingDiscovery
 from ringflow.cluster.service._cdc_generations import GenerationAction, Publish
+from ringflow.cluster.service._membership import WritePeers
 from ringflow.cluster.service._node import ClusterNode
+from ringflow.cluster.service._node_state import NodeAction, PeerSchema
 from ringflow.errors import InternalError, RingflowError
 from ringflow.ring import TokenMetadata
 from ringflow.runtime import Runtime
@@ -270,12 +272,14 @@ def _action_types(union: object) -> set[type]:
 
 def test_every_action_the_cores_of_a_built_node_decide_has_its_handler() -> None:
     """Each node's one ``ActionExecutor`` (``build_node``) carries out every action type its
-    gossiper, coordinator, hint manager and CDC generation decider can return."""
+    node state (gossip, membership, hints), coordinator, hint manager and CDC generation
+    decider can return."""
     sim, cluster = boot(1)
     with sim:
-        unions = (GossipAction, CoordinatorAction, HintAction, GenerationAction)
+        unions = (NodeAction, CoordinatorAction, HintAction, GenerationAction)
         kinds = set().union(*(_action_types(union) for union in unions))
-        assert {Send, SendMutation, StoreHint, Respond, ReplayHints, Publish} <= kinds
+        assert {Send, WritePeers, PeerSchema, SendMutation, StoreHint, Respond, Publish} <= kinds
+        assert ReplayHints in kinds
         for name in NAMES:
             executor = cluster.node(name).executor
             assert [k.__name__ for k in kinds if not executor.handles(k)] == [], name

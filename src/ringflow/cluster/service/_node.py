@@ -1,12 +1,14 @@
 """A cluster node's service: gossip, membership, the ring and replica placement, wired to a
 ``Clock``, a ``Network`` and the local store, with the helpers that serve the internode verbs.
 
-The shell around the pure cores (STYLE.md "pure cores, thin shells"): ``Gossiper`` and its
-``FailureDetector``, ``Coordinator`` (``WriteHandler``/``ReadHandler``/``BlockingRepair``) and
-``HintManager`` decide; this class only turns their actions into messages, timers and store
-calls, and turns messages, timers and store results back into their events. Every action goes
-through the node's one ``ActionExecutor`` (``_executor``): the gossiper's handlers are this
-class's, the coordinator's and the hint manager's its helpers', registered when it is built.
+The shell around the pure cores (STYLE.md "pure cores, thin shells"), composed in one
+``NodeState`` (``_node_state``): ``Gossiper`` and its ``FailureDetector``, the ``Membership``
+it feeds, ``Coordinator`` (``WriteHandler``/``ReadHandler``/``BlockingRepair``) and
+``HintManager`` decide, and the state settles what one's decision means for another; this
+class only turns their actions into messages, timers and store calls, and turns messages,
+timers and store results back into their events. Every action goes through the node's one
+``ActionExecutor`` (``_executor``): the node state's handlers are this class's, the
+coordinator's and the hint manager's its helpers', registered when it is built.
 Everything here runs on one thread (the event loop, or the simulator); store work goes through
 ``Offload``, whose ``done`` callback comes back on that thread.
 
@@ -48,14 +50,8 @@ from ringflow.cluster._consistency import ConsistencyLevel
 from ringflow.cluster._coordinator import Coordinator, log_token
 from ringflow.cluster._failure_detector import FailureDetector
 from ringflow.cluster._gossip import (
-    GossipAction,
     Gossiper,
-    NodeDown,
-    NodeJoined,
-    NodeRestarted,
-    NodeUp,
     Send,
-    StateChanged,
 )
 from ringflow.cluster._gossip_state import (
     ApplicationState,
@@ -81,11 +77,11 @@ from ringflow.cluster.service._membership import (
     Membership,
     PeerInfo,
     PeerRefused,
-    PeerSeen,
     WritePeers,
     local_endpoint_state,
     saved_peer_endpoints,
 )
+from ringflow.cluster.service._node_state import NodeState, PeerSchema, SettleAgreement
 from ringflow.cluster.service._point_requests import PointRequests
 from ringflow.cluster.service._range_read import (
     RANGE_ANSWER_MAX_BYTES,
@@ -217,7 +213,7 @@ class ClusterNode:
         self._offload = offload
         self._events = events
         self._rng = random.Random(rng_seed)
-        self.gossiper = _local_gossiper(
+        gossiper = _local_gossiper(
             settings,
             host,
             tokens,
@@ -229,18 +225,20 @@ class ClusterNode:
         self._gossip_origin_ms = clock.now_ms() - clock.monotonic_ms()
         """The gossiper's time is the monotonic clock from the wall time at start
         (``gossip_now_ms``)."""
-        self.hints = _hint_manager(settings, processor.schema_version)
-        self.coordinator = Coordinator(
+        hints = _hint_manager(settings, processor.schema_version)
+        coordinator = Coordinator(
             host,
-            self.hints,
+            hints,
             max_outstanding_requests=settings.max_outstanding_requests,
             write_timeout_ms=settings.write_timeout_ms,
             read_timeout_ms=settings.read_timeout_ms,
         )
-        self.membership = Membership(
+        membership = Membership(
             settings.endpoint, host, tokens, saved_peer_endpoints(store, INTERNODE_PORT)
         )
-        """The ring as gossip shows it (a pure core: ``_membership.Membership``)."""
+        self.state = NodeState(gossiper, membership, hints, coordinator)
+        """The node's pure cores composed (``_node_state``): gossip, membership, hints, the
+        coordinator. What they decide, this shell carries out through ``executor``."""
         self._strategies: dict[
             tuple[str, int],
             tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
@@ -251,13 +249,10 @@ class ClusterNode:
         self.started_ms = clock.now_ms()
         self._listener: object | None = None
         self.executor = ActionExecutor()
-        """Carries out every action of the node's cores (``_executor``): the gossiper's,
+        """Carries out every action of the node's cores (``_executor``): the node state's,
         registered here, the coordinator's and the hint manager's by their helpers, the CDC
         generations' by their service."""
-        self._ring_changed = self._agreement_may_change = False
-        """What the gossip actions run so far changed (``_run_gossip``)."""
-        self.executor.register_all(self._gossip_handlers())
-        self.executor.register_all(self._membership_handlers())
+        self.executor.register_all(self._state_handlers())
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
@@ -280,6 +275,22 @@ class ClusterNode:
     @property
     def offload(self) -> Offload:
         return self._offload
+
+    @property
+    def gossiper(self) -> Gossiper:
+        return self.state.gossiper
+
+    @property
+    def membership(self) -> Membership:
+        return self.state.membership
+
+    @property
+    def hints(self) -> HintManager:
+        return self.state.hints
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self.state.coordinator
 
     @property
     def members(self) -> dict[str, PeerInfo]:
@@ -367,12 +378,11 @@ class ClusterNode:
         self._offload(self.store.hint_targets, self.hint_delivery.on_stored_hint_targets)
 
     def validate(self) -> None:
-        """The node's invariants: its gossip state and failure detector, its coordinator
-        with every request and hint it holds, and the statements' requests waiting on them.
-        The simulator checks them after every event (``Simulation.add_invariant``)."""
-        self.gossiper.validate()
-        self.membership.validate()
-        self.coordinator.validate()
+        """The node's invariants: its state's (gossip and failure detector, membership, the
+        coordinator with every request and hint it holds) and the statements' requests
+        waiting on them. The simulator checks them after every event
+        (``Simulation.add_invariant``)."""
+        self.state.validate()
         self.requests.validate()
 
     def stop(self) -> None:
@@ -394,8 +404,8 @@ class ClusterNode:
         """One gossip round at ``now_ms`` (every ``gossip_interval_ms``, driven by the node
         that composes this one, ``BuiltNode``): gossip, hint delivery, the schema pull
         check."""
-        self._run_gossip(self.gossiper.tick(self.gossip_now_ms()))
-        self.executor.run(self.hints.tick(now_ms))
+        now_us = self.clock.now_us()
+        self.executor.run(self.state.round(self.gossip_now_ms(), now_ms, now_us))
         self.schema_sync.recheck()
 
     # -- sending ---------------------------------------------------------------------------
@@ -419,49 +429,11 @@ class ClusterNode:
 
     # -- gossip and membership -------------------------------------------------------------
 
-    def _gossip_handlers(self) -> dict[type, Callable[[Any], None]]:
-        """What the gossiper's actions do here: send, tell the hints and the clients of a peer
-        going up or down, hand a peer's schema version to the schema sync. What they change
-        (the ring, the schema agreement) is settled once per batch, by ``_run_gossip``."""
-
-        def send(action: Send) -> None:
-            envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
-            self._send_envelope(action.to, envelope)
-
-        def liveness(endpoint: str, up: bool) -> None:
-            self._agreement_may_change = True
-            self._on_liveness(endpoint, up, self.clock.now_ms())
-
-        def state_changed(action: StateChanged) -> None:
-            self._ring_changed = True
-            if action.app_state is ApplicationState.SCHEMA:
-                self._agreement_may_change = True
-                self.schema_sync.on_peer_schema(action.endpoint, action.value, self.clock.now_ms())
-
-        def seen(_action: NodeJoined | NodeRestarted) -> None:
-            """A new or restarted endpoint: what it changes comes with its ``StateChanged``
-            and ``NodeUp`` events."""
-
-        return {
-            Send: send,
-            NodeUp: lambda action: liveness(action.endpoint, True),
-            NodeDown: lambda action: liveness(action.endpoint, False),
-            StateChanged: state_changed,
-            NodeJoined: seen,
-            NodeRestarted: seen,
-        }
-
-    def _run_gossip(self, actions: Sequence[GossipAction]) -> None:
-        self.executor.run(actions)
-        if self._ring_changed:
-            self._ring_changed = False
-            self._refresh_ring()
-        if self._agreement_may_change:
-            self._agreement_may_change = False
-            self.schema_sync.settle()
-
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
-        self._run_gossip(self.gossiper.receive(source, message, self.gossip_now_ms()))
+        now_ms, now_us = self.clock.now_ms(), self.clock.now_us()
+        self.executor.run(
+            self.state.received(source, message, self.gossip_now_ms(), now_ms, now_us)
+        )
 
     def _learn(self, endpoint: str) -> None:
         """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every
@@ -472,23 +444,19 @@ class ClusterNode:
     def _call_later(self, delay_ms: int, callback: Callable[[], None]) -> object:
         return self.clock.call_later(delay_ms, callback)
 
-    def _on_liveness(self, endpoint: str, up: bool, now_ms: int) -> None:
-        info = self.members.get(endpoint)
-        if info is None:
-            return
-        if up:
-            self.hints.on_node_up(info.host.host_id, now_ms)
-        else:
-            self.hints.on_node_down(info.host.host_id, now_ms)
-        self._emit("STATUS_CHANGE", "UP" if up else "DOWN", info.rpc_address)
-
     def _emit(self, event_type: str, change: str, address: str) -> None:
         if self._events is not None:
             self._events(event_type, change, address)
 
-    def _membership_handlers(self) -> dict[type, Callable[[Any], None]]:
-        """What the membership's actions do here: ``system.peers`` rows on the store's
-        thread, the drivers' events, the hints' news of a peer, a refused peer logged."""
+    def _state_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the node state's actions do here (``_node_state``): send gossip, the drivers'
+        events, ``system.peers`` rows on the store's thread, a refused peer logged, a peer's
+        schema version to the schema sync and, once a batch changed liveness or versions,
+        schema agreement settled."""
+
+        def send(action: Send) -> None:
+            envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
+            self._send_envelope(action.to, envelope)
 
         def write_peers(action: WritePeers) -> None:
             rows = list(action.rows)
@@ -497,11 +465,8 @@ class ClusterNode:
         def client_event(action: ClientEvent) -> None:
             self._emit(action.event_type, action.change, action.address)
 
-        def peer_seen(action: PeerSeen) -> None:
-            if action.schema_version is not None:
-                self.hints.on_schema_version(action.host_id, action.schema_version)
-            if action.alive:
-                self.hints.on_node_up(action.host_id, self.clock.now_ms())
+        def peer_schema(action: PeerSchema) -> None:
+            self.schema_sync.on_peer_schema(action.endpoint, action.version, self.clock.now_ms())
 
         def peer_refused(action: PeerRefused) -> None:
             _log.error(
@@ -513,16 +478,16 @@ class ClusterNode:
             )
 
         return {
-            WritePeers: write_peers,
+            Send: send,
             ClientEvent: client_event,
-            PeerSeen: peer_seen,
+            WritePeers: write_peers,
             PeerRefused: peer_refused,
+            PeerSchema: peer_schema,
+            SettleAgreement: lambda _action: self.schema_sync.settle(),
         }
 
     def _refresh_ring(self) -> None:
-        states = self.gossiper.endpoint_states()
-        now_us = self.clock.now_us()
-        self.executor.run(self.membership.refresh(states, self.gossiper.is_alive, now_us))
+        self.executor.run(self.state.ring_changed(self.clock.now_ms(), self.clock.now_us()))
 
     def refresh_ring(self) -> None:
         """Rebuild the ring after a local STATUS change (a topology change of this node)."""

@@ -1,0 +1,199 @@
+"""The node's pure cores composed into one state (issue 21 §2): events in, actions out.
+
+``NodeState`` holds the gossiper (with its failure detector), the membership it feeds, the
+hint manager and the coordinator, and settles between them what one core's decision means
+for another, with no I/O: a peer going up or down is news for the hints and for the
+drivers; a changed gossip state rebuilds the membership, whose news of a peer (its schema
+version, that it is up) goes to the hints. What is left is for the shell (``ClusterNode``),
+carried out by the node's one ``ActionExecutor``:
+
+* ``Send`` (a gossip message), ``ClientEvent`` (STATUS_CHANGE, TOPOLOGY_CHANGE),
+  ``WritePeers`` (``system.peers``), ``PeerRefused`` (logged);
+* ``PeerSchema``: a peer gossips a schema version (the schema sync compares and pulls);
+* ``SettleAgreement``: once per batch in which liveness or a schema version changed (waiters
+  for schema agreement look again);
+* the hint manager's actions of a round (``HintAction``).
+
+The coordinator is held here so that the node's invariants are checked in one place
+(``validate``, after every simulated event); its requests are begun and answered by the
+shell's helpers (``PointRequests``), their actions run by the same executor.
+
+Events: ``round`` (the gossip round: the gossiper's tick, then the hints' dispatch),
+``received`` (a gossip message), ``ring_changed`` (a local STATUS change, by the topology
+service); each takes the times it needs, so the same state runs on a process's clock and on
+the simulator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ringflow.cluster._coordinator import Coordinator
+from ringflow.cluster._gossip import (
+    GossipAction,
+    Gossiper,
+    NodeDown,
+    NodeJoined,
+    NodeRestarted,
+    NodeUp,
+    Send,
+    StateChanged,
+)
+from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
+from ringflow.cluster._hints import HintAction, HintManager
+from ringflow.cluster.service._membership import (
+    ClientEvent,
+    Membership,
+    PeerRefused,
+    PeerSeen,
+    WritePeers,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSchema:
+    """``endpoint`` gossips schema version ``version`` (as gossiped: it may not parse)."""
+
+    endpoint: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class SettleAgreement:
+    """Liveness or a peer's schema version changed: schema agreement may have changed."""
+
+
+NodeAction = (
+    Send | ClientEvent | WritePeers | PeerRefused | PeerSchema | SettleAgreement | HintAction
+)
+"""What ``NodeState`` leaves to the shell (module docstring)."""
+
+
+class NodeState:
+    """The node's gossiper, membership, hints and coordinator (module docstring)."""
+
+    def __init__(
+        self,
+        gossiper: Gossiper,
+        membership: Membership,
+        hints: HintManager,
+        coordinator: Coordinator,
+    ) -> None:
+        self.gossiper = gossiper
+        self.membership = membership
+        self.hints = hints
+        self.coordinator = coordinator
+        self._gossip_steps: dict[type, Callable[[Any, _Batch], None]] = {
+            Send: _pass_on,
+            NodeUp: self._liveness,
+            NodeDown: self._liveness,
+            StateChanged: self._state_changed,
+            NodeJoined: _nothing,  # what it changes comes with StateChanged and NodeUp
+            NodeRestarted: _nothing,
+        }
+
+    def round(self, gossip_now_ms: int, now_ms: int, now_us: int) -> list[NodeAction]:
+        """The gossip round: the gossiper's tick at ``gossip_now_ms`` (its monotonic time),
+        what it means, then the hints' dispatch at ``now_ms``."""
+        actions = self._gossip(self.gossiper.tick(gossip_now_ms), now_ms, now_us)
+        actions.extend(self.hints.tick(now_ms))
+        return actions
+
+    def received(
+        self,
+        source: str,
+        message: GossipMessage,
+        gossip_now_ms: int,
+        now_ms: int,
+        now_us: int,
+    ) -> list[NodeAction]:
+        """A gossip message from ``source``, and what it means."""
+        return self._gossip(self.gossiper.receive(source, message, gossip_now_ms), now_ms, now_us)
+
+    def ring_changed(self, now_ms: int, now_us: int) -> list[NodeAction]:
+        """This node's own ring state changed (its STATUS, set by a topology change): the
+        membership rebuilt from gossip."""
+        batch = _Batch()
+        self._refresh(batch, now_ms, now_us)
+        return batch.actions
+
+    def validate(self) -> None:
+        """The invariants of every core: gossip and failure detection, the membership, the
+        coordinator with every request and hint it holds."""
+        self.gossiper.validate()
+        self.membership.validate()
+        self.coordinator.validate()
+
+    # --- what one core's decisions mean for the others ------------------------------------
+
+    def _gossip(
+        self, gossip_actions: Iterable[GossipAction], now_ms: int, now_us: int
+    ) -> list[NodeAction]:
+        batch = _Batch(now_ms)
+        steps = self._gossip_steps
+        for action in gossip_actions:
+            steps[type(action)](action, batch)
+        if batch.ring_changed:
+            self._refresh(batch, now_ms, now_us)
+        if batch.agreement_may_change:
+            batch.actions.append(SettleAgreement())
+        return batch.actions
+
+    def _liveness(self, action: NodeUp | NodeDown, batch: _Batch) -> None:
+        """A member going up or down: the hints hold or replay its hints, the drivers hear
+        STATUS_CHANGE. Liveness is part of schema agreement (live nodes must agree)."""
+        batch.agreement_may_change = True
+        info = self.membership.members.get(action.endpoint)
+        if info is None:
+            return
+        up = type(action) is NodeUp
+        if up:
+            self.hints.on_node_up(info.host.host_id, batch.now_ms)
+        else:
+            self.hints.on_node_down(info.host.host_id, batch.now_ms)
+        batch.actions.append(ClientEvent("STATUS_CHANGE", "UP" if up else "DOWN", info.rpc_address))
+
+    def _state_changed(self, action: StateChanged, batch: _Batch) -> None:
+        batch.ring_changed = True
+        if action.app_state is ApplicationState.SCHEMA:
+            batch.agreement_may_change = True
+            batch.actions.append(PeerSchema(action.endpoint, action.value))
+
+    def _refresh(self, batch: _Batch, now_ms: int, now_us: int) -> None:
+        """The membership rebuilt from gossip; its news of a peer goes to the hints here, the
+        rest to the shell."""
+        gossiper = self.gossiper
+        news = self.membership.refresh(gossiper.endpoint_states(), gossiper.is_alive, now_us)
+        for action in news:
+            if isinstance(action, PeerSeen):
+                self._peer_seen(action, now_ms)
+            else:
+                batch.actions.append(action)
+
+    def _peer_seen(self, action: PeerSeen, now_ms: int) -> None:
+        if action.schema_version is not None:
+            self.hints.on_schema_version(action.host_id, action.schema_version)
+        if action.alive:
+            self.hints.on_node_up(action.host_id, now_ms)
+
+
+class _Batch:
+    """What a batch of gossip actions has decided so far."""
+
+    __slots__ = ("actions", "agreement_may_change", "now_ms", "ring_changed")
+
+    def __init__(self, now_ms: int = 0) -> None:
+        self.now_ms = now_ms
+        self.actions: list[NodeAction] = []
+        self.ring_changed = False
+        self.agreement_may_change = False
+
+
+def _pass_on(action: Send, batch: _Batch) -> None:
+    batch.actions.append(action)
+
+
+def _nothing(_action: object, _batch: _Batch) -> None:
+    pass
