@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import uuid
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from ringflow.cluster import (
     decode_body,
     encode_envelope,
 )
+from ringflow.ring import Host
 
 START_MS = 1_700_000_000_000
 CLUSTER = "Test Cluster"
@@ -203,3 +205,19 @@ class Network:
             if check():
                 return count
         return None
+
+
+def ring_values(
+    host: Host, tokens: tuple[int, ...], schema: uuid.UUID, status: str = "NORMAL"
+) -> dict[ApplicationState, str]:
+    """The application states of a complete ring member ``host`` (``status`` its STATUS word,
+    its RPC address the endpoint's address): what ``Membership`` reads a member from."""
+    return {
+        ApplicationState.STATUS: f"{status},{tokens[0]}",
+        ApplicationState.TOKENS: ",".join(map(str, tokens)),
+        ApplicationState.HOST_ID: str(host.host_id),
+        ApplicationState.DC: host.dc,
+        ApplicationState.RACK: host.rack,
+        ApplicationState.RPC_ADDRESS: host.endpoint.rsplit(":", 1)[0],
+        ApplicationState.SCHEMA: str(schema),
+    }

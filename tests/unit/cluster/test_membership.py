@@ -29,6 +29,7 @@ from ringflow.cluster.service._membership import (
     WritePeers,
 )
 from ringflow.ring import Host
+from tests.unit.cluster._gossip_harness import ring_values
 
 OWN = "127.0.0.1:7000"
 SCHEMA = uuid.UUID(int=77)
@@ -44,16 +45,7 @@ def _tokens(index: int) -> tuple[int, ...]:
 
 
 def _state(index: int, status: str = "NORMAL", **extra: str) -> EndpointState:
-    host, tokens = _host(index), _tokens(index)
-    values = {
-        ApplicationState.STATUS: f"{status},{tokens[0]}",
-        ApplicationState.TOKENS: ",".join(map(str, tokens)),
-        ApplicationState.HOST_ID: str(host.host_id),
-        ApplicationState.DC: host.dc,
-        ApplicationState.RACK: host.rack,
-        ApplicationState.RPC_ADDRESS: f"127.0.0.{index}",
-        ApplicationState.SCHEMA: str(SCHEMA),
-    }
+    values = ring_values(_host(index), _tokens(index), SCHEMA, status)
     values.update({ApplicationState[key]: value for key, value in extra.items()})
     versioned = {key: VersionedValue(value, 1) for key, value in values.items()}
     return EndpointState(HeartBeatState(1, 1), versioned)

@@ -19,7 +19,6 @@ import uuid
 from ringflow.cluster import FailureDetector, Gossiper
 from ringflow.cluster._coordinator import Coordinator
 from ringflow.cluster._gossip import Send
-from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._hints import HintManager
 from ringflow.cluster.service._membership import (
     ClientEvent,
@@ -34,6 +33,7 @@ from ringflow.cluster.service._node_state import (
     SettleAgreement,
 )
 from ringflow.ring import Host
+from tests.unit.cluster._gossip_harness import ring_values
 
 START_MS = 1_700_000_000_000
 SCHEMA = uuid.UUID(int=5)
@@ -46,16 +46,7 @@ def _host(index: int) -> Host:
 
 def _gossiper(index: int, seed: str) -> Gossiper:
     host = _host(index)
-    tokens = (index * 100, index * 100 + 50)
-    values = {
-        ApplicationState.STATUS: f"NORMAL,{tokens[0]}",
-        ApplicationState.TOKENS: ",".join(map(str, tokens)),
-        ApplicationState.HOST_ID: str(host.host_id),
-        ApplicationState.DC: host.dc,
-        ApplicationState.RACK: host.rack,
-        ApplicationState.RPC_ADDRESS: f"127.0.0.{index}",
-        ApplicationState.SCHEMA: str(SCHEMA),
-    }
+    values = ring_values(host, (index * 100, index * 100 + 50), SCHEMA)
     state = local_endpoint_state(START_MS // 1000, values)
     return Gossiper(host.endpoint, state, [seed], CLUSTER, random.Random(index), FailureDetector())
 
