@@ -154,9 +154,11 @@ from ringflow.cql._exec_system import (
 )
 from ringflow.cql._executor import (
     LocalDataPlane,
+    LocalRing,
     NodeIdentity,
     QueryProcessor,
     ReadRun,
+    RingView,
     SessionState,
 )
 from ringflow.cql._frame import (
@@ -356,6 +358,7 @@ __all__ = [
     "ListLiteral",
     "LocalDataPlane",
     "LocalProtocolError",
+    "LocalRing",
     "MapLiteral",
     "Message",
     "ModificationStatement",
@@ -407,6 +410,7 @@ __all__ = [
     "Response",
     "Result",
     "ResultKind",
+    "RingView",
     "RoleRecord",
     "RowReader",
     "RowsMetadata",

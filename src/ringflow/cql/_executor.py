@@ -239,6 +239,35 @@ The future's result is the request's answer (a read's), or None (a write's: the 
 own answer stands)."""
 
 
+class RingView(Protocol):
+    """What the statements know of the ring: a cluster node's view (its gossip), or a lone
+    node's own (``LocalRing``); given with the data plane (``use_data_plane``)."""
+
+    def datacenters(self) -> Sequence[str]:
+        """The data centers a keyspace's replication may name (and its shorthand expands
+        to)."""
+        ...
+
+    def range_ownership(self, keyspace: str) -> Mapping[str, Sequence[str]]:
+        """DESCRIBE CLUSTER's ``range_ownership`` of ``keyspace``: each range's end token, its
+        replicas' endpoints as Cassandra prints them."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRing:
+    """A lone node's ring: its own data center, and every range its own."""
+
+    node: NodeIdentity
+
+    def datacenters(self) -> Sequence[str]:
+        return (self.node.data_center,)
+
+    def range_ownership(self, keyspace: str) -> Mapping[str, Sequence[str]]:
+        endpoint = f"/{self.node.broadcast_address}:{STORAGE_PORT}"
+        return {str(token): [endpoint] for token in self.node.tokens}
+
+
 class LocalDataPlane:
     """The single-node data plane: one local ``Store.apply`` per write, local reads."""
 
@@ -295,11 +324,8 @@ class QueryProcessor:
         self._consistency = Consistency.ONE
         self._request = threading.local()  # the running request's own state, per thread
         self.batch_size_warnings = 0
-        self.known_datacenters: Callable[[], tuple[str, ...]] = lambda: (node.data_center,)
-        """The data centers a keyspace's replication may name (the cluster sets its own)."""
-        self.range_ownership: Callable[[str], Mapping[str, Sequence[str]]] = lambda _: {
-            str(token): [f"/{node.broadcast_address}:{STORAGE_PORT}"] for token in node.tokens
-        }  # DESCRIBE CLUSTER's end token → endpoints of a keyspace (a cluster sets its own)
+        self._ring: RingView = LocalRing(node)
+        """What statements know of the ring (``use_data_plane``)."""
         self.auth: AuthService | None = None
         """Authentication and authorization (``enable_auth``); None: everything allowed."""
         self._procedures = Procedures()
@@ -394,6 +420,7 @@ class QueryProcessor:
         submit_write: SubmitWrite | None = None,
         submit_read: SubmitRead | None = None,
         auth_submit: AuthSubmit | None = None,
+        ring: RingView | None = None,
     ) -> None:
         """Route writes and reads through ``data_plane`` from now on (a cluster node). With
         ``submit_write``, a statement's write is queued there instead of waited for (a single
@@ -402,8 +429,12 @@ class QueryProcessor:
         node): the request then leaves a pending answer for its caller
         (:meth:`take_pending`), which answers once it is done. Auth work (a role or permission
         statement, a DDL's grants, a login, a statement's grants: :meth:`run_auth`) reads and
-        writes through them the same way, its later runs made on ``auth_submit``."""
+        writes through them the same way, its later runs made on ``auth_submit``. ``ring``:
+        the cluster's view of the ring (data centers, DESCRIBE CLUSTER), instead of the lone
+        node's own."""
         with self._lock:
+            if ring is not None:
+                self._ring = ring
             self._data_plane = data_plane
             self._submit_write = submit_write
             self._submit_read = submit_read
@@ -588,7 +619,7 @@ class QueryProcessor:
             return self._use(statement, session)
         if isinstance(statement, DescribeStatement):
             cluster = self._node.cluster_name
-            schema = describe_context(self._state, keyspace, cluster, self.range_ownership)
+            schema = describe_context(self._state, keyspace, cluster, self._ring.range_ownership)
             page = DescribePage.of(params, fingerprint, self.limits.max_page_size_rows)
             return execute_describe(statement, schema, page)
         if isinstance(statement, CallStatement):
@@ -811,7 +842,7 @@ class QueryProcessor:
 
     def _ddl(self, statement: Statement, keyspace: str | None) -> Response:
         context = DdlContext(
-            self._state, keyspace, self._timestamps, self._rng, self.known_datacenters()
+            self._state, keyspace, self._timestamps, self._rng, tuple(self._ring.datacenters())
         )
         outcome = execute_ddl(statement, context)
         self._apply_ddl(outcome)

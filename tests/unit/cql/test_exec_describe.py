@@ -10,11 +10,12 @@ change: DESCRIBE was a syntax error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from ringflow.cql import LocalDataPlane
 from ringflow.cql._lexer import CqlSyntaxProblem
 from ringflow.cql._parser import parse_statement
 from ringflow.cql._results import RowsResult
@@ -247,12 +248,22 @@ def test_paging_resumes_and_refuses_a_changed_schema(node: ExecNode) -> None:
     )
 
 
+class _TwoNodeRing:
+    """A cluster's view of the ring (``RingView``), as a cluster node gives its processor."""
+
+    def datacenters(self) -> Sequence[str]:
+        return ("datacenter1",)
+
+    def range_ownership(self, keyspace: str) -> Mapping[str, Sequence[str]]:
+        return {"10": ["127.0.0.2"], "-5": ["127.0.0.1"]}
+
+
 def test_cluster(node: ExecNode, tmp_path: Path) -> None:
     response = node.raw("DESCRIBE CLUSTER")
     assert column_names(response) == ["cluster", "partitioner", "snitch", "range_ownership"]
     (row,) = decode_rows(response)
     assert row[:2] == ("ringflow", "org.apache.cassandra.dht.Murmur3Partitioner")
-    node.processor.range_ownership = lambda keyspace: {"10": ["127.0.0.2"], "-5": ["127.0.0.1"]}
+    node.processor.use_data_plane(LocalDataPlane(node.store), ring=_TwoNodeRing())
     assert node.ok("DESCRIBE CLUSTER")[0][3] == {"-5": ["127.0.0.1"], "10": ["127.0.0.2"]}
     (tmp_path / "bare").mkdir()
     bare = ExecNode(tmp_path / "bare")

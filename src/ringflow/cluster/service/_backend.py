@@ -114,11 +114,12 @@ def connect_statement_path(
     """``node``'s statement path, the same in a node process and in the simulator: its
     processor's writes, reads and auth work go through a ``ClusterDataPlane`` on ``loop``
     (``statements`` goes on with a SELECT that reads the local store, ``auth_submit`` runs
-    later runs of auth work), the backend's DDL answers wait for schema agreement, and each
+    later runs of auth work), its view of the ring (data centers, DESCRIBE CLUSTER) is the
+    node's, the backend's DDL answers wait for schema agreement, and each
     statement's schema changes are announced to the cluster (seed 004) from ``loop``, after
     ``on_schema_version`` (a node process's ``system.local`` row) on the statement's thread."""
     plane = ClusterDataPlane(node, loop, node.store, statements)
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth_submit)
+    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth_submit, ring=node)
 
     def schema_changed(_changes: tuple[SchemaChange, ...]) -> None:
         try:

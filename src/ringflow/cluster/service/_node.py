@@ -206,8 +206,6 @@ class ClusterNode:
         self.host = host
         self.store = store
         self.processor = processor
-        processor.known_datacenters = lambda: tuple(self.datacenters())
-        processor.range_ownership = self.range_ownership
         self.clock = clock
         self.network = network
         self._offload = offload
