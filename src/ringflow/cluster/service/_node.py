@@ -268,7 +268,7 @@ class ClusterNode:
             fail=self.fail,
             holding=Holding(self._call_later, self._learn),
         )
-        self._refresh_ring()
+        self.refresh_ring()
 
     @property
     def offload(self) -> Offload:
@@ -484,12 +484,10 @@ class ClusterNode:
             SettleAgreement: lambda _action: self.schema_sync.settle(),
         }
 
-    def _refresh_ring(self) -> None:
-        self.executor.run(self.state.ring_changed(self.clock.now_ms(), self.clock.now_us()))
-
     def refresh_ring(self) -> None:
-        """Rebuild the ring after a local STATUS change (a topology change of this node)."""
-        self._refresh_ring()
+        """Rebuild the ring from gossip: once built, and after a local STATUS change (a
+        topology change of this node)."""
+        self.executor.run(self.state.ring_changed(self.clock.now_ms(), self.clock.now_us()))
 
     def _apply_system(self, rows: list[Mutation]) -> None:
         self.store.apply(rows, now_s=self.clock.now_ms() // 1000)

@@ -115,8 +115,8 @@ class NodeState:
     def ring_changed(self, now_ms: int, now_us: int) -> list[NodeAction]:
         """This node's own ring state changed (its STATUS, set by a topology change): the
         membership rebuilt from gossip."""
-        batch = _Batch()
-        self._refresh(batch, now_ms, now_us)
+        batch = _Batch(now_ms)
+        self._refresh(batch, now_us)
         return batch.actions
 
     def validate(self) -> None:
@@ -136,7 +136,7 @@ class NodeState:
         for action in gossip_actions:
             steps[type(action)](action, batch)
         if batch.ring_changed:
-            self._refresh(batch, now_ms, now_us)
+            self._refresh(batch, now_us)
         if batch.agreement_may_change:
             batch.actions.append(SettleAgreement())
         return batch.actions
@@ -161,14 +161,14 @@ class NodeState:
             batch.agreement_may_change = True
             batch.actions.append(PeerSchema(action.endpoint, action.value))
 
-    def _refresh(self, batch: _Batch, now_ms: int, now_us: int) -> None:
+    def _refresh(self, batch: _Batch, now_us: int) -> None:
         """The membership rebuilt from gossip; its news of a peer goes to the hints here, the
         rest to the shell."""
         gossiper = self.gossiper
         news = self.membership.refresh(gossiper.endpoint_states(), gossiper.is_alive, now_us)
         for action in news:
             if isinstance(action, PeerSeen):
-                self._peer_seen(action, now_ms)
+                self._peer_seen(action, batch.now_ms)
             else:
                 batch.actions.append(action)
 
@@ -184,7 +184,7 @@ class _Batch:
 
     __slots__ = ("actions", "agreement_may_change", "now_ms", "ring_changed")
 
-    def __init__(self, now_ms: int = 0) -> None:
+    def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
         self.actions: list[NodeAction] = []
         self.ring_changed = False
