@@ -46,10 +46,14 @@ from ringflow.cluster._messages import Verb
 from ringflow.cluster._read_path import Respond
 from ringflow.cluster._write_path import SendMutation, StoreHint
 from ringflow.cluster.service import BuiltNode, RingDiscovery
-from ringflow.cluster.service._cdc_generations import GenerationAction, Publish
+from ringflow.cluster.service._cdc_decider import (
+    GenerationAction,
+    Publish,
+)
 from ringflow.cluster.service._membership import WritePeers
 from ringflow.cluster.service._node import ClusterNode
-from ringflow.cluster.service._node_state import NodeAction, PeerSchema
+from ringflow.cluster.service._node_state import NodeAction
+from ringflow.cluster.service._schema_versions import PullSchema
 from ringflow.errors import InternalError, RingflowError
 from ringflow.ring import TokenMetadata
 from ringflow.runtime import Runtime
@@ -278,7 +282,7 @@ def test_every_action_the_cores_of_a_built_node_decide_has_its_handler() -> None
     with sim:
         unions = (NodeAction, CoordinatorAction, HintAction, GenerationAction)
         kinds = set().union(*(_action_types(union) for union in unions))
-        assert {Send, WritePeers, PeerSchema, SendMutation, StoreHint, Respond, Publish} <= kinds
+        assert {Send, WritePeers, PullSchema, SendMutation, StoreHint, Respond, Publish} <= kinds
         assert ReplayHints in kinds
         for name in NAMES:
             executor = cluster.node(name).executor

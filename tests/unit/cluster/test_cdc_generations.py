@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -43,10 +42,9 @@ from ringflow.cluster.service import (
     ActionExecutor,
     load_local_generation,
 )
-from ringflow.cluster.service._cdc_generations import (
+from ringflow.cluster.service._cdc_decider import (
     Activate,
     Announce,
-    CdcGenerationService,
     GenerationDecider,
     HoldWrites,
     Load,
@@ -56,15 +54,21 @@ from ringflow.cluster.service._cdc_generations import (
     Publish,
     ReleaseWrites,
     RetryPolicy,
-    SynchronizedCdcMetadata,
     cluster_ready,
-    internal_mutations,
     member_view,
+    member_views,
     newest_generation,
     proposer,
     publication_needed,
     ring_sharding,
 )
+from ringflow.cluster.service._cdc_generations import (
+    CdcGenerationService,
+    SynchronizedCdcMetadata,
+    generation_decider,
+    internal_mutations,
+)
+from ringflow.cluster.service._cdc_local import CdcGeneration
 from ringflow.cluster.service._membership import local_endpoint_state
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.errors import RingflowError
@@ -439,6 +443,7 @@ class _FakeCluster:
         self.written: list[tuple[str, str, object]] = []
         self.fail_writes = False
         self.executor = ActionExecutor()
+        self.state = SimpleNamespace(generations=None)
 
     def offload(self, work: Callable[[], object], done: Callable[..., None]) -> None:
         done(work(), None)
@@ -454,13 +459,36 @@ class _FakeCluster:
         done(None)
 
 
-def _service(fake: _FakeCluster, cdc: CdcMetadata, **options: Any) -> CdcGenerationService:
-    """The service, its actions carried out by a new executor of ``fake`` (as ``build_node``
-    registers them; a new service is a restarted node)."""
-    service = CdcGenerationService(fake, cdc, **options)  # type: ignore[arg-type]
+def _service(
+    fake: _FakeCluster,
+    cdc: CdcMetadata,
+    *,
+    rng: random.Random,
+    initial: CdcGeneration | None = None,
+    settle_ms: int | None = None,
+) -> CdcGenerationService:
+    """The service over a new decider (the node state's, as ``build_node`` makes it), its
+    actions carried out by a new executor of ``fake`` (as ``build_node`` registers them; a new
+    service is a restarted node)."""
+    decider = generation_decider(
+        fake.settings,  # type: ignore[arg-type]
+        fake.host.host_id,
+        fake.store,
+        initial=None if initial is None else initial.id,
+        settle_ms=settle_ms,
+    )
+    fake.state = SimpleNamespace(generations=decider)
+    service = CdcGenerationService(fake, cdc, rng=rng, initial=initial)  # type: ignore[arg-type]
     fake.executor = ActionExecutor()
     fake.executor.register_all(service.action_handlers())
     return service
+
+
+def _tick(fake: _FakeCluster, service: CdcGenerationService) -> None:
+    """The decider's part of a gossip round (``NodeState.round``), its actions carried out."""
+    gossiper = fake.gossiper
+    views = member_views(gossiper.endpoint_states(), gossiper.is_alive)
+    fake.executor.run(service.decider.on_tick(views, fake.settings.seeds, fake.clock.now_ms()))
 
 
 def _gossip_state(host_id: uuid.UUID, tokens: str, generation: str | None) -> EndpointState:
@@ -490,8 +518,8 @@ def test_the_shell_creates_loads_persists_and_publishes_in_order(tmp_path: Path)
     cdc = SynchronizedCdcMetadata()
     service = _service(fake, cdc, rng=random.Random(3), settle_ms=0)
     service.start()
-    service.tick(fake.clock.now_ms())  # settle clock starts
-    service.tick(fake.clock.now_ms())  # proposes, writes, learns, loads, publishes
+    _tick(fake, service)  # settle clock starts
+    _tick(fake, service)  # proposes, writes, learns, loads, publishes
     created = parse_generation_id(fake.gossiper.announced[0])
     assert isinstance(created, GenerationIdV2) and created.timestamp_ms == NOW_US // 1000
     assert service.decider.loaded == created and created in service.decider.published
@@ -526,7 +554,7 @@ def test_the_shell_prepares_then_loads_once_the_rows_arrive(tmp_path: Path) -> N
     cdc = SynchronizedCdcMetadata()
     service = _service(fake, cdc, rng=random.Random(5))
     service.start()
-    service.tick(fake.clock.now_ms())
+    _tick(fake, service)
     with pytest.raises(GenerationNotLoaded):  # prepared, rows missing: writes rejected
         cdc.get_stream(NOW_US + 5, 42, NOW_US + 5)
     assert len(fake.clock.timers) == 1  # a retry is scheduled

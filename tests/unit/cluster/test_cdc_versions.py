@@ -41,21 +41,25 @@ from ringflow.cluster.service import (
     load_local_generation,
     local_generation_id,
 )
-from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
-from ringflow.cluster.service._cdc_generations import (
+from ringflow.cluster.service._cdc_decider import (
     CDC_GENERATIONS_V2_FEATURE,
-    CdcGenerationService,
     GenerationDecider,
     Load,
     MemberView,
     Prepare,
     Propose,
-    SynchronizedCdcMetadata,
     encode_features,
     generation_version,
     member_view,
+    member_views,
     newest_generation,
     parse_features,
+)
+from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
+from ringflow.cluster.service._cdc_generations import (
+    CdcGenerationService,
+    SynchronizedCdcMetadata,
+    generation_decider,
 )
 from ringflow.cluster.service._cdc_rewrite import (
     RewriteState,
@@ -196,6 +200,7 @@ class _Node:
         self.host = SimpleNamespace(host_id=host_id)
         self.written: list[tuple[str, str, object]] = []
         self.executor = ActionExecutor()
+        self.state = SimpleNamespace(generations=None)
         tables = {
             ("ks", f"t{i}"): SimpleNamespace(
                 options=SimpleNamespace(cdc=SimpleNamespace(enabled=True, ttl_s=ttl))
@@ -280,15 +285,10 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
     store = _store(tmp_path)
     node = _Node(store, HIGH, [86_400])
     node.gossiper.states = _states(v2=False)
-    service = _serve(
-        node,
-        CdcGenerationService(
-            node, SynchronizedCdcMetadata(), rng=random.Random(1), settle_ms=0, v2_enabled=False
-        ),  # type: ignore[arg-type]
-    )
+    service = _serve(node, rng=random.Random(1), settle_ms=0, v2_enabled=False)
     service.start()
-    service.tick(node.clock.now_ms())
-    service.tick(node.clock.now_ms())
+    _tick(node, service)
+    _tick(node, service)
     created = parse_generation_id(node.gossiper.announced[0])
     assert created == GenerationIdV1(NOW_US // 1000)
     assert service.decider.loaded == created and created in service.decider.published
@@ -312,24 +312,47 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
     # an upgraded node restarting with the remembered v1 id loads it through the coordinator
     # and publishes it to the v2 tables
     node.written.clear()
-    upgraded = _serve(
-        node,
-        CdcGenerationService(
-            node, SynchronizedCdcMetadata(), rng=random.Random(2), remembered=created
-        ),  # type: ignore[arg-type]
-    )
+    upgraded = _serve(node, rng=random.Random(2), remembered=created)
     upgraded.start()
     assert upgraded.decider.loaded == created and created in upgraded.decider.published
     assert [(k, t) for k, t, _ in node.written] == [STREAMS_TABLE, TIMESTAMPS_TABLE]
     store.close()
 
 
-def _serve(node: _Node, service: CdcGenerationService) -> CdcGenerationService:
-    """``service``, its actions carried out by a new executor of ``node`` (as ``build_node``
-    registers them; a new service is a restarted node)."""
+def _serve(
+    node: _Node,
+    *,
+    rng: random.Random,
+    settle_ms: int | None = None,
+    remembered: GenerationId | None = None,
+    v2_enabled: bool = True,
+) -> CdcGenerationService:
+    """The service over a new decider (the node state's, as ``build_node`` makes it), its
+    actions carried out by a new executor of ``node`` (as ``build_node`` registers them; a
+    new service is a restarted node)."""
+    decider = generation_decider(
+        node.settings,  # type: ignore[arg-type]
+        node.host.host_id,
+        node.store,
+        remembered=remembered,
+        settle_ms=settle_ms,
+    )
+    node.state = SimpleNamespace(generations=decider)
+    service = CdcGenerationService(
+        node,  # type: ignore[arg-type]
+        SynchronizedCdcMetadata(),
+        rng=rng,
+        v2_enabled=v2_enabled,
+    )
     node.executor = ActionExecutor()
     node.executor.register_all(service.action_handlers())
     return service
+
+
+def _tick(node: _Node, service: CdcGenerationService) -> None:
+    """The decider's part of a gossip round (``NodeState.round``), its actions carried out."""
+    views = member_views(node.gossiper.endpoint_states(), node.gossiper.is_alive)
+    node.executor.run(service.decider.on_tick(views, node.settings.seeds, node.clock.now_ms()))
 
 
 def _pk(store: Store, generation: GenerationId) -> tuple[bytes, ...]:

@@ -19,12 +19,14 @@ from ringflow.cluster.service._bootstrap import (
 from ringflow.cluster.service._build import BuiltNode, NodeRuntime, NodeSpec, build_node
 from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._capture_services import CaptureServices
+from ringflow.cluster.service._cdc_decider import (
+    CDC_GENERATIONS_V2_FEATURE,
+    encode_features,
+)
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
-    CDC_GENERATIONS_V2_FEATURE,
     CdcGenerationService,
     SynchronizedCdcMetadata,
-    encode_features,
 )
 from ringflow.cluster.service._cdc_local import (
     CDC_LOCAL_TABLE,

@@ -100,11 +100,13 @@ from ringflow.cluster._topology_change import (
     sharding_of,
     status_value,
 )
+from ringflow.cluster.service._cdc_decider import (
+    generation_version,
+    member_views,
+)
 from ringflow.cluster.service._cdc_generations import (
     CdcGenerationService,
-    generation_version,
     internal_mutations,
-    member_views,
 )
 from ringflow.cluster.service._cdc_tables import v1_generation_mutations, write_in_order
 from ringflow.cluster.service._executor import ActionExecutor

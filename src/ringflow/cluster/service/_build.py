@@ -47,11 +47,14 @@ from ringflow.cluster.service._backend import ClusterBackend, connect_statement_
 from ringflow.cluster.service._bootstrap import TopologyService
 from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._capture_services import CaptureServices
+from ringflow.cluster.service._cdc_decider import (
+    CDC_GENERATIONS_V2_FEATURE,
+    encode_features,
+)
 from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
-    CDC_GENERATIONS_V2_FEATURE,
     CdcGenerationService,
-    encode_features,
+    generation_decider,
 )
 from ringflow.cluster.service._cdc_local import CdcGeneration
 from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
@@ -185,14 +188,14 @@ class BuiltNode:
             self._round_timer = clock.call_later(interval_ms, self.round)
 
     def round(self) -> None:
-        """One round of the node, then the next one scheduled: the cluster node's gossip
-        round, then the services' work after it, in this order: CDC generations (learn,
-        propose, publish), the expiry of old ones, the topology change in progress, the
-        v1 -> v2 streams rewrite. A round that fails is logged; the next one runs."""
+        """One round of the node, then the next one scheduled: the cluster node's round
+        (gossip, hints, schema pulls, CDC generations: ``NodeState.round``), then the
+        services' work after it, in this order: the expiry of old CDC generations, the
+        topology change in progress, the v1 -> v2 streams rewrite. A round that fails is
+        logged; the next one runs whatever failed."""
         now_ms = self.cluster.clock.now_ms()
         try:
             self.cluster.round(now_ms)
-            self.generations.tick(now_ms)
             if self.expiry is not None:
                 self.expiry.tick(now_ms)
             self.topology.tick(now_ms)
@@ -200,7 +203,8 @@ class BuiltNode:
                 self.rewrite.tick(now_ms)
         except RingflowError:
             _log.exception("gossip round failed")
-        self._schedule_round()
+        finally:
+            self._schedule_round()
 
     def stop(self) -> None:
         self._stopped = True
@@ -252,6 +256,14 @@ def node_states(spec: NodeSpec) -> dict[ApplicationState, str]:
 def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
     """The node ``spec`` describes on ``runtime``, not started (module docstring)."""
     settings = spec.settings
+    decider = generation_decider(
+        settings,
+        spec.host.host_id,
+        spec.store,
+        initial=None if spec.initial_generation is None else spec.initial_generation.id,
+        remembered=spec.remembered_generation,
+        settle_ms=settings.cdc_settle_ms,
+    )
     cluster = ClusterNode(
         settings,
         host=spec.host,
@@ -262,6 +274,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         network=runtime.network,
         rng_seed=runtime.rng.getrandbits(64),
         offload=runtime.offload,
+        generations=decider,
         schema_offload=runtime.schema_offload,
         events=runtime.events,
         extra_states=node_states(spec),
@@ -273,9 +286,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         spec.cdc,
         rng=random.Random(runtime.rng.getrandbits(64)),
         initial=spec.initial_generation,
-        settle_ms=settings.cdc_settle_ms,
         ring_delay_ms=settings.cdc_ring_delay_ms,
-        remembered=spec.remembered_generation,
         v2_enabled=settings.cdc_generations_v2,
     )
     cluster.executor.register_all(generations.action_handlers())

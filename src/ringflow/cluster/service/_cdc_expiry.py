@@ -24,7 +24,10 @@ from collections.abc import Callable, Mapping
 
 from ringflow.cdc import ExpiryPlan, datetime_from_ms, plan_expiry
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster.service._cdc_generations import cluster_ready, member_views
+from ringflow.cluster.service._cdc_decider import (
+    cluster_ready,
+    member_views,
+)
 from ringflow.cluster.service._cdc_local import (
     GENERATION_TABLE,
     STREAMS_V1_TABLE,

@@ -44,7 +44,11 @@ from ringflow.cdc import (
     rewritten_marker_row,
 )
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster.service._cdc_generations import RetryPolicy, cluster_ready, member_views
+from ringflow.cluster.service._cdc_decider import (
+    RetryPolicy,
+    cluster_ready,
+    member_views,
+)
 from ringflow.cluster.service._cdc_local import (
     CDC_LOCAL_TABLE,
     ROWS_PER_WRITE_MAX,

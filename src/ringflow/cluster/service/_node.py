@@ -68,6 +68,7 @@ from ringflow.cluster._topology_change import (
     status_word,
 )
 from ringflow.cluster._write_path import TokenReplicas
+from ringflow.cluster.service._cdc_decider import GenerationDecider
 from ringflow.cluster.service._codec import decode_failure, encode_failure
 from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
 from ringflow.cluster.service._executor import ActionExecutor
@@ -81,7 +82,7 @@ from ringflow.cluster.service._membership import (
     local_endpoint_state,
     saved_peer_endpoints,
 )
-from ringflow.cluster.service._node_state import NodeState, PeerSchema, SettleAgreement
+from ringflow.cluster.service._node_state import NodeState, SettleAgreement
 from ringflow.cluster.service._point_requests import PointRequests
 from ringflow.cluster.service._range_read import (
     RANGE_ANSWER_MAX_BYTES,
@@ -97,6 +98,7 @@ from ringflow.cluster.service._schema_sync import (
     SchemaStep,
     SchemaSync,
 )
+from ringflow.cluster.service._schema_versions import PullSchema, SchemaVersions
 from ringflow.cluster.service._settings import (
     ClusterSettings,
     EventSink,
@@ -196,6 +198,7 @@ class ClusterNode:
         network: Network,
         rng_seed: int,
         offload: Offload,
+        generations: GenerationDecider,
         schema_offload: Offload | None = None,
         events: EventSink | None = None,
         extra_states: dict[ApplicationState, str] | None = None,
@@ -234,9 +237,11 @@ class ClusterNode:
         membership = Membership(
             settings.endpoint, host, tokens, saved_peer_endpoints(store, INTERNODE_PORT)
         )
-        self.state = NodeState(gossiper, membership, hints, coordinator)
+        schema = SchemaVersions(settings.endpoint, processor.schema_version)
+        self.state = NodeState(gossiper, membership, hints, coordinator, schema, generations)
         """The node's pure cores composed (``_node_state``): gossip, membership, hints, the
-        coordinator. What they decide, this shell carries out through ``executor``."""
+        coordinator, the schema versions, the CDC generation decider. What they decide, this
+        shell carries out through ``executor``."""
         self._strategies: dict[
             tuple[str, int],
             tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
@@ -250,14 +255,26 @@ class ClusterNode:
         """Carries out every action of the node's cores (``_executor``): the node state's,
         registered here, the coordinator's and the hint manager's by their helpers, the CDC
         generations' by their service."""
-        self.executor.register_all(self._state_handlers())
         self.requests = PointRequests(self)
         self.range_reads = RangeReads(self)
         self.hint_delivery = HintDelivery(self)
         self.executor.register_all(self.requests.action_handlers())
         self.executor.register_all(self.hint_delivery.action_handlers())
         schema_offload = offload if schema_offload is None else schema_offload
-        self.schema_sync = SchemaSync(self, schema_offload, on_schema_merged, schema_observer)
+        self.schema_sync = SchemaSync(
+            self.state,
+            self.executor.run,
+            processor=processor,
+            store=store,
+            clock=clock,
+            send=self.send,
+            refuse=self.refuse,
+            offload=offload,
+            schema_offload=schema_offload,
+            on_schema_merged=on_schema_merged,
+            observer=schema_observer,
+        )
+        self.executor.register_all(self._state_handlers())
         self._verbs = self._verb_handlers()
         """The handler of every verb this node serves: its own and those of the services
         built on it (``serve``)."""
@@ -400,11 +417,10 @@ class ClusterNode:
 
     def round(self, now_ms: int) -> None:
         """One gossip round at ``now_ms`` (every ``gossip_interval_ms``, driven by the node
-        that composes this one, ``BuiltNode``): gossip, hint delivery, the schema pull
-        check."""
+        that composes this one, ``BuiltNode``): gossip, hint delivery, the schema pulls
+        due, the CDC generations' round (``NodeState.round``)."""
         now_us = self.clock.now_us()
         self.executor.run(self.state.round(self.gossip_now_ms(), now_ms, now_us))
-        self.schema_sync.recheck()
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -448,8 +464,8 @@ class ClusterNode:
 
     def _state_handlers(self) -> dict[type, Callable[[Any], None]]:
         """What the node state's actions do here (``_node_state``): send gossip, the drivers'
-        events, ``system.peers`` rows on the store's thread, a refused peer logged, a peer's
-        schema version to the schema sync and, once a batch changed liveness or versions,
+        events, ``system.peers`` rows on the store's thread, a refused peer logged, a pull of
+        a peer's schema by the schema sync and, once a batch changed liveness or versions,
         schema agreement settled."""
 
         def send(action: Send) -> None:
@@ -462,9 +478,6 @@ class ClusterNode:
 
         def client_event(action: ClientEvent) -> None:
             self._emit(action.event_type, action.change, action.address)
-
-        def peer_schema(action: PeerSchema) -> None:
-            self.schema_sync.on_peer_schema(action.endpoint, action.version, self.clock.now_ms())
 
         def peer_refused(action: PeerRefused) -> None:
             _log.error(
@@ -480,7 +493,7 @@ class ClusterNode:
             ClientEvent: client_event,
             WritePeers: write_peers,
             PeerRefused: peer_refused,
-            PeerSchema: peer_schema,
+            PullSchema: self.schema_sync.pull,
             SettleAgreement: lambda _action: self.schema_sync.settle(),
         }
 

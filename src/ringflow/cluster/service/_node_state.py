@@ -1,31 +1,38 @@
 """The node's pure cores composed into one state (issue 21 §2): events in, actions out.
 
 ``NodeState`` holds the gossiper (with its failure detector), the membership it feeds, the
-hint manager and the coordinator, and settles between them what one core's decision means
-for another, with no I/O: a peer going up or down is news for the hints and for the
-drivers; a changed gossip state rebuilds the membership, whose news of a peer (its schema
-version, that it is up) goes to the hints. What is left is for the shell (``ClusterNode``),
-carried out by the node's one ``ActionExecutor``:
+hint manager, the coordinator, the schema versions (``SchemaVersions``) and the CDC
+generation decider (``GenerationDecider``), and settles
+between them what one core's decision means for another, with no I/O: a peer going up or
+down is news for the hints and for the drivers; a changed gossip state rebuilds the
+membership, whose news of a peer (its schema version, that it is up) goes to the hints; a
+peer gossiping another schema version is asked for its schema; our own new version is
+gossiped and told to the hints. What is left is for the shell (``ClusterNode``), carried out
+by the node's one ``ActionExecutor``:
 
 * ``Send`` (a gossip message), ``ClientEvent`` (STATUS_CHANGE, TOPOLOGY_CHANGE),
   ``WritePeers`` (``system.peers``), ``PeerRefused`` (logged);
-* ``PeerSchema``: a peer gossips a schema version (the schema sync compares and pulls);
+* ``PullSchema``: ask a peer for its schema (the schema sync sends SCHEMA_PULL_REQ);
 * ``SettleAgreement``: once per batch in which liveness or a schema version changed (waiters
   for schema agreement look again);
-* the hint manager's actions of a round (``HintAction``).
+* the hint manager's actions of a round (``HintAction``);
+* the CDC generation decider's actions of a round (``GenerationAction``: propose, learn,
+  load, publish, hold or release CDC writes), carried out by ``CdcGenerationService``, which
+  feeds their outcomes back to the decider.
 
 The coordinator is held here so that the node's invariants are checked in one place
 (``validate``, after every simulated event); its requests are begun and answered by the
 shell's helpers (``PointRequests``), their actions run by the same executor.
 
-Events: ``round`` (the gossip round: the gossiper's tick, then the hints' dispatch),
-``received`` (a gossip message), ``ring_changed`` (a local STATUS change, by the topology
-service); each takes the times it needs, so the same state runs on a process's clock and on
-the simulator's.
+Events: ``round`` (the gossip round: the gossiper's tick, then the hints' dispatch and the
+schema pulls due), ``received`` (a gossip message), ``ring_changed`` (a local STATUS change,
+by the topology service), ``schema_changed`` (our schema version changed); each takes the
+times it needs, so the same state runs on a process's clock and on the simulator's.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +50,11 @@ from ringflow.cluster._gossip import (
 )
 from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
 from ringflow.cluster._hints import HintAction, HintManager
+from ringflow.cluster.service._cdc_decider import (
+    GenerationAction,
+    GenerationDecider,
+    member_views,
+)
 from ringflow.cluster.service._membership import (
     ClientEvent,
     Membership,
@@ -50,14 +62,8 @@ from ringflow.cluster.service._membership import (
     PeerSeen,
     WritePeers,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PeerSchema:
-    """``endpoint`` gossips schema version ``version`` (as gossiped: it may not parse)."""
-
-    endpoint: str
-    version: str
+from ringflow.cluster.service._schema_versions import PullSchema, SchemaVersions
+from ringflow.errors import invariant
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +72,21 @@ class SettleAgreement:
 
 
 NodeAction = (
-    Send | ClientEvent | WritePeers | PeerRefused | PeerSchema | SettleAgreement | HintAction
+    Send
+    | ClientEvent
+    | WritePeers
+    | PeerRefused
+    | PullSchema
+    | SettleAgreement
+    | HintAction
+    | GenerationAction
 )
 """What ``NodeState`` leaves to the shell (module docstring)."""
 
 
 class NodeState:
-    """The node's gossiper, membership, hints and coordinator (module docstring)."""
+    """The node's gossiper, membership, hints, coordinator, schema versions and CDC
+    generation decider (module docstring)."""
 
     def __init__(
         self,
@@ -80,11 +94,15 @@ class NodeState:
         membership: Membership,
         hints: HintManager,
         coordinator: Coordinator,
+        schema: SchemaVersions,
+        generations: GenerationDecider,
     ) -> None:
         self.gossiper = gossiper
         self.membership = membership
         self.hints = hints
         self.coordinator = coordinator
+        self.schema = schema
+        self.generations = generations
         self._gossip_steps: dict[type, Callable[[Any, _Batch], None]] = {
             Send: _pass_on,
             NodeUp: self._liveness,
@@ -96,9 +114,16 @@ class NodeState:
 
     def round(self, gossip_now_ms: int, now_ms: int, now_us: int) -> list[NodeAction]:
         """The gossip round: the gossiper's tick at ``gossip_now_ms`` (its monotonic time),
-        what it means, then the hints' dispatch at ``now_ms``."""
+        what it means, then the hints' dispatch at ``now_ms``, a pull from every live peer
+        still gossiping another schema version when its pull is due, and the CDC
+        generations' round over what gossip now shows (learn, propose, hold or release
+        CDC writes)."""
         actions = self._gossip(self.gossiper.tick(gossip_now_ms), now_ms, now_us)
         actions.extend(self.hints.tick(now_ms))
+        actions.extend(self.schema.recheck(self._live_versions(), now_ms))
+        gossiper = self.gossiper
+        views = member_views(gossiper.endpoint_states(), gossiper.is_alive)
+        actions.extend(self.generations.on_tick(views, gossiper.seeds, now_ms))
         return actions
 
     def received(
@@ -119,12 +144,53 @@ class NodeState:
         self._refresh(batch, now_us)
         return batch.actions
 
+    def schema_changed(self, version: uuid.UUID) -> list[NodeAction]:
+        """Our schema version is now ``version`` (a DDL here, or a merge that changed it):
+        gossiped, told to the hints (a hint waits for its target to agree), and agreement
+        settled."""
+        self.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
+        self.hints.set_local_schema_version(version)
+        self.schema.changed(version)
+        return [SettleAgreement()]
+
+    def schema_disagreement(self) -> dict[str, str | None]:
+        """The live nodes gossiping another schema version than ours (or none yet): their
+        address (RPC address when known) and the version they gossip."""
+        return self.schema.disagreement(
+            self.gossiper.live_endpoints(), self._gossiped_version, self._address_of
+        )
+
     def validate(self) -> None:
         """The invariants of every core: gossip and failure detection, the membership, the
-        coordinator with every request and hint it holds."""
+        coordinator with every request and hint it holds, the schema versions (never a pull
+        from this node, our version the one we gossip), the CDC generations."""
         self.gossiper.validate()
         self.membership.validate()
         self.coordinator.validate()
+        self.schema.validate()
+        self.generations.validate()
+        gossiped = self._gossiped_version(self.gossiper.local_endpoint)
+        invariant(
+            gossiped == self.schema.version,
+            lambda: f"schema version {self.schema.version}, gossiped {gossiped}",
+        )
+
+    def _gossiped_version(self, endpoint: str) -> str | None:
+        state = self.gossiper.endpoint_state(endpoint)
+        versioned = None if state is None else state.get(ApplicationState.SCHEMA)
+        return None if versioned is None else versioned.value
+
+    def _live_versions(self) -> list[tuple[str, str]]:
+        found = []
+        for endpoint in self.gossiper.live_endpoints():
+            version = self._gossiped_version(endpoint)
+            if version is not None:
+                found.append((endpoint, version))
+        return found
+
+    def _address_of(self, endpoint: str) -> str:
+        info = self.membership.members.get(endpoint)
+        return endpoint.rsplit(":", 1)[0] if info is None else info.rpc_address
 
     # --- what one core's decisions mean for the others ------------------------------------
 
@@ -159,13 +225,17 @@ class NodeState:
         batch.ring_changed = True
         if action.app_state is ApplicationState.SCHEMA:
             batch.agreement_may_change = True
-            batch.actions.append(PeerSchema(action.endpoint, action.value))
+            pull = self.schema.peer_version(action.endpoint, action.value, batch.now_ms)
+            if pull is not None:
+                batch.actions.append(pull)
 
     def _refresh(self, batch: _Batch, now_us: int) -> None:
         """The membership rebuilt from gossip; its news of a peer goes to the hints here, the
         rest to the shell."""
         gossiper = self.gossiper
-        news = self.membership.refresh(gossiper.endpoint_states(), gossiper.is_alive, now_us)
+        states = gossiper.endpoint_states()
+        self.schema.forget([e for e in self.schema.pulled() if e not in states])
+        news = self.membership.refresh(states, gossiper.is_alive, now_us)
         for action in news:
             if isinstance(action, PeerSeen):
                 self._peer_seen(action, batch.now_ms)

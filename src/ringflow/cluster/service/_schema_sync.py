@@ -2,14 +2,17 @@
 and pulling ``system_schema`` partitions, merging them, and naming who disagrees.
 
 Owns ``SchemaStep``/``SchemaObserver`` and ``SchemaSync`` (the SCHEMA_PUSH_REQ, SCHEMA_PULL_REQ
-and SCHEMA_PULL_RSP verbs).
+and SCHEMA_PULL_RSP verbs), the shell around the node state's ``SchemaVersions`` (which
+decides when to pull and who disagrees, ``_schema_versions``): it pushes, pulls, merges and
+answers the waiters for agreement.
 
 Rules:
 
 * After a local DDL the node gossips its new SCHEMA version and pushes its ``system_schema``
   partitions to every live peer; a node that sees a peer gossip a different version pulls that
   peer's partitions (at most once per 500 ms per peer, and again every
-  ``SCHEMA_PULL_INTERVAL_MS`` while the peer still differs: the periodic safety net).
+  ``SCHEMA_PULL_INTERVAL_MS`` while the peer still differs: the periodic safety net; the node
+  state decides, ``PullSchema``).
 * Partitions merge by timestamp, so pushes from several nodes commute; the processor then
   reloads its schema from the store, and a changed schema is gossiped and told to the hint
   manager.
@@ -29,24 +32,22 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
-from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Verb
 from ringflow.cluster.service import _codec
+from ringflow.cluster.service._node_state import NodeAction, NodeState
+from ringflow.cluster.service._schema_versions import SCHEMA_PULL_INTERVAL_MS, PullSchema
 from ringflow.cluster.service._settings import Offload
-from ringflow.runtime import TimerHandle
+from ringflow.cql import QueryProcessor
+from ringflow.runtime import Clock, TimerHandle
 from ringflow.schema import SYSTEM_SCHEMA_KEYSPACE_NAME, SYSTEM_SCHEMA_TABLE_NAMES, Mutation
+from ringflow.storage import Store
 
-if TYPE_CHECKING:
-    from ringflow.cluster.service._node import ClusterNode
+__all__ = ["SCHEMA_PULL_INTERVAL_MS", "SchemaObserver", "SchemaStep", "SchemaSync"]
 
 _log = logging.getLogger(__name__)
 
-SCHEMA_PULL_INTERVAL_MS = 2_000
-_PULL_MIN_GAP_MS = 500
-"""Pulls from one peer are at least this far apart, however often it gossips a new version."""
 _MIN_TOKEN = -(2**63)
 
 
@@ -73,22 +74,42 @@ SchemaObserver = Callable[[SchemaStep, str], None]
 offload, for MERGED)."""
 
 
+Send = Callable[[str, Verb, int, bytes], bool]
+Refuse = Callable[[str, int, Verb, str], None]
+RunActions = Callable[[Sequence[NodeAction]], None]
+
+
 class SchemaSync:
     """A node's side of schema agreement (see the module docstring). Merges run on
-    ``schema_offload``; everything else on the node's thread."""
+    ``schema_offload``; everything else on the node's thread. What it decides goes back
+    through the node state (``state``), whose actions ``run`` carries out."""
 
     def __init__(
         self,
-        node: ClusterNode,
+        state: NodeState,
+        run: RunActions,
+        *,
+        processor: QueryProcessor,
+        store: Store,
+        clock: Clock,
+        send: Send,
+        refuse: Refuse,
+        offload: Offload,
         schema_offload: Offload,
         on_schema_merged: Callable[[], None] | None,
         observer: SchemaObserver | None,
     ) -> None:
-        self._node = node
+        self._state = state
+        self._run = run
+        self._processor = processor
+        self._store = store
+        self._clock = clock
+        self._send = send
+        self._refuse = refuse
+        self._offload = offload
         self._schema_offload = schema_offload
         self._on_schema_merged = on_schema_merged
         self._observer = observer
-        self._last_pull_ms: dict[str, int] = {}
         self._waiters: dict[int, tuple[AgreementDone, TimerHandle]] = {}
         self._next_waiter = 0
 
@@ -99,17 +120,7 @@ class SchemaSync:
     def disagreement(self) -> dict[str, str | None]:
         """The live nodes gossiping another schema version than ours (or none yet): their
         address (RPC address when known) and the version they gossip."""
-        node = self._node
-        ours = str(node.processor.schema_version)
-        found: dict[str, str | None] = {}
-        for endpoint in node.gossiper.live_endpoints():  # the others: we are not listed
-            state = node.gossiper.endpoint_state(endpoint)
-            versioned = None if state is None else state.get(ApplicationState.SCHEMA)
-            if versioned is None or versioned.value != ours:
-                info = node.members.get(endpoint)
-                address = endpoint.rsplit(":", 1)[0] if info is None else info.rpc_address
-                found[address] = None if versioned is None else versioned.value
-        return found
+        return self._state.schema_disagreement()
 
     def await_agreement(self, timeout_ms: int, done: AgreementDone) -> None:
         """Tell ``done`` the nodes still disagreeing: at once when there are none (or
@@ -125,7 +136,7 @@ class SchemaSync:
             if self._waiters.pop(key, None) is not None:
                 done(self.disagreement())
 
-        self._waiters[key] = (done, self._node.clock.call_later(timeout_ms, expire))
+        self._waiters[key] = (done, self._clock.call_later(timeout_ms, expire))
 
     def settle(self) -> None:
         """What agreement depends on may have changed: answer the waiters if it now holds."""
@@ -138,13 +149,9 @@ class SchemaSync:
 
     def on_local_schema_change(self) -> None:
         """After a DDL here: gossip the new version and push our schema to every live peer."""
-        node = self._node
         self._observe(SchemaStep.ANNOUNCE)
-        version = node.processor.schema_version
-        node.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
-        node.hints.set_local_schema_version(version)
-        self.settle()
-        targets = node.gossiper.live_endpoints()
+        self._run(self._state.schema_changed(self._processor.schema_version))
+        targets = self._state.gossiper.live_endpoints()
 
         def send(mutations: list[Mutation] | None, error: BaseException | None) -> None:
             if error is not None or mutations is None:
@@ -153,16 +160,16 @@ class SchemaSync:
             payload = _codec.encode_mutations_payload(mutations)
             for endpoint in targets:
                 self._observe(SchemaStep.PUSH, endpoint)
-                node.send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
+                self._send(endpoint, Verb.SCHEMA_PUSH_REQ, 0, payload)
 
-        node.offload(self._schema_mutations, send)
+        self._offload(self._schema_mutations, send)
 
     def _schema_mutations(self) -> list[Mutation]:
         mutations: list[Mutation] = []
         for name in SYSTEM_SCHEMA_TABLE_NAMES:
             state: bytes | None = None
             while True:
-                page = self._node.store.scan_mutations(
+                page = self._store.scan_mutations(
                     (SYSTEM_SCHEMA_KEYSPACE_NAME, name),
                     _MIN_TOKEN,
                     _MIN_TOKEN,
@@ -175,27 +182,20 @@ class SchemaSync:
                     break
         return mutations
 
-    def on_peer_schema(self, endpoint: str, version: str, now_ms: int) -> None:
-        """``endpoint`` gossips schema ``version``: pull its schema when it is not ours."""
-        node = self._node
-        if endpoint == node.settings.endpoint or version == str(node.processor.schema_version):
-            return
-        last = self._last_pull_ms.get(endpoint, -SCHEMA_PULL_INTERVAL_MS)
-        if now_ms - last < _PULL_MIN_GAP_MS:
-            return
-        self._last_pull_ms[endpoint] = now_ms
-        self._observe(SchemaStep.PULL, endpoint)
-        node.send(endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
+    def pull(self, action: PullSchema) -> None:
+        """The node state asks ``action.endpoint`` for its schema."""
+        self._observe(SchemaStep.PULL, action.endpoint)
+        self._send(action.endpoint, Verb.SCHEMA_PULL_REQ, 0, b"")
 
     def _merge_schema(self, source: str, mutations: list[Mutation]) -> None:
-        node = self._node
         self._observe(SchemaStep.RECEIVE, source)
+        store, processor, clock = self._store, self._processor, self._clock
 
         def work() -> bool:
             if mutations:
-                node.store.apply(mutations, now_s=node.clock.now_ms() // 1000)
+                store.apply(mutations, now_s=clock.now_ms() // 1000)
             self._observe(SchemaStep.MERGED, source)
-            changed = node.processor.reload_schema()
+            changed = processor.reload_schema()
             if changed and self._on_schema_merged is not None:
                 self._on_schema_merged()
             return changed
@@ -204,24 +204,9 @@ class SchemaSync:
             if error is not None:
                 _log.error("schema merge failed", exc_info=error)
             elif changed:
-                version = node.processor.schema_version
-                node.gossiper.set_application_state(ApplicationState.SCHEMA, str(version))
-                node.hints.set_local_schema_version(version)
-                self.settle()
+                self._run(self._state.schema_changed(processor.schema_version))
 
         self._schema_offload(work, done)
-
-    def recheck(self) -> None:
-        """Pull from any live peer still gossiping another version (periodic safety net)."""
-        node = self._node
-        now_ms = node.clock.now_ms()
-        for endpoint in node.gossiper.live_endpoints():
-            state = node.gossiper.endpoint_state(endpoint)
-            versioned = None if state is None else state.get(ApplicationState.SCHEMA)
-            if versioned is not None:
-                last = self._last_pull_ms.get(endpoint, -SCHEMA_PULL_INTERVAL_MS)
-                if now_ms - last >= SCHEMA_PULL_INTERVAL_MS:
-                    self.on_peer_schema(endpoint, versioned.value, now_ms)
 
     # -- verbs -------------------------------------------------------------------------------
 
@@ -237,19 +222,17 @@ class SchemaSync:
             key = (mutation.keyspace, mutation.table)
             if key[0] != SYSTEM_SCHEMA_KEYSPACE_NAME or key[1] not in SYSTEM_SCHEMA_TABLE_NAMES:
                 reason = f"{verb.name} carries a mutation of {key[0]}.{key[1]}, not a schema table"
-                self._node.refuse(source, request_id, verb, reason)
+                self._refuse(source, request_id, verb, reason)
                 return
         self._merge_schema(source, mutations)
 
     def on_schema_pull(self, source: str, request_id: int, payload: bytes) -> None:
-        node = self._node
-
         def done(mutations: list[Mutation] | None, error: BaseException | None) -> None:
             if error is None and mutations is not None:
                 body = _codec.encode_mutations_payload(mutations)
-                node.send(source, Verb.SCHEMA_PULL_RSP, request_id, body)
+                self._send(source, Verb.SCHEMA_PULL_RSP, request_id, body)
 
-        node.offload(self._schema_mutations, done)
+        self._offload(self._schema_mutations, done)
 
     def on_schema_pull_rsp(self, source: str, request_id: int, payload: bytes) -> None:
         self._merge_checked(source, request_id, Verb.SCHEMA_PULL_RSP, payload)
