@@ -193,7 +193,7 @@ def run_simulation(seed: int, sim_seconds: int, writes_per_sim_s: int) -> SimRun
                     cluster.cdc[coordinator],
                     rng,
                     token_metadata=node.token_metadata,
-                    strategy=node.strategy_of("ks"),
+                    strategy=node.placement.strategy_of("ks"),
                 )
 
                 def done(error: BaseException | None) -> None:

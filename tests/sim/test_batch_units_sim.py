@@ -32,7 +32,7 @@ def test_a_batch_of_many_partitions_goes_as_one_unit_per_replica_set(seed: int) 
         n1 = cluster.node("n1")
         now_us = n1.clock.now_us()
         batch = [kv_write(key, key + 1000, now_us) for key in KEYS]
-        orders = {n1.replicas_of("ks", base_token(m)).natural for m in batch}
+        orders = {n1.placement.replicas_of("ks", base_token(m)).natural for m in batch}
         before = _units_applied(cluster)
         table = n1.processor.schema.tables[("ks", "kv")]
         captures = {
@@ -44,7 +44,7 @@ def test_a_batch_of_many_partitions_goes_as_one_unit_per_replica_set(seed: int) 
                 cluster.cdc["n1"],
                 sim.rng,
                 token_metadata=n1.token_metadata,
-                strategy=n1.strategy_of("ks"),
+                strategy=n1.placement.strategy_of("ks"),
             )
             for index, mutation in enumerate(batch)
         }
@@ -84,7 +84,7 @@ def test_an_rf1_batch_goes_as_one_unit_per_owner() -> None:
         assert sim.run_until_true(cluster.agreed, timeout_ms=60_000), sim.describe()
         now_us = n1.clock.now_us()
         batch = [replace(kv_write(key, key, now_us), keyspace="one") for key in KEYS]
-        owners = {n1.replicas_of("one", base_token(m)).natural for m in batch}
+        owners = {n1.placement.replicas_of("one", base_token(m)).natural for m in batch}
         assert len(owners) == 3
         before = _units_applied(cluster)
         outcome: list[BaseException | None] = []
@@ -94,7 +94,7 @@ def test_an_rf1_batch_goes_as_one_unit_per_owner() -> None:
         after = _units_applied(cluster)
         assert {name: after[name] - before[name] for name in NAMES} == dict.fromkeys(NAMES, 1)
         for key, mutation in zip(KEYS, batch, strict=True):
-            (owner,) = n1.replicas_of("one", base_token(mutation)).natural
+            (owner,) = n1.placement.replicas_of("one", base_token(mutation)).natural
             name = NAMES[[cluster.node(n).host for n in NAMES].index(owner)]
             value = cluster.node(name).store.read_mutation(("one", "kv"), kv_key(key))
             assert kv_value(value) == key, (key, name)
@@ -110,7 +110,7 @@ def test_units_are_cut_at_the_store_batch_limits(limit: dict[str, int]) -> None:
         n1.store.limits = replace(n1.store.limits, **limit)
         now_us = n1.clock.now_us()
         batch = [kv_write(key, key + 3, now_us) for key in KEYS]
-        per_order = Counter(n1.replicas_of("ks", base_token(m)).natural for m in batch)
+        per_order = Counter(n1.placement.replicas_of("ks", base_token(m)).natural for m in batch)
         size = next(iter(limit.values()))
         expected = sum(-(-count // size) for count in per_order.values())
         before = _units_applied(cluster)

@@ -122,8 +122,10 @@ def check_cdc_log(cluster: SimCluster, streams: dict[int, bytes], sim: Simulatio
     for name in NAMES:
         node = cluster.node(name)
         for key, stream in streams.items():
-            token_replicas = node.replicas_of("ks", base_token(kv_write(key, 0, 1)))
-            stream_replicas = node.replicas_of("ks", log_token(StreamId.from_bytes(stream)))
+            token_replicas = node.placement.replicas_of("ks", base_token(kv_write(key, 0, 1)))
+            stream_replicas = node.placement.replicas_of(
+                "ks", log_token(StreamId.from_bytes(stream))
+            )
             assert set(token_replicas.natural) == set(stream_replicas.natural)
             value = kv_value(node.store.read_mutation(("ks", "kv"), kv_key(key)))
             if value is None:
@@ -204,7 +206,7 @@ def run_scenario(seed: int) -> tuple[str, dict[int, int], int]:
                         cluster.cdc[coordinator],
                         rng,
                         token_metadata=node.token_metadata,
-                        strategy=node.strategy_of("ks"),
+                        strategy=node.placement.strategy_of("ks"),
                     )
                 except GenerationsNotLearnt:  # just restarted: a client tries elsewhere
                     refused[0] += 1

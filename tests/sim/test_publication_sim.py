@@ -148,7 +148,7 @@ def write_under_faults(cluster: PublishingCluster, count: int, duration_ms: int)
                 capture = prepare_cdc_write(
                     mutation, node.processor.schema.tables[("ks", "kv")], ts_us, ts_us,
                     cluster.cdc[name], rng, token_metadata=node.token_metadata,
-                    strategy=node.strategy_of("ks"),
+                    strategy=node.placement.strategy_of("ks"),
                 )  # fmt: skip
             except GenerationsNotLearnt:  # just restarted: a client tries elsewhere
                 return

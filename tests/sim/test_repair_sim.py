@@ -142,7 +142,7 @@ def _boot(sim: Simulation) -> Cluster:
             cluster.cdc["n1"],
             rng,
             token_metadata=n1.token_metadata,
-            strategy=n1.strategy_of("ks"),
+            strategy=n1.placement.strategy_of("ks"),
         )
         n1.write([mutation], {0: capture}, QUORUM, outcome.append)
         assert sim.run_until_true(lambda o=outcome: bool(o), timeout_ms=30_000)
@@ -265,7 +265,7 @@ def test_a_lost_request_and_a_lost_answer_are_sent_again_not_waited_for() -> Non
 
 def _lose_first(node: ClusterNode, verb: Verb, to: str, lost: list[str]) -> None:
     """``node``'s first ``verb`` message to ``to`` is lost (sent, as far as it knows)."""
-    send = node.send
+    send = node.messenger.send
 
     def send_or_lose(target: str, sent_verb: Verb, request_id: int, payload: bytes) -> bool:
         if sent_verb == verb and target == to and verb.name not in lost:
@@ -273,7 +273,7 @@ def _lose_first(node: ClusterNode, verb: Verb, to: str, lost: list[str]) -> None
             return True
         return send(target, sent_verb, request_id, payload)
 
-    node.send = send_or_lose  # type: ignore[method-assign]
+    node.messenger.send = send_or_lose  # type: ignore[method-assign]
 
 
 SEEDS = ci_seeds((), per_run=4, pool=2_000)

@@ -208,7 +208,7 @@ def test_a_read_repair_reaching_a_replica_that_dropped_the_column_since_it_answe
 def _drop_after_full_data_answer(node: ClusterNode, name: str, dropped: list[str]) -> None:
     """``node`` applies ``ALTER TABLE ks.wide DROP w`` (unannounced) right after it sends its
     first full-data READ_RSP, before the read repair that answer leads to can reach it."""
-    send = node.send
+    send = node.messenger.send
 
     def send_then_drop(to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
         sent = send(to, verb, request_id, payload)
@@ -218,4 +218,4 @@ def _drop_after_full_data_answer(node: ClusterNode, name: str, dropped: list[str
             _unannounced(node, "ALTER TABLE ks.wide DROP w")
         return sent
 
-    node.send = send_then_drop  # type: ignore[method-assign]
+    node.messenger.send = send_then_drop  # type: ignore[method-assign]

@@ -472,7 +472,7 @@ def check_log_replicas(
             for victim, crash_us in crashes
         )
         missed = unhinted or kv_key(key)[0] in cluster.hinted
-        replicas = cluster.nodes[remaining[0]].replicas_of(
+        replicas = cluster.nodes[remaining[0]].placement.replicas_of(
             "ks", log_token(StreamId.from_bytes(stream))
         )
         holding = []
@@ -699,10 +699,12 @@ def check_repaired(cluster: TopologyCluster, writes: Writes, remaining: list[str
     log_table = ("ks", "kv" + CDC_LOG_SUFFIX)
     for key, value in writes.acked.items():
         stream = writes.streams[key][0]
-        for host in ring.replicas_of("ks", base_token(kv_write(key, value, 0))).natural:
+        for host in ring.placement.replicas_of("ks", base_token(kv_write(key, value, 0))).natural:
             stored = by_endpoint[host.endpoint].store.read_mutation(("ks", "kv"), kv_key(key))
             assert kv_value(stored) == value, f"write {key} not on {host.endpoint} after repair"
-        log_replicas = ring.replicas_of("ks", log_token(StreamId.from_bytes(stream))).natural
+        log_replicas = ring.placement.replicas_of(
+            "ks", log_token(StreamId.from_bytes(stream))
+        ).natural
         for host in log_replicas:
             stored = by_endpoint[host.endpoint].store.read_mutation(log_table, (stream,))
             assert value in logged(stored, key), f"log row {key} not on {host.endpoint}"
@@ -789,7 +791,7 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
                 source: str, request_id: int, payload: bytes, node: Any = node, serve: Any = serve
             ) -> None:
                 if refusing[0]:
-                    node.fail(source, request_id, Verb.STREAM_REQ, "refused by the test")
+                    node.messenger.fail(source, request_id, Verb.STREAM_REQ, "refused by the test")
                 else:
                     serve(source, request_id, payload)
 
@@ -814,6 +816,6 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
         table = ("ks", "kv" + CDC_LOG_SUFFIX)
         for key, value in writes.acked.items():
             stream = writes.streams[key][0]
-            replicas = n4.replicas_of("ks", log_token(StreamId.from_bytes(stream)))
+            replicas = n4.placement.replicas_of("ks", log_token(StreamId.from_bytes(stream)))
             if n4.host in replicas.natural:
                 assert value in logged(n4.store.read_mutation(table, (stream,)), key), key

@@ -204,7 +204,7 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         nodes.append(
             {
                 "address": info.rpc_address,
-                "state": "UN" if cluster.live(info.host) else "DN",
+                "state": "UN" if cluster.placement.live(info.host) else "DN",
                 "host_id": str(info.host.host_id),
                 "dc": info.host.dc,
                 "rack": info.host.rack,

@@ -119,7 +119,9 @@ def connect_statement_path(
     statement's schema changes are announced to the cluster (seed 004) from ``loop``, after
     ``on_schema_version`` (a node process's ``system.local`` row) on the statement's thread."""
     plane = ClusterDataPlane(node, loop, node.store, statements)
-    node.processor.use_data_plane(plane, plane.submit, plane.submit_read, auth_submit, ring=node)
+    node.processor.use_data_plane(
+        plane, plane.submit, plane.submit_read, auth_submit, ring=node.placement
+    )
 
     def schema_changed(_changes: tuple[SchemaChange, ...]) -> None:
         try:

@@ -551,7 +551,7 @@ class TopologyService:
         info = next((i for i in cluster.members.values() if i.host.host_id == host_id), None)
         if info is None:
             return f"{host_id} is not a ring member"
-        if cluster.live(info.host):
+        if cluster.placement.live(info.host):
             return ALIVE
         self.change, self.removing, self.generation = "remove", host_id, None
         self._set_removal(host_id, REMOVING)
@@ -620,9 +620,11 @@ class TopologyService:
                 def strategy_of(
                     ring: TokenMetadata, keyspace: str = keyspace
                 ) -> ReplicationStrategy:
-                    return cluster.strategy_of(keyspace, ring)
+                    return cluster.placement.strategy_of(keyspace, ring)
 
-                plan = restream_plan(keyspace, dead, current, future, strategy_of, cluster.live)
+                plan = restream_plan(
+                    keyspace, dead, current, future, strategy_of, cluster.placement.live
+                )
                 tasks += [task for task in plan if task.target == cluster.host]
         except RingflowError as error:
             done(error)
@@ -733,11 +735,11 @@ class TopologyService:
         for keyspace in keyspaces:
 
             def strategy_of(ring: TokenMetadata, keyspace: str = keyspace) -> ReplicationStrategy:
-                return cluster.strategy_of(keyspace, ring)
+                return cluster.placement.strategy_of(keyspace, ring)
 
             if self.change == "join":
                 tasks += join_plan(
-                    keyspace, cluster.host, current, future, strategy_of, cluster.live
+                    keyspace, cluster.host, current, future, strategy_of, cluster.placement.live
                 )
             else:
                 tasks += leave_plan(keyspace, cluster.host, current, future, strategy_of)

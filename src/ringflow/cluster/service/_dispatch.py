@@ -22,7 +22,7 @@ Rules:
   anyone (a node joins by gossiping with a seed that has never heard of it); schema pulls
   and answers to our own requests need an endpoint gossip knows; every verb that writes or
   reads data or schema (``MEMBER_VERBS``) needs a ring member or a node gossip shows joining or
-  leaving (``ClusterNode.host_at``, or a ``system.peers`` row of an earlier run).
+  leaving (``ReplicaPlacement.host_at``, or a ``system.peers`` row of an earlier run).
 * Knowledge is not symmetric: a member may see us before gossip has told us of it (a node
   just started, a peer's state one round behind). So a message whose sender lacks the standing
   is first held (``Holding``: at most ``max_held_per_source`` messages of at most

@@ -20,18 +20,16 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ringflow.cluster._coordinator import HintStored
+from ringflow.cluster._coordinator import CoordinatorEvent, HintStored
 from ringflow.cluster._hints import DeleteHint, DeliverHint, ReplayHints
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._write_path import StoreHint, WriteUnit
 from ringflow.cluster.service import _codec
+from ringflow.cluster.service._parts import NodeParts, log_failure
 from ringflow.errors import RingflowError
 from ringflow.storage import Hint
-
-if TYPE_CHECKING:
-    from ringflow.cluster.service._node import ClusterNode
 
 _log = logging.getLogger(__name__)
 
@@ -41,8 +39,22 @@ HINT_FETCH_LIMIT = 64
 class HintDelivery:
     """Runs a node's ``HintManager`` actions against its store and the network."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self._node = node
+    def __init__(
+        self, parts: NodeParts, coordinator_event: Callable[[CoordinatorEvent], None]
+    ) -> None:
+        """``coordinator_event`` takes what becomes of a hint the coordinator asked to store
+        (``PointRequests.handle``)."""
+        self._settings = parts.settings
+        self._store = parts.store
+        self._processor = parts.processor
+        self._clock = parts.clock
+        self._offload = parts.offload
+        self._executor = parts.executor
+        self._hints = parts.state.hints
+        self._membership = parts.state.membership
+        self._placement = parts.placement
+        self._messenger = parts.messenger
+        self._coordinator_event = coordinator_event
         self._fetched: dict[int, Hint] = {}
 
     def on_stored_hint_targets(
@@ -52,18 +64,17 @@ class HintDelivery:
         (their exact age is unknown here, so the window counts from now)."""
         if error is not None:
             _log.error("reading the stored hint targets failed", exc_info=error)
-        now_ms = self._node.clock.now_ms()
+        now_ms = self._clock.now_ms()
         for target_id in targets or []:
-            self._node.hints.on_hint_stored(target_id, now_ms)
+            self._hints.on_hint_stored(target_id, now_ms)
 
     def store_hint(self, action: StoreHint) -> None:
         """Store the hint the coordinator asked for, then tell it (``HintStored``)."""
-        node = self._node
-        created_ms = node.clock.now_ms()
+        created_ms = self._clock.now_ms()
         unit, target, request_id = action.unit, action.target, action.request_id
 
         def work() -> int:
-            return node.store.store_hint(
+            return self._store.store_hint(
                 target.host_id, unit.mutations, created_ms, captures=unit.captures
             )
 
@@ -71,9 +82,9 @@ class HintDelivery:
             if error is not None:
                 _log.error("storing a hint for %s failed", target, exc_info=error)
                 return
-            node.requests.handle(HintStored(request_id, target, created_ms))
+            self._coordinator_event(HintStored(request_id, target, created_ms))
 
-        node.offload(work, done)
+        self._offload(work, done)
 
     def action_handlers(self) -> dict[type, Callable[[Any], None]]:
         """What the hint manager's actions, and the coordinator's ``StoreHint``, do here (the
@@ -91,69 +102,65 @@ class HintDelivery:
         }
 
     def _delete_hint(self, hint_id: int) -> None:
-        node = self._node
-        node.offload(lambda: node.store.delete_hint(hint_id), node.log_failure("hint delete"))
+        self._offload(lambda: self._store.delete_hint(hint_id), log_failure("hint delete"))
 
     def _fetch_hints(self, target_id: uuid.UUID) -> None:
-        node = self._node
 
         def done(hints: list[Hint] | None, error: BaseException | None) -> None:
             if error is not None or hints is None:
                 hints = []
             for hint in hints:
                 self._fetched[hint.hint_id] = hint
-            actions = node.hints.on_hints_fetched(
-                target_id, hints, node.clock.now_ms(), self._gc_grace_s
+            actions = self._hints.on_hints_fetched(
+                target_id, hints, self._clock.now_ms(), self._gc_grace_s
             )
-            self._node.executor.run(actions)
+            self._executor.run(actions)
 
-        node.offload(lambda: node.store.hints_for(target_id, HINT_FETCH_LIMIT), done)
+        self._offload(lambda: self._store.hints_for(target_id, HINT_FETCH_LIMIT), done)
 
     def _gc_grace_s(self, keyspace: str, table: str) -> int:
-        found = self._node.processor.schema.tables.get((keyspace, table))
+        found = self._processor.schema.tables.get((keyspace, table))
         return 864_000 if found is None else found.options.gc_grace_seconds
 
     def _deliver_hint(self, action: DeliverHint) -> None:
-        node = self._node
         hint = self._fetched.get(action.hint_id)
         captures = () if hint is None else hint.captures
         unit = WriteUnit(action.mutations, captures)
-        target = next(
-            (i.host for i in node.members.values() if i.host.host_id == action.target_id), None
-        )
-        sent = target is not None and node.send(
+        target = self._placement.host_of(action.target_id)
+        sent = target is not None and self._messenger.send(
             target.endpoint, Verb.HINT_REQ, action.hint_id, _codec.encode_unit(unit)
         )
         if not sent:
-            node.executor.run(node.hints.on_hint_delivery_failed(action.target_id, action.hint_id))
+            self._executor.run(
+                self._hints.on_hint_delivery_failed(action.target_id, action.hint_id)
+            )
             return
         # An answer lost with the connection (or a target that crashed mid-delivery) must not
         # leave the target's replay stuck in flight: give up on it after the write timeout.
-        node.clock.call_later(
-            node.settings.write_timeout_ms,
+        self._clock.call_later(
+            self._settings.write_timeout_ms,
             lambda: self._hint_unanswered(action.target_id, action.hint_id),
         )
 
     def _hint_unanswered(self, target_id: uuid.UUID, hint_id: int) -> None:
         try:
-            actions = self._node.hints.on_hint_delivery_failed(target_id, hint_id)
+            actions = self._hints.on_hint_delivery_failed(target_id, hint_id)
         except RingflowError:
             return  # answered in time: nothing in flight any more
-        self._node.executor.run(actions)
+        self._executor.run(actions)
 
     def on_hint_answer(self, source: str, hint_id: int, delivered: bool) -> None:
         """``source`` answered HINT_REQ ``hint_id`` (HINT_RSP, or FAILURE_RSP: not delivered)."""
-        node = self._node
-        info = node.members.get(source)
+        info = self._membership.members.get(source)
         if info is None:
             return
         target_id = info.host.host_id
         try:
             if delivered:
-                actions = node.hints.on_hint_delivered(target_id, hint_id)
+                actions = self._hints.on_hint_delivered(target_id, hint_id)
             else:
-                actions = node.hints.on_hint_delivery_failed(target_id, hint_id)
+                actions = self._hints.on_hint_delivery_failed(target_id, hint_id)
         except RingflowError:
             _log.debug("late hint answer %s from %s ignored", hint_id, source)
             return
-        self._node.executor.run(actions)
+        self._executor.run(actions)

@@ -12,10 +12,12 @@ coordinator's and the hint manager's its helpers', registered when it is built.
 Everything here runs on one thread (the event loop, or the simulator); store work goes through
 ``Offload``, whose ``done`` callback comes back on that thread.
 
-``ClusterNode`` owns the lifecycle (start, a gossip round, stop), sending, gossip and membership
-(``system.peers``, removals, joining and leaving nodes), replica placement (``strategy_of``,
-``replicas_of``, ``check_colocation``) and the routing of FAILURE_RSP. It delegates to helpers
-that hold a reference to it:
+``ClusterNode`` owns the lifecycle (start, a gossip round, stop), gossip and membership
+(``system.peers``, removals, joining and leaving nodes) and the routing of FAILURE_RSP. Its
+parts: ``placement`` (``_placement.ReplicaPlacement``: ``strategy_of``, ``replicas_of``,
+``check_colocation``, ``host_at``, ``live``), ``messenger`` (``_messenger.Messenger``:
+``send``, ``fail``) and the helpers below, which are given the node's parts
+(``_parts.NodeParts``), not the node:
 
 * ``_point_requests.PointRequests``: point writes and reads (``write``, ``read``), read repair,
   and the MUTATION_REQ/HINT_REQ/READ_REQ replica verbs.
@@ -30,7 +32,7 @@ Rules:
 * A failure answer is FAILURE_RSP carrying ``[verb, reason]``; it goes to the failure handler
   of the service that serves the verb (``serve``) when there is one, else to the helper that
   sent the request.
-* A joining or leaving node answers as a pending replica (``host_at``).
+* A joining or leaving node answers as a pending replica (``ReplicaPlacement.host_at``).
 * Internode admission (issue 16, ``_dispatch``): what a sender may ask depends on
   ``standing_of``. Gossip itself stays open, states relayed by anyone included, as
   Cassandra's: what a forged state can do is bounded by ``ring_members`` (values that do not
@@ -45,9 +47,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ringflow.cdc import CdcCapture, StreamId
+from ringflow.cdc import CdcCapture
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster._coordinator import Coordinator, log_token
+from ringflow.cluster._coordinator import Coordinator
 from ringflow.cluster._failure_detector import FailureDetector
 from ringflow.cluster._gossip import (
     Gossiper,
@@ -59,17 +61,14 @@ from ringflow.cluster._gossip_state import (
     GossipMessage,
 )
 from ringflow.cluster._hints import HintManager
-from ringflow.cluster._messages import Envelope, Verb, encode_envelope
+from ringflow.cluster._messages import Envelope, Verb
 from ringflow.cluster._topology_change import (
     LEFT_STATUS,
     Transition,
-    colocated,
-    pending_replicas,
     status_word,
 )
-from ringflow.cluster._write_path import TokenReplicas
 from ringflow.cluster.service._cdc_decider import GenerationDecider
-from ringflow.cluster.service._codec import decode_failure, encode_failure
+from ringflow.cluster.service._codec import decode_failure
 from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
 from ringflow.cluster.service._executor import ActionExecutor
 from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelivery
@@ -82,7 +81,14 @@ from ringflow.cluster.service._membership import (
     local_endpoint_state,
     saved_peer_endpoints,
 )
+from ringflow.cluster.service._messenger import Messenger
 from ringflow.cluster.service._node_state import NodeState, SettleAgreement
+from ringflow.cluster.service._parts import NodeParts, log_failure
+from ringflow.cluster.service._placement import (
+    EVERYWHERE_KEYSPACE,
+    INTERNODE_PORT,
+    ReplicaPlacement,
+)
 from ringflow.cluster.service._point_requests import PointRequests
 from ringflow.cluster.service._range_read import (
     RANGE_ANSWER_MAX_BYTES,
@@ -107,10 +113,10 @@ from ringflow.cluster.service._settings import (
     WriteDone,
 )
 from ringflow.cql import QueryProcessor
-from ringflow.errors import InternalError, RingflowError, invariant
-from ringflow.ring import Host, ReplicationStrategy, TokenMetadata, replication_strategy
+from ringflow.errors import InternalError
+from ringflow.ring import Host, TokenMetadata
 from ringflow.runtime import Clock, Network
-from ringflow.schema import ClusteringBound, Keyspace, Mutation
+from ringflow.schema import ClusteringBound, Mutation
 from ringflow.storage import Store
 
 __all__ = [
@@ -136,11 +142,6 @@ FailureHandler = Callable[[str, int, str], None]
 """Hears a FAILURE_RSP: ``(source, request_id, reason)``."""
 
 _NO_BOUND = ClusteringBound()
-
-INTERNODE_PORT = 7000
-EVERYWHERE_KEYSPACE = "system_distributed_everywhere"
-_STRATEGIES_KEPT = 64
-"""Strategies ``strategy_of`` keeps (keyspaces x rings: the current and the future one)."""
 
 
 def _local_gossiper(
@@ -242,22 +243,44 @@ class ClusterNode:
         """The node's pure cores composed (``_node_state``): gossip, membership, hints, the
         coordinator, the schema versions, the CDC generation decider. What they decide, this
         shell carries out through ``executor``."""
-        self._strategies: dict[
-            tuple[str, int],
-            tuple[TokenMetadata, Keyspace | None, object, ReplicationStrategy],
-        ] = {}
-        """``strategy_of``'s answers, by keyspace and ring (at most ``_STRATEGIES_KEPT``)."""
+        self.placement = ReplicaPlacement(host, membership, processor, gossiper.is_alive)
+        """Replica placement on the state's ring (``_placement``)."""
+        self.messenger = Messenger(settings.endpoint, network)
+        """Sends this node's messages (``_messenger``)."""
         self._failure_handlers: dict[Verb, FailureHandler] = {}
         """Who hears a FAILURE_RSP for a verb served outside this class (``serve``)."""
         self.started_ms = clock.now_ms()
         self._listener: object | None = None
+        self._verbs: dict[Verb, Handler] = {}
+        """The handler of every verb this node serves: its own and those of the services
+        built on it (``serve``)."""
+        self._dispatcher = MessageDispatcher(
+            self._on_gossip,
+            self._verbs,
+            standing_of=self.standing_of,
+            fail=self.messenger.fail,
+            holding=Holding(self._call_later, self._learn),
+        )
         self.executor = ActionExecutor()
         """Carries out every action of the node's cores (``_executor``): the node state's,
         registered here, the coordinator's and the hint manager's by their helpers, the CDC
         generations' by their service."""
-        self.requests = PointRequests(self)
-        self.range_reads = RangeReads(self)
-        self.hint_delivery = HintDelivery(self)
+        parts = NodeParts(
+            host=host,
+            settings=settings,
+            store=store,
+            processor=processor,
+            clock=clock,
+            offload=offload,
+            executor=self.executor,
+            state=self.state,
+            placement=self.placement,
+            messenger=self.messenger,
+            refuse=self._dispatcher.refuse,
+        )
+        self.requests = PointRequests(parts)
+        self.range_reads = RangeReads(parts)
+        self.hint_delivery = HintDelivery(parts, self.requests.handle)
         self.executor.register_all(self.requests.action_handlers())
         self.executor.register_all(self.hint_delivery.action_handlers())
         schema_offload = offload if schema_offload is None else schema_offload
@@ -267,24 +290,15 @@ class ClusterNode:
             processor=processor,
             store=store,
             clock=clock,
-            send=self.send,
-            refuse=self.refuse,
+            send=self.messenger.send,
+            refuse=self._dispatcher.refuse,
             offload=offload,
             schema_offload=schema_offload,
             on_schema_merged=on_schema_merged,
             observer=schema_observer,
         )
         self.executor.register_all(self._state_handlers())
-        self._verbs = self._verb_handlers()
-        """The handler of every verb this node serves: its own and those of the services
-        built on it (``serve``)."""
-        self._dispatcher = MessageDispatcher(
-            self._on_gossip,
-            self._verbs,
-            standing_of=self.standing_of,
-            fail=self.fail,
-            holding=Holding(self._call_later, self._learn),
-        )
+        self._verbs.update(self._verb_handlers())
         self.refresh_ring()
 
     @property
@@ -352,7 +366,7 @@ class ClusterNode:
         """What this node knows of ``endpoint`` (``_dispatch.Standing``): a saved peer is a
         member until gossip shows it left (a restarted node hears from its peers before
         gossip has told it who they are)."""
-        if self.host_at(endpoint) is not None:
+        if self.placement.host_at(endpoint) is not None:
             return Standing.MEMBER
         state = self.gossiper.endpoint_state(endpoint)
         if endpoint in self.membership.saved_peers:
@@ -422,25 +436,6 @@ class ClusterNode:
         now_us = self.clock.now_us()
         self.executor.run(self.state.round(self.gossip_now_ms(), now_ms, now_us))
 
-    # -- sending ---------------------------------------------------------------------------
-
-    def send(self, to: str, verb: Verb, request_id: int, payload: bytes) -> bool:
-        """Send one envelope to endpoint ``to``; False when it could not be sent."""
-        envelope = Envelope(verb, request_id, self.settings.endpoint, payload, 0)
-        return self._send_envelope(to, envelope)
-
-    def _send_envelope(self, to: str, envelope: Envelope) -> bool:
-        try:
-            self.network.send(self.settings.endpoint, to, encode_envelope(envelope))
-        except RingflowError as error:  # Backpressure, FrameTooLarge, NetworkError
-            _log.debug("send %s to %s failed: %s", envelope.verb.name, to, error)
-            return False
-        return True
-
-    def fail(self, to: str, request_id: int, verb: Verb, reason: str) -> None:
-        """Answer request ``request_id`` of ``verb`` from ``to`` with FAILURE_RSP."""
-        self.send(to, Verb.FAILURE_RSP, request_id, encode_failure(verb, reason))
-
     # -- gossip and membership -------------------------------------------------------------
 
     def _on_gossip(self, source: str, message: GossipMessage) -> None:
@@ -453,7 +448,8 @@ class ClusterNode:
         """Ask ``endpoint`` for its gossip state: an empty SYN, answered with an ACK of every
         state it has."""
         syn = GossipDigestSyn(self.settings.cluster_name, self.gossiper.partitioner, ())
-        self._send_envelope(endpoint, Envelope.of_gossip(syn, 0, self.settings.endpoint, 0))
+        envelope = Envelope.of_gossip(syn, 0, self.settings.endpoint, 0)
+        self.messenger.send_envelope(endpoint, envelope)
 
     def _call_later(self, delay_ms: int, callback: Callable[[], None]) -> object:
         return self.clock.call_later(delay_ms, callback)
@@ -470,11 +466,11 @@ class ClusterNode:
 
         def send(action: Send) -> None:
             envelope = Envelope.of_gossip(action.message, 0, self.settings.endpoint, 0)
-            self._send_envelope(action.to, envelope)
+            self.messenger.send_envelope(action.to, envelope)
 
         def write_peers(action: WritePeers) -> None:
             rows = list(action.rows)
-            self._offload(lambda: self._apply_system(rows), self.log_failure("system.peers"))
+            self._offload(lambda: self._apply_system(rows), log_failure("system.peers"))
 
         def client_event(action: ClientEvent) -> None:
             self._emit(action.event_type, action.change, action.address)
@@ -505,17 +501,6 @@ class ClusterNode:
     def _apply_system(self, rows: list[Mutation]) -> None:
         self.store.apply(rows, now_s=self.clock.now_ms() // 1000)
 
-    @staticmethod
-    def log_failure(what: str) -> Callable[[object, BaseException | None], None]:
-        def done(_result: object, error: BaseException | None) -> None:
-            if error is not None:
-                _log.error("%s failed", what, exc_info=error)
-
-        return done
-
-    def live(self, host: Host) -> bool:
-        return host == self.host or self.gossiper.is_alive(host.endpoint)
-
     def schema_agreement(self) -> bool:
         """Every live ring member gossips our schema version."""
         return not self.schema_disagreement()
@@ -537,86 +522,6 @@ class ClusterNode:
         self.schema_sync.on_local_schema_change()
 
     # -- the coordinator -------------------------------------------------------------------
-
-    def strategy_of(self, keyspace: str, ring: TokenMetadata | None = None) -> ReplicationStrategy:
-        """``keyspace``'s strategy on ``ring`` (default: the current ring). Kept while the
-        keyspace's definition, the ring and the members are the same objects (each is
-        replaced whole when it changes): a write asks two or three times."""
-        ring = self.token_metadata if ring is None else ring
-        replication = self.processor.schema.keyspaces.get(keyspace)
-        key = (keyspace, id(ring))
-        kept = self._strategies.get(key)
-        if (
-            kept is not None
-            and kept[0] is ring
-            and kept[1] is replication
-            and kept[2] is self.members
-        ):
-            return kept[3]
-        strategy = self._strategy_of(keyspace, ring, replication)
-        if len(self._strategies) >= _STRATEGIES_KEPT:
-            self._strategies.clear()
-        self._strategies[key] = (ring, replication, self.members, strategy)
-        return strategy
-
-    def _strategy_of(
-        self, keyspace: str, ring: TokenMetadata, replication: Keyspace | None
-    ) -> ReplicationStrategy:
-        if keyspace == EVERYWHERE_KEYSPACE:  # EverywhereStrategy: every ring member
-            factor = max(1, len(ring.hosts))
-            return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
-        if replication is None:  # system_distributed*: everywhere / local-style keyspaces
-            factor = max(1, min(3, len(ring)))
-            return replication_strategy({"class": "SimpleStrategy", "replication_factor": factor})
-        return replication_strategy(dict(replication.replication), self.datacenters(ring))
-
-    def range_ownership(self, keyspace: str) -> dict[str, list[str]]:
-        """DESCRIBE CLUSTER's ``range_ownership`` of ``keyspace``: every range of the ring, by
-        its end token, with its natural replicas in the strategy's order (Cassandra's
-        ``DescribeStatement`` over ``StorageService.getRangeToAddressMap``), each endpoint as
-        Cassandra prints an ``InetAddressAndPort``: ``/address:port``."""
-        ring = self.token_metadata
-        plans = self.strategy_of(keyspace, ring).ring_replica_plans(ring)
-
-        def shown(endpoint: str) -> str:
-            return f"/{endpoint}" if ":" in endpoint else f"/{endpoint}:{INTERNODE_PORT}"
-
-        return {
-            str(token): [shown(replica.host.endpoint) for replica in plan]
-            for token, plan in zip(ring.sorted_tokens, plans, strict=True)
-        }
-
-    def datacenters(self, ring: TokenMetadata | None = None) -> list[str]:
-        """Every data center this node knows of: its own, its members' and the ring's (what
-        ``NetworkTopologyStrategy`` options may name, and its shorthand expands to)."""
-        ring = self.token_metadata if ring is None else ring
-        members = {info.host.dc for info in list(self.members.values())}
-        return sorted({self.host.dc} | members | set(ring.datacenters()))
-
-    def replicas_of(self, keyspace: str, token: int, *, for_write: bool = False) -> TokenReplicas:
-        """The natural replicas of ``token``; for a write during a topology change also the
-        pending ones (``_topology_change.pending_replicas``)."""
-        strategy = self.strategy_of(keyspace)
-        pending: tuple[Host, ...] = ()
-        if for_write and self.transitions:
-            future = self.future_metadata
-            pending = pending_replicas(
-                token, self.token_metadata, strategy, future, self.strategy_of(keyspace, future)
-            )
-        return TokenReplicas.of(token, self.token_metadata, strategy, self.host.dc, pending)
-
-    def check_colocation(self, keyspace: str, base: int, stream: StreamId) -> None:
-        """Raise ``InternalError`` unless the CDC stream's replicas are the base's, in the
-        current ring or, during a topology change, in the future ring (``_topology_change``)."""
-        log = log_token(stream)
-        strategy = self.strategy_of(keyspace)
-        future = self.future_metadata if self.transitions else None
-        future_strategy = None if future is None else self.strategy_of(keyspace, future)
-        invariant(
-            colocated(base, log, self.token_metadata, strategy, future, future_strategy),
-            f"CDC stream {stream} (token {log}) is not colocated with base token {base}: "
-            "the generation refines neither the current ring nor the ring being changed to",
-        )
 
     def write(
         self,
@@ -660,11 +565,6 @@ class ClusterNode:
         (``_range_read``)."""
         self.range_reads.read_range(keyspace, table, left, right, consistency, limit, done)
 
-    def read_proximity(self, replicas: Sequence[Host]) -> list[Host]:
-        """Replicas nearest first: this node when it is one (a local read costs no message,
-        as Cassandra reads locally), then its DC, then the others in ring order."""
-        return sorted(replicas, key=lambda host: (host != self.host, host.dc != self.host.dc))
-
     # -- receiving -------------------------------------------------------------------------
 
     def _on_hint_rsp(self, source: str, request_id: int, payload: bytes) -> None:
@@ -672,7 +572,7 @@ class ClusterNode:
 
     def _on_failure_rsp(self, source: str, request_id: int, payload: bytes) -> None:
         verb, reason = decode_failure(payload)
-        host = self.host_at(source)
+        host = self.placement.host_at(source)
         _log.info("%s %s failed on %s: %s", verb.name, request_id, source, reason)
         on_failure = self._failure_handlers.get(verb)
         if on_failure is not None:
@@ -685,15 +585,6 @@ class ClusterNode:
             self.range_reads.on_range_answer(request_id, host, None)
         elif verb in (Verb.READ_REQ, Verb.MUTATION_REQ):
             self.requests.on_failure(request_id, host, verb)
-
-    def host_at(self, endpoint: str) -> Host | None:
-        """The host answering from ``endpoint``: a ring member, or a joining or leaving node
-        (a pending replica); None for anyone else."""
-        info = self.members.get(endpoint)
-        if info is None:  # a joining or leaving node answers as a pending replica
-            transition = self.transitions.get(endpoint)
-            return None if transition is None else transition.host
-        return info.host
 
     def _verb_handlers(self) -> dict[Verb, Handler]:
         return {

@@ -285,7 +285,9 @@ class ClusterDataPlane:
         """This node is a natural replica of the partition (so a read at ONE reads here)."""
         try:
             token = base_token(Mutation(table.keyspace, table.name, tuple(partition_key)))
-            return self._node.host in self._node.replicas_of(table.keyspace, token).natural
+            return (
+                self._node.host in self._node.placement.replicas_of(table.keyspace, token).natural
+            )
         except Exception:  # a ring changing under us: take the coordinated path
             return False
 

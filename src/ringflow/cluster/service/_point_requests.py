@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ringflow.cdc import CdcCapture, StreamId
 from ringflow.cluster._consistency import ConsistencyLevel
@@ -72,6 +72,7 @@ from ringflow.cluster._write_path import (
 from ringflow.cluster.service import _codec
 from ringflow.cluster.service._dispatch import peer_write_refusal
 from ringflow.cluster.service._group_commit import GroupCommit
+from ringflow.cluster.service._parts import NodeParts
 from ringflow.cluster.service._settings import PendingRead, ReadDone, WriteDone, WriteGroup
 from ringflow.errors import RingflowError, invariant
 from ringflow.replication import Origin
@@ -79,9 +80,6 @@ from ringflow.ring import Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import ClusteringBound, Mutation, Table, restrict_columns
 from ringflow.storage import StoreLimits, mutation_size
-
-if TYPE_CHECKING:
-    from ringflow.cluster.service._node import ClusterNode
 
 _log = logging.getLogger(__name__)
 _NO_BOUND = ClusteringBound()
@@ -91,20 +89,28 @@ class PointRequests:
     """A node's point writes and reads in flight, and its replica side of the point verbs.
     Runs on the node's thread; store work goes through the node's ``offload``."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self._node = node
+    def __init__(self, parts: NodeParts) -> None:
+        self._host = parts.host
+        self._store = parts.store
+        self._clock = parts.clock
+        self._offload = parts.offload
+        self._executor = parts.executor
+        self._coordinator = parts.state.coordinator
+        self._placement = parts.placement
+        self._messenger = parts.messenger
+        self._refuse = parts.refuse
         self._writes: dict[int, WriteGroup] = {}
         self._reads: dict[int, PendingRead] = {}
         self._timers: dict[int, TimerHandle] = {}
         self._columns_of: dict[tuple[str, str], tuple[Table, frozenset[str]]] = {}
-        self.group_commit = GroupCommit(node.offload, self._apply_units)
+        self.group_commit = GroupCommit(parts.offload, self._apply_units)
         """Every write unit this node applies as a replica goes through it (one transaction
         per group)."""
 
     def validate(self) -> None:
         """Every write and read waiting here is one the coordinator still holds (one that
         finished has been answered and forgotten)."""
-        coordinator = self._node.coordinator
+        coordinator = self._coordinator
         for request_id in (*self._writes, *self._reads):
             invariant(
                 coordinator.handler(request_id) is not None,
@@ -133,14 +139,14 @@ class PointRequests:
         group = WriteGroup(len(plans), done)
         for unit, replicas in plans:
             try:
-                request_id, actions = self._node.coordinator.begin_write(
-                    unit, replicas, consistency, self._node.live, self._node.clock.now_ms()
+                request_id, actions = self._coordinator.begin_write(
+                    unit, replicas, consistency, self._placement.live, self._clock.now_ms()
                 )
             except Exception as error:
                 group.complete(error)
                 continue
             self._writes[request_id] = group
-            self._node.executor.run(actions)
+            self._executor.run(actions)
 
     def _units(
         self, batch: Sequence[Mutation], captures: dict[int, CdcCapture]
@@ -149,7 +155,7 @@ class PointRequests:
         replicas) of ``batch``'s mutations, each with its CDC captures, cut where a unit would
         exceed the store's batch limits (mutations, cells), in the order of their first
         mutation (module rules)."""
-        limits = self._node.store.limits
+        limits = self._store.limits
         open_units: dict[object, _UnitBuilder] = {}
         built: list[_UnitBuilder] = []
         for index, mutation in enumerate(batch):
@@ -168,12 +174,12 @@ class PointRequests:
         """The base token's natural + pending replicas; with a CDC capture (checked colocated)
         also the log token's pending replicas (``TokenReplicas.with_pending``)."""
         token = base_token(mutation)
-        replicas = self._node.replicas_of(mutation.keyspace, token, for_write=True)
+        replicas = self._placement.replicas_of(mutation.keyspace, token, for_write=True)
         if capture is None:
             return replicas
         stream = StreamId.from_bytes(capture.stream_id)
-        self._node.check_colocation(mutation.keyspace, token, stream)
-        log = self._node.replicas_of(mutation.keyspace, log_token(stream), for_write=True)
+        self._placement.check_colocation(mutation.keyspace, token, stream)
+        log = self._placement.replicas_of(mutation.keyspace, log_token(stream), for_write=True)
         return replicas.with_pending(log.pending)
 
     def read(
@@ -196,27 +202,27 @@ class PointRequests:
         )
         try:
             mutation = Mutation(keyspace, table, partition_key)
-            replicas = self._node.replicas_of(keyspace, base_token(mutation))
-            request_id, actions = self._node.coordinator.begin_read(
+            replicas = self._placement.replicas_of(keyspace, base_token(mutation))
+            request_id, actions = self._coordinator.begin_read(
                 replicas,
                 consistency,
-                self._node.live,
+                self._placement.live,
                 lambda partition: partition,
-                proximity=self._node.read_proximity(replicas.natural),
+                proximity=self._placement.read_proximity(replicas.natural),
             )
         except Exception as error:
             done(None, error)
             return
         self._reads[request_id] = PendingRead(command, done)
-        self._node.executor.run(actions)
+        self._executor.run(actions)
 
     def handle(self, event: CoordinatorEvent) -> None:
         try:
-            actions = self._node.coordinator.handle(event)
+            actions = self._coordinator.handle(event)
         except RingflowError:
             _log.exception("coordinator refused %s", event)
             return
-        self._node.executor.run(actions)
+        self._executor.run(actions)
 
     def action_handlers(self) -> dict[type, Callable[[Any], None]]:
         """What the coordinator's actions do here (the node's ``ActionExecutor``); its
@@ -241,7 +247,7 @@ class PointRequests:
             self._timers.pop(request_id, None)
             self.handle(RequestTimedOut(request_id))
 
-        self._timers[request_id] = self._node.clock.call_later(action.delay_ms, fire)
+        self._timers[request_id] = self._clock.call_later(action.delay_ms, fire)
 
     def _complete_write(self, action: Complete) -> None:
         group = self._writes.pop(action.request_id, None)
@@ -279,22 +285,22 @@ class PointRequests:
         failed: CoordinatorEvent = (
             RepairFailed(request_id, replica) if repair else MutationFailed(request_id, replica)
         )
-        if replica == self._node.host:
+        if replica == self._host:
 
             def done(error: BaseException | None) -> None:
                 self.handle(failed if error is not None else acked)
 
             self.group_commit.submit(unit, done)
-        elif not self._node.send(
+        elif not self._messenger.send(
             replica.endpoint, Verb.MUTATION_REQ, request_id, _codec.encode_unit(unit)
         ):
             self.handle(failed)
 
     def _apply_units(self, units: Sequence[WriteUnit]) -> list[RingflowError | None]:
         """Runs on the storage thread: ``units`` in one transaction (``Store.apply_group``)."""
-        return self._node.store.apply_group(
+        return self._store.apply_group(
             [(unit.mutations, unit.captures) for unit in units],
-            now_s=self._node.clock.now_ms() // 1000,
+            now_s=self._clock.now_ms() // 1000,
             origins=[unit.origin for unit in units],
         )
 
@@ -304,7 +310,7 @@ class PointRequests:
             return
         command = pending.command.with_kind(action.kind)
         replica, request_id = action.replica, action.request_id
-        if replica == self._node.host:
+        if replica == self._host:
 
             def done(result: bytes | None, error: BaseException | None) -> None:
                 if error is not None or result is None:
@@ -312,14 +318,14 @@ class PointRequests:
                 else:
                     self._on_read_response(request_id, replica, result)
 
-            self._node.offload(lambda: self._serve_read(command), done)
-        elif not self._node.send(
+            self._offload(lambda: self._serve_read(command), done)
+        elif not self._messenger.send(
             replica.endpoint, Verb.READ_REQ, request_id, _codec.encode_read(command)
         ):
             self.handle(ReadReplicaFailed(request_id, replica))
 
     def _serve_read(self, command: _codec.ReadCommand) -> bytes:
-        store = self._node.store
+        store = self._store
         partition = store.read_mutation(
             (command.keyspace, command.table),
             command.partition_key,
@@ -369,23 +375,23 @@ class PointRequests:
         self, source: str, request_id: int, payload: bytes, verb: Verb, answer: Verb
     ) -> None:
         unit = _codec.decode_unit(payload)
-        refusal = peer_write_refusal(self._node.store, unit.mutations)
+        refusal = peer_write_refusal(self._store, unit.mutations)
         if refusal is not None:
-            self._node.refuse(source, request_id, verb, refusal)
+            self._refuse(source, request_id, verb, refusal)
             return
         if verb == Verb.HINT_REQ:
             unit = dataclasses.replace(unit, origin=Origin.HINT)
 
         def done(error: BaseException | None) -> None:
             if error is None:
-                self._node.send(source, answer, request_id, b"")
+                self._messenger.send(source, answer, request_id, b"")
             else:
-                self._node.fail(source, request_id, verb, f"{type(error).__name__}: {error}")
+                self._messenger.fail(source, request_id, verb, f"{type(error).__name__}: {error}")
 
         self.group_commit.submit(unit, done)
 
     def on_mutation_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        host = self._node.host_at(source)
+        host = self._placement.host_at(source)
         if host is None:
             return
         if request_id in self._reads:
@@ -398,14 +404,14 @@ class PointRequests:
 
         def done(result: bytes | None, error: BaseException | None) -> None:
             if error is None and result is not None:
-                self._node.send(source, Verb.READ_RSP, request_id, result)
+                self._messenger.send(source, Verb.READ_RSP, request_id, result)
             else:
-                self._node.fail(source, request_id, Verb.READ_REQ, f"{error}")
+                self._messenger.fail(source, request_id, Verb.READ_REQ, f"{error}")
 
-        self._node.offload(lambda: self._serve_read(command), done)
+        self._offload(lambda: self._serve_read(command), done)
 
     def on_read_rsp(self, source: str, request_id: int, payload: bytes) -> None:
-        host = self._node.host_at(source)
+        host = self._placement.host_at(source)
         if host is not None:
             self._on_read_response(request_id, host, payload)
 

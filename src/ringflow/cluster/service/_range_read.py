@@ -23,20 +23,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ringflow.cluster._consistency import ConsistencyLevel, assure_sufficient_live_replicas
 from ringflow.cluster._coordinator import base_token
 from ringflow.cluster._messages import Verb
 from ringflow.cluster._read_path import select_contacts
 from ringflow.cluster.service import _codec
+from ringflow.cluster.service._parts import NodeParts
 from ringflow.errors import ReadFailure, ReadTimeout
 from ringflow.ring import MAX_TOKEN, MIN_TOKEN, Host
 from ringflow.runtime import TimerHandle
 from ringflow.schema import Mutation, merge_mutations
-
-if TYPE_CHECKING:
-    from ringflow.cluster.service._node import ClusterNode
 
 RANGE_ANSWER_MAX_BYTES = 4 * 1024 * 1024
 """A replica stops its RANGE_READ answer after the partition that reaches this size."""
@@ -141,8 +138,15 @@ class RangeReads:
     """The range reads a node coordinates, and its replica side of RANGE_READ. Runs on the
     node's thread; store work goes through the node's ``offload``."""
 
-    def __init__(self, node: ClusterNode) -> None:
-        self._node = node
+    def __init__(self, parts: NodeParts) -> None:
+        self._host = parts.host
+        self._settings = parts.settings
+        self._store = parts.store
+        self._clock = parts.clock
+        self._offload = parts.offload
+        self._membership = parts.state.membership
+        self._placement = parts.placement
+        self._messenger = parts.messenger
         self._ranges: dict[int, RangeRead] = {}
         self._next_range_id = _RANGE_REQUEST_IDS
 
@@ -158,18 +162,17 @@ class RangeReads:
     ) -> None:
         """Coordinate a read of at most ``limit`` raw partitions of ``(left, right]`` (wrapping
         when ``left >= right``), in token order; ``done(partitions, covered, error)``."""
-        node = self._node
         try:
             if limit < 1:
                 raise ValueError(f"a range read wants at least one partition, got {limit}")
             pieces = join_pieces(
-                split_range(left, right, node.token_metadata.sorted_tokens),
-                lambda token: node.replicas_of(keyspace, token).natural,
+                split_range(left, right, self._membership.token_metadata.sorted_tokens),
+                lambda token: self._placement.replicas_of(keyspace, token).natural,
             )
         except Exception as error:
             done(None, None, error)
             return
-        deadline_ms = node.clock.now_ms() + node.settings.range_timeout_ms
+        deadline_ms = self._clock.now_ms() + self._settings.range_timeout_ms
         state = RangeRead(keyspace, table, consistency, limit, pieces, deadline_ms, done)
         self._next_range_piece(state)
 
@@ -189,20 +192,19 @@ class RangeReads:
         if state.index >= len(state.pieces):
             self._finish_range(state, None, None)
             return
-        node = self._node
         low, high, natural = state.pieces[state.index]
         try:
-            strategy = node.strategy_of(state.keyspace)
+            strategy = self._placement.strategy_of(state.keyspace)
             alive = assure_sufficient_live_replicas(
                 state.consistency,
                 strategy,
                 natural,
-                node.live,
-                local_dc=node.host.dc,
+                self._placement.live,
+                local_dc=self._host.dc,
                 for_write=False,
             )
             contacts = select_contacts(
-                state.consistency, strategy, node.read_proximity(alive), node.host.dc
+                state.consistency, strategy, self._placement.read_proximity(alive), self._host.dc
             )
         except Exception as error:
             self._finish_range(state, None, error)
@@ -211,8 +213,8 @@ class RangeReads:
         self._next_range_id += 1
         state.request_id, state.contacts, state.answers = request_id, tuple(contacts), {}
         self._ranges[request_id] = state
-        delay_ms = max(1, state.deadline_ms - node.clock.now_ms())
-        state.timer = node.clock.call_later(delay_ms, lambda: self._range_timed_out(request_id))
+        delay_ms = max(1, state.deadline_ms - self._clock.now_ms())
+        state.timer = self._clock.call_later(delay_ms, lambda: self._range_timed_out(request_id))
         wanted = state.limit - len(state.collected)
         command = _codec.RangeCommand(state.keyspace, state.table, low, high, wanted)
         self._send_range_read(request_id, command, contacts)
@@ -220,20 +222,19 @@ class RangeReads:
     def _send_range_read(
         self, request_id: int, command: _codec.RangeCommand, contacts: Sequence[Host]
     ) -> None:
-        node = self._node
         payload = _codec.encode_range_read(command)
-        for replica in sorted(contacts, key=lambda host: host == node.host):  # local last
-            if replica == node.host:
+        for replica in sorted(contacts, key=lambda host: host == self._host):  # local last
+            if replica == self._host:
 
                 def served(answer: _codec.RangeAnswer | None, error: BaseException | None) -> None:
-                    self.on_range_answer(request_id, node.host, None if error else answer)
+                    self.on_range_answer(request_id, self._host, None if error else answer)
 
-                node.offload(lambda: self._serve_range(command), served)
-            elif not node.send(replica.endpoint, Verb.RANGE_READ, request_id, payload):
+                self._offload(lambda: self._serve_range(command), served)
+            elif not self._messenger.send(replica.endpoint, Verb.RANGE_READ, request_id, payload):
                 self.on_range_answer(request_id, replica, None)
 
     def _serve_range(self, command: _codec.RangeCommand) -> _codec.RangeAnswer:
-        store = self._node.store
+        store = self._store
         limit = max(1, min(command.limit, store.limits.max_page_size_rows))
         page = store.scan_mutations(
             (command.keyspace, command.table), command.low, command.high, page_size=limit
@@ -287,10 +288,9 @@ class RangeReads:
 
     def on_range_read(self, source: str, request_id: int, payload: bytes) -> None:
         """A RANGE_READ from ``source``: an answer to one of our pieces, or a command to serve."""
-        node = self._node
         message = _codec.decode_range_message(payload)
         if isinstance(message, _codec.RangeAnswer):
-            host = node.host_at(source)
+            host = self._placement.host_at(source)
             if host is not None:
                 self.on_range_answer(request_id, host, message)
             return
@@ -299,9 +299,11 @@ class RangeReads:
         def done(answer: _codec.RangeAnswer | None, error: BaseException | None) -> None:
             if error is None and answer is not None:
                 body = _codec.encode_range_answer(answer, RANGE_ANSWER_MAX_BYTES)
-                if node.send(source, Verb.RANGE_READ, request_id, body):
+                if self._messenger.send(source, Verb.RANGE_READ, request_id, body):
                     return
                 error = RuntimeError("the answer could not be sent")
-            node.fail(source, request_id, Verb.RANGE_READ, f"{type(error).__name__}: {error}")
+            self._messenger.fail(
+                source, request_id, Verb.RANGE_READ, f"{type(error).__name__}: {error}"
+            )
 
-        node.offload(lambda: self._serve_range(command), done)
+        self._offload(lambda: self._serve_range(command), done)

@@ -220,7 +220,7 @@ class RepairService:
         payload = encode_repair_message_any(message)
         resend = not isinstance(message, RunRequest)  # a second run would repair again
         try:
-            if not self.cluster.send(endpoint, Verb.REPAIR_REQ, request_id, payload):
+            if not self.cluster.messenger.send(endpoint, Verb.REPAIR_REQ, request_id, payload):
                 raise RepairError(f"could not send to {endpoint}")
             now = self._monotonic_s()
             deadline, resend_at = now + timeout_s, now + RESEND_AFTER_S
@@ -235,7 +235,7 @@ class RepairService:
                     raise RepairError(f"replica {endpoint} did not answer in {timeout_s:.0f} s")
                 if resend and now >= resend_at:
                     self.resent += 1
-                    self.cluster.send(endpoint, Verb.REPAIR_REQ, request_id, payload)
+                    self.cluster.messenger.send(endpoint, Verb.REPAIR_REQ, request_id, payload)
                     resend_at = now + RESEND_AFTER_S
         finally:
             self._waiters.pop(request_id, None)
@@ -256,7 +256,9 @@ class RepairService:
         if key in self._in_service:  # sent again while this node still serves it
             return
         if len(self._in_service) >= REQUESTS_SERVED_MAX:
-            self.cluster.fail(source, request_id, Verb.REPAIR_REQ, "too many repair requests")
+            self.cluster.messenger.fail(
+                source, request_id, Verb.REPAIR_REQ, "too many repair requests"
+            )
             return
         self._in_service.add(key)
 
@@ -264,11 +266,13 @@ class RepairService:
             try:
                 body = encode_repair_message_any(await self._serve(message))
             except Exception as error:  # the peer gets the reason, whatever it was
-                self.cluster.fail(source, request_id, Verb.REPAIR_REQ, str(error) or repr(error))
+                self.cluster.messenger.fail(
+                    source, request_id, Verb.REPAIR_REQ, str(error) or repr(error)
+                )
                 return
             finally:
                 self._in_service.discard(key)
-            self.cluster.send(source, Verb.REPAIR_RSP, request_id, body)
+            self.cluster.messenger.send(source, Verb.REPAIR_RSP, request_id, body)
 
         task = self.loop.create_task(answer())
         self._serving.add(task)
@@ -510,7 +514,7 @@ class RepairService:
         tables = self.tables_of(options)
         ranges = ranges_to_repair(
             self.cluster.token_metadata,
-            self.cluster.strategy_of(options.keyspace),
+            self.cluster.placement.strategy_of(options.keyspace),
             self.cluster.host,
             primary_range=options.primary_range,
             subrange=options.subrange(),
@@ -536,7 +540,7 @@ class RepairService:
         self, options: RepairOptions, table: str, piece: RangeToRepair, summary: TableSummary
     ) -> None:
         where = format_range(piece.low, piece.high)
-        live = [h for h in piece.replicas if self.cluster.live(h)]
+        live = [h for h in piece.replicas if self.cluster.placement.live(h)]
         down = [h.endpoint for h in piece.replicas if h not in live]
         started_at = self._now()
         problems = [f"replica {endpoint} is down" for endpoint in down]

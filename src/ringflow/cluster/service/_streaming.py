@@ -243,9 +243,9 @@ class Streamer:
 
         def answer(body: bytes | None, error: BaseException | None) -> None:
             if error is None and body is not None:
-                cluster.send(source, Verb.STREAM_RSP, request_id, body)
+                cluster.messenger.send(source, Verb.STREAM_RSP, request_id, body)
             else:
-                cluster.fail(source, request_id, Verb.STREAM_REQ, f"{error}")
+                cluster.messenger.fail(source, request_id, Verb.STREAM_REQ, f"{error}")
 
         if isinstance(message, PullRequest):
             request = message
@@ -341,7 +341,7 @@ class Streamer:
             request = PullRequest(
                 task.keyspace, table, task.low, task.high, run.paging_state, self.page_partitions
             )
-            if not self.cluster.send(
+            if not self.cluster.messenger.send(
                 task.source.endpoint, Verb.STREAM_REQ, request_id, encode_pull(request)
             ):
                 self._retry(run, "send failed")
@@ -373,7 +373,9 @@ class Streamer:
             body = encode_push(PushRequest(task.keyspace, table, partitions))
             run.stats.bytes += len(body)
             self._pending_state[request_id] = state
-            if not self.cluster.send(task.target.endpoint, Verb.STREAM_REQ, request_id, body):
+            if not self.cluster.messenger.send(
+                task.target.endpoint, Verb.STREAM_REQ, request_id, body
+            ):
                 self._retry(run, "send failed")
 
         self.cluster.offload(scan, scanned)
@@ -395,7 +397,7 @@ class Streamer:
 
         self.cluster.clock.call_later(RESTREAM_TIMEOUT_MS, timed_out)
         body = encode_restream(RestreamRequest(host_id))
-        if not self.cluster.send(endpoint, Verb.STREAM_REQ, request_id, body):
+        if not self.cluster.messenger.send(endpoint, Verb.STREAM_REQ, request_id, body):
             self._waiter_endpoints.pop(request_id, None)
             self._waiters.pop(request_id, None)
             done(StreamError(f"could not reach {endpoint}"))
