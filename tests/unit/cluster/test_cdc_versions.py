@@ -43,11 +43,13 @@ from ringflow.cluster.service import (
 )
 from ringflow.cluster.service._cdc_decider import (
     CDC_GENERATIONS_V2_FEATURE,
+    BackgroundJob,
     GenerationDecider,
     Load,
     MemberView,
     Prepare,
     Propose,
+    cluster_ready,
     encode_features,
     generation_version,
     member_view,
@@ -55,13 +57,14 @@ from ringflow.cluster.service._cdc_decider import (
     newest_generation,
     parse_features,
 )
-from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
+from ringflow.cluster.service._cdc_expiry import EXPIRY_JOB, GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CdcGenerationService,
     SynchronizedCdcMetadata,
     generation_decider,
 )
 from ringflow.cluster.service._cdc_rewrite import (
+    REWRITE_JOB,
     RewriteState,
     StreamsRewriteService,
     write_rewritten_marker,
@@ -319,6 +322,22 @@ def test_an_old_cluster_creates_a_v1_generation_and_publishes_it_to_the_v1_table
     store.close()
 
 
+def _rewrite(node: _Node) -> StreamsRewriteService:
+    """The rewrite with its schedule, inactive until its start-up checks say to proceed (as
+    ``build_node`` makes it)."""
+    return StreamsRewriteService(node, BackgroundJob(REWRITE_JOB, active=False))  # type: ignore[arg-type]
+
+
+def _round(
+    node: _Node, service: StreamsRewriteService | GenerationExpiryService, now_ms: int
+) -> None:
+    """The node state's part of a round for a background job: run it if due
+    (``NodeState.round``)."""
+    views = member_views(node.gossiper.endpoint_states(), node.gossiper.is_alive)
+    if service.job.due(cluster_ready(views, node.settings.seeds), now_ms):
+        service.run()
+
+
 def _serve(
     node: _Node,
     *,
@@ -403,10 +422,10 @@ def test_the_rewrite_copies_live_missing_v1_generations_once_then_marks(tmp_path
     store.apply(
         [table_mutation(store.table(*TIMESTAMPS_TABLE), [row], NOW_US)], now_s=NOW_US // 10**6
     )
-    rewrite = StreamsRewriteService(node)  # type: ignore[arg-type]
+    rewrite = _rewrite(node)
     rewrite.start()
     assert rewrite.state is RewriteState.WAITING
-    rewrite.tick(now_ms)
+    _round(node, rewrite, now_ms)
     assert rewrite.state is RewriteState.DONE
     assert _v2_times(store) == [live, current]  # too_old skipped, current not rewritten twice
     streams = store.read_partition(
@@ -420,7 +439,7 @@ def test_the_rewrite_copies_live_missing_v1_generations_once_then_marks(tmp_path
     }
     # a restart finds the marker (step 2) and does nothing
     node.written.clear()
-    again = StreamsRewriteService(node)  # type: ignore[arg-type]
+    again = _rewrite(node)
     again.start()
     assert again.state is RewriteState.DONE and node.written == []
     store.close()
@@ -431,7 +450,7 @@ def test_a_bootstrapped_node_with_the_marker_never_rewrites(tmp_path: Path) -> N
     _seed_v1(store, [NOW_US // 1000 - HOUR_MS])
     write_rewritten_marker(store, NOW_US)
     node = _Node(store, LOW, [86_400])
-    rewrite = StreamsRewriteService(node)  # type: ignore[arg-type]
+    rewrite = _rewrite(node)
     rewrite.start()
     assert rewrite.state is RewriteState.DONE and node.written == [] and _v2_times(store) == []
     store.close()
@@ -441,9 +460,9 @@ def test_no_cdc_table_only_writes_the_marker(tmp_path: Path) -> None:
     store = _store(tmp_path)
     _seed_v1(store, [NOW_US // 1000 - HOUR_MS])
     node = _Node(store, LOW, [])
-    StreamsRewriteService(node).start()  # type: ignore[arg-type]
+    _rewrite(node).start()
     assert _v2_times(store) == []
-    again = StreamsRewriteService(node)  # type: ignore[arg-type]
+    again = _rewrite(node)
     again.start()
     assert again.start_decision is not None and again.start_decision.name == "ALREADY_REWRITTEN"
     store.close()
@@ -458,8 +477,8 @@ def test_expiry_marks_superseded_generations_and_deletes_their_internal_rows(
     _seed_v1(store, [old, newer])
     node = _Node(store, LOW, [3600])
     node.gossiper.states = _states(v2=True)
-    expiry = GenerationExpiryService(node, dict)  # type: ignore[arg-type]
-    expiry.tick(now_ms)
+    expiry = GenerationExpiryService(node, BackgroundJob(EXPIRY_JOB), dict)  # type: ignore[arg-type]
+    _round(node, expiry, now_ms)
     assert expiry.last_plan is not None and [e.time_ms for e in expiry.last_plan.expired] == [old]
     streams = live_rows(
         store.table(*STREAMS_V1_TABLE),
@@ -529,14 +548,14 @@ def test_the_rewrite_retries_in_the_background_after_a_failed_read(tmp_path: Pat
     node = _Node(store, LOW, [86_400])
     node.gossiper.states = _states(v2=True)
     node.failing_reads = 1
-    rewrite = StreamsRewriteService(node)  # type: ignore[arg-type]
+    rewrite = _rewrite(node)
     rewrite.start()
-    rewrite.tick(now_ms)  # the scan fails: back to waiting, with a delay
+    _round(node, rewrite, now_ms)  # the scan fails: back to waiting, with a delay
     assert rewrite.state is RewriteState.WAITING and rewrite.attempts == 1
     assert _v2_times(store) == []
-    rewrite.tick(now_ms)  # too early for the retry
+    _round(node, rewrite, now_ms)  # too early for the retry
     assert rewrite.attempts == 1 and _v2_times(store) == []
     node.clock.now += 60_000_000
-    rewrite.tick(node.clock.now_ms())
+    _round(node, rewrite, node.clock.now_ms())
     assert rewrite.state is RewriteState.DONE and _v2_times(store) == [now_ms - HOUR_MS]
     store.close()

@@ -8,7 +8,8 @@ once per batch that changed liveness or versions; a peer gossiping another schem
 asked for its schema (at most every 500 ms, again every 2 s while it differs) and named as
 disagreeing until our version is its; a peer that falls silent is convicted (STATUS_CHANGE
 DOWN, its downtime counted by the hints); the round is the CDC generations' round too
-(writes released once a complete peer is heard, a gossiped generation prepared and loaded);
+(writes released once a complete peer is heard, a gossiped generation prepared and loaded)
+and of the background CDC jobs (run once the cluster is ready, never twice at once);
 the actions a batch of gossip leaves are only the shell's (``NodeAction``); ``validate`` holds
 after every step.
 """
@@ -27,10 +28,12 @@ from ringflow.cluster._gossip import Send
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._hints import HintManager
 from ringflow.cluster.service._cdc_decider import (
+    BackgroundJob,
     GenerationDecider,
     Load,
     Prepare,
     ReleaseWrites,
+    RunJob,
 )
 from ringflow.cluster.service._membership import (
     ClientEvent,
@@ -66,7 +69,7 @@ def _gossiper(index: int, seed: str, schema: uuid.UUID = SCHEMA) -> Gossiper:
     return Gossiper(host.endpoint, state, [seed], CLUSTER, random.Random(index), FailureDetector())
 
 
-def _node_state() -> NodeState:
+def _node_state(jobs: tuple[BackgroundJob, ...] = ()) -> NodeState:
     host = _host(1)
     hints = HintManager()
     hints.set_local_schema_version(SCHEMA)
@@ -75,7 +78,7 @@ def _node_state() -> NodeState:
     coordinator = Coordinator(host, hints)
     generations = GenerationDecider(host.host_id, settle_ms=0, wait_for_peers=True)
     gossiper = _gossiper(1, host.endpoint)
-    state = NodeState(gossiper, membership, hints, coordinator, schema, generations)
+    state = NodeState(gossiper, membership, hints, coordinator, schema, generations, jobs)
     state.ring_changed(START_MS, START_MS * 1000)  # as the node does once built
     state.validate()
     return state
@@ -85,8 +88,10 @@ class _Pair:
     """The state's node and a second node, gossiping every second; ``up`` is False once the
     second one has gone silent (nothing from it, nothing to it)."""
 
-    def __init__(self, peer_schema: uuid.UUID = SCHEMA) -> None:
-        self.state = _node_state()
+    def __init__(
+        self, peer_schema: uuid.UUID = SCHEMA, jobs: tuple[BackgroundJob, ...] = ()
+    ) -> None:
+        self.state = _node_state(jobs)
         self.peer = _gossiper(2, _host(1).endpoint, peer_schema)
         self.now_ms = START_MS
         self.up = True
@@ -220,3 +225,42 @@ def test_the_round_is_the_cdc_generations_round_too() -> None:
     learnt = [a for a in pair.all() if isinstance(a, Prepare | Load)]
     assert learnt == [Prepare(generation), Load(generation, 0)]
     assert pair.state.generations.current == generation
+
+
+def test_a_background_job_runs_once_the_cluster_is_ready_never_twice_at_once() -> None:
+    """A background CDC job (expiry, rewrite) is due only once every known endpoint is complete
+    and alive; while it runs it is not due again; after ``done`` not before its next time; a
+    stopped job never again."""
+    job = BackgroundJob("expiry")
+    pair = _Pair(jobs=(job,))
+    pair.second()  # the state alone: ready (no peer known yet), the job runs
+    assert pair.all().count(RunJob("expiry")) == 1 and job.running
+    for _ in range(5):
+        pair.second()
+    assert pair.all().count(RunJob("expiry")) == 1  # still running
+    job.done(pair.now_ms + 3_000)
+    pair.batches.clear()
+    for _ in range(5):
+        pair.second()
+    runs = [i for i, batch in enumerate(pair.batches) if RunJob("expiry") in batch]
+    assert len(runs) == 1 and job.running
+    job.done(pair.now_ms + 60_000)
+    pair.up = False  # the peer falls silent: not ready while it is down
+    for _ in range(30):
+        pair.second()
+    assert not pair.state.gossiper.is_alive(_host(2).endpoint)
+    job.done(pair.now_ms)
+    pair.batches.clear()
+    for _ in range(3):
+        pair.second()
+    assert RunJob("expiry") not in pair.all() and not job.running
+    job.stop()
+    pair.up = True
+    for _ in range(10):
+        pair.second()
+    assert RunJob("expiry") not in pair.all()
+    idle = BackgroundJob("rewrite", active=False)
+    assert not idle.due(True, 0)
+    idle.activate()
+    assert idle.due(True, 0) and not idle.due(True, 1)
+    idle.validate()

@@ -22,10 +22,11 @@ capture's settings. ``build_node`` composes, in this order:
 ``BuiltNode.prepare`` is the store work to do before the node listens (the capture's
 triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
 in place. Then ``start``, and ``stop`` at the end of the incarnation. The gossip round is
-driven here, every ``gossip_interval_ms`` on the node's clock: the ``ClusterNode``'s round, then
-the services' work after it, in one order (``round``); nothing calls back up into this
-composition. ``validate`` checks the node's invariants; the simulator calls it after every
-event.
+driven here, every ``gossip_interval_ms`` on the node's clock: the ``ClusterNode``'s round (its
+node state decides, for gossip, hints, schema pulls, CDC generations and the background CDC
+jobs, the expiry and the rewrite, whose schedules ``build_node`` gives it), then the topology
+change in progress (``round``); nothing calls back up into this composition. ``validate``
+checks the node's invariants; the simulator calls it after every event.
 
 What only a process has is added by ``ringflow.node`` around the built node: the native
 protocol server, the operator's control channel and ``status.json``.
@@ -49,15 +50,21 @@ from ringflow.cluster.service._capture import ReplicaCapture
 from ringflow.cluster.service._capture_services import CaptureServices
 from ringflow.cluster.service._cdc_decider import (
     CDC_GENERATIONS_V2_FEATURE,
+    BackgroundJob,
+    RunJob,
     encode_features,
 )
-from ringflow.cluster.service._cdc_expiry import GenerationExpiryService
+from ringflow.cluster.service._cdc_expiry import EXPIRY_JOB, GenerationExpiryService
 from ringflow.cluster.service._cdc_generations import (
     CdcGenerationService,
     generation_decider,
 )
 from ringflow.cluster.service._cdc_local import CdcGeneration
-from ringflow.cluster.service._cdc_rewrite import StreamsRewriteService, write_rewritten_marker
+from ringflow.cluster.service._cdc_rewrite import (
+    REWRITE_JOB,
+    StreamsRewriteService,
+    write_rewritten_marker,
+)
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._plane import ClusterDataPlane
 from ringflow.cluster.service._repair import RepairService
@@ -189,18 +196,14 @@ class BuiltNode:
 
     def round(self) -> None:
         """One round of the node, then the next one scheduled: the cluster node's round
-        (gossip, hints, schema pulls, CDC generations: ``NodeState.round``), then the
-        services' work after it, in this order: the expiry of old CDC generations, the
-        topology change in progress, the v1 -> v2 streams rewrite. A round that fails is
-        logged; the next one runs whatever failed."""
+        (gossip, hints, schema pulls, CDC generations, the background CDC jobs due: the
+        expiry of old generations, the v1 -> v2 streams rewrite: ``NodeState.round``), then
+        the topology change in progress. A round that fails is logged; the next one runs
+        whatever failed."""
         now_ms = self.cluster.clock.now_ms()
         try:
             self.cluster.round(now_ms)
-            if self.expiry is not None:
-                self.expiry.tick(now_ms)
             self.topology.tick(now_ms)
-            if self.rewrite is not None:
-                self.rewrite.tick(now_ms)
         except RingflowError:
             _log.exception("gossip round failed")
         finally:
@@ -264,6 +267,9 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         remembered=spec.remembered_generation,
         settle_ms=settings.cdc_settle_ms,
     )
+    v2 = settings.cdc_generations_v2  # an upgraded node: v1 -> v2 rewrite, expiry
+    expiry_job = BackgroundJob(EXPIRY_JOB)
+    rewrite_job = BackgroundJob(REWRITE_JOB, active=False)  # active once its checks say so
     cluster = ClusterNode(
         settings,
         host=spec.host,
@@ -275,6 +281,7 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         rng_seed=runtime.rng.getrandbits(64),
         offload=runtime.offload,
         generations=decider,
+        jobs=(expiry_job, rewrite_job) if v2 else (),
         schema_offload=runtime.schema_offload,
         events=runtime.events,
         extra_states=node_states(spec),
@@ -290,7 +297,6 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         v2_enabled=settings.cdc_generations_v2,
     )
     cluster.executor.register_all(generations.action_handlers())
-    v2 = settings.cdc_generations_v2  # an upgraded node: v1 -> v2 rewrite, expiry
     topology = TopologyService(
         cluster,
         generations,
@@ -317,8 +323,10 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         plane=backend.plane,
         capture=capture,
         transmission=transmission,
-        rewrite=StreamsRewriteService(cluster) if v2 else None,
-        expiry=GenerationExpiryService(cluster, generations.known_v2_ids) if v2 else None,
+        rewrite=StreamsRewriteService(cluster, rewrite_job) if v2 else None,
+        expiry=(
+            GenerationExpiryService(cluster, expiry_job, generations.known_v2_ids) if v2 else None
+        ),
         repair=RepairService(
             cluster,
             spec.data_dir,
@@ -328,4 +336,10 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         joining=spec.joining,
     )
     register_repair_procedures(built.repair)
+    runs = {
+        job.name: service.run
+        for job, service in ((expiry_job, built.expiry), (rewrite_job, built.rewrite))
+        if service is not None
+    }
+    cluster.executor.register(RunJob, lambda action: runs[action.name]())
     return built

@@ -445,6 +445,53 @@ class GenerationDecider:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """Run background job ``name`` now: it is due and the cluster is ready."""
+
+    name: str
+
+
+class BackgroundJob:
+    """When a background job over the cluster's CDC tables runs (the expiry of old
+    generations, the v1 -> v2 streams rewrite): only while ``active``, once the cluster is
+    ready (every known endpoint complete and alive: the replicas of ``system_distributed``
+    are known), never twice at once, and not before ``next_ms``. The node state asks ``due``
+    every round (``RunJob``); the job's shell says when a run ended (``done``) or that the job
+    has nothing more to do (``stop``)."""
+
+    __slots__ = ("active", "name", "next_ms", "running")
+
+    def __init__(self, name: str, *, active: bool = True) -> None:
+        self.name = name
+        self.active = active
+        self.running = False
+        self.next_ms = 0
+
+    def due(self, ready: bool, now_ms: int) -> bool:
+        """Whether to run now; if so, the job is running until ``done`` or ``stop``."""
+        if not self.active or self.running or now_ms < self.next_ms or not ready:
+            return False
+        self.running = True
+        return True
+
+    def done(self, next_ms: int) -> None:
+        """The run ended; the next one not before ``next_ms``."""
+        self.running = False
+        self.next_ms = next_ms
+
+    def activate(self) -> None:
+        self.active = True
+
+    def stop(self) -> None:
+        """Nothing more to do: never due again."""
+        self.running = False
+        self.active = False
+
+    def validate(self) -> None:
+        invariant(self.active or not self.running, lambda: f"{self.name} runs, stopped")
+
+
 def publication_needed(already_published: bool) -> bool:
     """Idempotent publication: nothing to do once the timestamp row (the commit) exists."""
     return not already_published

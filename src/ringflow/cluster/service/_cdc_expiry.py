@@ -24,10 +24,7 @@ from collections.abc import Callable, Mapping
 
 from ringflow.cdc import ExpiryPlan, datetime_from_ms, plan_expiry
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster.service._cdc_decider import (
-    cluster_ready,
-    member_views,
-)
+from ringflow.cluster.service._cdc_decider import BackgroundJob
 from ringflow.cluster.service._cdc_local import (
     GENERATION_TABLE,
     STREAMS_V1_TABLE,
@@ -50,6 +47,8 @@ from ringflow.storage import Store
 
 _log = logging.getLogger(__name__)
 
+EXPIRY_JOB = "cdc-generation-expiry"
+"""The name of its ``BackgroundJob`` in the node state."""
 EXPIRY_ROUNDS_GOSSIP = 50
 """A round every 50 gossip rounds (50 s at the default 1 s gossip), at least every 5 s."""
 MIN_EXPIRY_INTERVAL_MS = 5_000
@@ -97,11 +96,14 @@ class GenerationExpiryService:
     def __init__(
         self,
         cluster: ClusterNode,
+        job: BackgroundJob,
         known_v2: Callable[[], Mapping[uuid.UUID, int]],
         *,
         interval_ms: int | None = None,
     ) -> None:
         self.cluster = cluster
+        self.job = job
+        """Its schedule, in the node state (``EXPIRY_JOB``): a round is run when it is due."""
         self.known_v2 = known_v2
         if interval_ms is None:
             rounds = EXPIRY_ROUNDS_GOSSIP * cluster.settings.gossip_interval_ms
@@ -110,21 +112,14 @@ class GenerationExpiryService:
         self.last_plan: ExpiryPlan | None = None
         self.rounds = 0
         self._next_ms = 0
-        self._running = False
 
-    def tick(self, now_ms: int) -> None:
-        if self._running or now_ms < self._next_ms:
-            return
-        gossiper = self.cluster.gossiper
-        views = member_views(gossiper.endpoint_states(), gossiper.is_alive)
-        if not cluster_ready(views, self.cluster.settings.seeds):
-            return
-        self._running = True
-        self._next_ms = now_ms + self.interval_ms
+    def run(self) -> None:
+        """A round, due now (``RunJob``): the next one ``interval_ms`` after this one began."""
+        self._next_ms = self.cluster.clock.now_ms() + self.interval_ms
         self._read()
 
     def _finish(self, what: str, error: BaseException | None) -> None:
-        self._running = False
+        self.job.done(self._next_ms)
         self.rounds += 1
         if error is not None:
             _log.info("CDC generation expiry: %s failed: %s", what, error)

@@ -44,11 +44,7 @@ from ringflow.cdc import (
     rewritten_marker_row,
 )
 from ringflow.cluster._consistency import ConsistencyLevel
-from ringflow.cluster.service._cdc_decider import (
-    RetryPolicy,
-    cluster_ready,
-    member_views,
-)
+from ringflow.cluster.service._cdc_decider import BackgroundJob, RetryPolicy
 from ringflow.cluster.service._cdc_local import (
     CDC_LOCAL_TABLE,
     ROWS_PER_WRITE_MAX,
@@ -113,6 +109,10 @@ def has_table(store: Store, name: tuple[str, str]) -> bool:
     return True
 
 
+REWRITE_JOB = "cdc-streams-rewrite"
+"""The name of its ``BackgroundJob`` in the node state."""
+
+
 class RewriteState(enum.Enum):
     IDLE = "not started"
     WAITING = "waiting for the cluster"
@@ -124,15 +124,19 @@ class StreamsRewriteService:
     """Runs the rewrite on a ``ClusterNode`` (module docstring). ``start`` after the node and
     its generation service started; ``state``/``last_plan`` tell what happened."""
 
-    def __init__(self, cluster: ClusterNode, *, retry: RetryPolicy = REWRITE_RETRY) -> None:
+    def __init__(
+        self, cluster: ClusterNode, job: BackgroundJob, *, retry: RetryPolicy = REWRITE_RETRY
+    ) -> None:
         self.cluster = cluster
+        self.job = job
+        """Its schedule, in the node state (``REWRITE_JOB``): active once the start-up checks
+        say to proceed, run when due, stopped once done."""
         self.retry = retry
         self.state = RewriteState.IDLE
         self.start_decision: RewriteStart | None = None
         self.last_plan: RewritePlan | None = None
         self.attempts = 0
         self._ttls: list[int] = []
-        self._retry_at_ms = 0
 
     def start(self) -> None:
         """Steps 1-3 on the storage thread; then the background part on gossip ticks."""
@@ -157,27 +161,27 @@ class StreamsRewriteService:
             self.start_decision = decision
             _log.info("CDC streams rewrite: %s", decision.value)
             if decision is RewriteStart.PROCEED:
-                self.state = RewriteState.WAITING  # ``tick`` goes on
+                self.state = RewriteState.WAITING  # ``run`` goes on, when due
+                self.job.activate()
             else:
-                self.state = RewriteState.DONE
+                self._done()
 
         self.cluster.offload(steps_1_to_3, decided)
 
-    def tick(self, now_ms: int) -> None:
-        if self.state is not RewriteState.WAITING or now_ms < self._retry_at_ms:
-            return
-        gossiper = self.cluster.gossiper
-        views = member_views(gossiper.endpoint_states(), gossiper.is_alive)
-        if not cluster_ready(views, self.cluster.settings.seeds):
-            return
+    def run(self) -> None:
+        """The background part, due now (``RunJob``: proceeding, the cluster ready)."""
         self.state = RewriteState.RUNNING
         self._guarded("scanning", self._scan)
+
+    def _done(self) -> None:
+        self.state = RewriteState.DONE
+        self.job.stop()
 
     def _failed(self, what: str, error: BaseException | None) -> None:
         self.attempts += 1
         delay = self.retry.delay_ms(self.attempts)
         _log.info("CDC streams rewrite: %s failed (%s); retrying in %d ms", what, error, delay)
-        self._retry_at_ms = self.cluster.clock.now_ms() + delay
+        self.job.done(self.cluster.clock.now_ms() + delay)
         self.state = RewriteState.WAITING
 
     def _guarded(self, what: str, step: Callable[..., None], *arguments: object) -> None:
@@ -281,7 +285,7 @@ class StreamsRewriteService:
                 self._failed("writing the v2 rows", error)
                 return
             if not marker:
-                self.state = RewriteState.DONE
+                self._done()
                 return
             store = self.cluster.store
             self.cluster.offload(lambda: write_rewritten_marker(store, now_us), marked)
@@ -290,7 +294,7 @@ class StreamsRewriteService:
             if error is not None:
                 self._failed("writing the 'rewritten' row", error)
                 return
-            self.state = RewriteState.DONE
+            self._done()
             rewritten = [a.time_ms for a in plan.actions if isinstance(a, WriteStreamsRows)]
             skipped = [(s.time_ms, s.reason.name) for s in plan.skipped]
             _log.info("CDC streams rewrite done: rewrote %s, skipped %s", rewritten, skipped)

@@ -67,7 +67,7 @@ from ringflow.cluster._topology_change import (
     Transition,
     status_word,
 )
-from ringflow.cluster.service._cdc_decider import GenerationDecider
+from ringflow.cluster.service._cdc_decider import BackgroundJob, GenerationDecider
 from ringflow.cluster.service._codec import decode_failure
 from ringflow.cluster.service._dispatch import Handler, Holding, MessageDispatcher, Standing
 from ringflow.cluster.service._executor import ActionExecutor
@@ -200,6 +200,7 @@ class ClusterNode:
         rng_seed: int,
         offload: Offload,
         generations: GenerationDecider,
+        jobs: Sequence[BackgroundJob] = (),
         schema_offload: Offload | None = None,
         events: EventSink | None = None,
         extra_states: dict[ApplicationState, str] | None = None,
@@ -239,10 +240,10 @@ class ClusterNode:
             settings.endpoint, host, tokens, saved_peer_endpoints(store, INTERNODE_PORT)
         )
         schema = SchemaVersions(settings.endpoint, processor.schema_version)
-        self.state = NodeState(gossiper, membership, hints, coordinator, schema, generations)
+        self.state = NodeState(gossiper, membership, hints, coordinator, schema, generations, jobs)
         """The node's pure cores composed (``_node_state``): gossip, membership, hints, the
-        coordinator, the schema versions, the CDC generation decider. What they decide, this
-        shell carries out through ``executor``."""
+        coordinator, the schema versions, the CDC generation decider, the background CDC
+        jobs' schedules. What they decide, this shell carries out through ``executor``."""
         self.placement = ReplicaPlacement(host, membership, processor, gossiper.is_alive)
         """Replica placement on the state's ring (``_placement``)."""
         self.messenger = Messenger(settings.endpoint, network)

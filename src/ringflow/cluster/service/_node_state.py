@@ -1,8 +1,9 @@
 """The node's pure cores composed into one state (issue 21 §2): events in, actions out.
 
 ``NodeState`` holds the gossiper (with its failure detector), the membership it feeds, the
-hint manager, the coordinator, the schema versions (``SchemaVersions``) and the CDC
-generation decider (``GenerationDecider``), and settles
+hint manager, the coordinator, the schema versions (``SchemaVersions``), the CDC
+generation decider (``GenerationDecider``) and the schedules of the background CDC jobs
+(``BackgroundJob``), and settles
 between them what one core's decision means for another, with no I/O: a peer going up or
 down is news for the hints and for the drivers; a changed gossip state rebuilds the
 membership, whose news of a peer (its schema version, that it is up) goes to the hints; a
@@ -18,7 +19,10 @@ by the node's one ``ActionExecutor``:
 * the hint manager's actions of a round (``HintAction``);
 * the CDC generation decider's actions of a round (``GenerationAction``: propose, learn,
   load, publish, hold or release CDC writes), carried out by ``CdcGenerationService``, which
-  feeds their outcomes back to the decider.
+  feeds their outcomes back to the decider;
+* ``RunJob``: a background job over the CDC tables is due and the cluster ready (the expiry
+  of old generations, the v1 -> v2 streams rewrite: ``BackgroundJob``), run by its service,
+  which tells the job when the run ended.
 
 The coordinator is held here so that the node's invariants are checked in one place
 (``validate``, after every simulated event); its requests are begun and answered by the
@@ -33,7 +37,7 @@ times it needs, so the same state runs on a process's clock and on the simulator
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +55,11 @@ from ringflow.cluster._gossip import (
 from ringflow.cluster._gossip_state import ApplicationState, GossipMessage
 from ringflow.cluster._hints import HintAction, HintManager
 from ringflow.cluster.service._cdc_decider import (
+    BackgroundJob,
     GenerationAction,
     GenerationDecider,
+    RunJob,
+    cluster_ready,
     member_views,
 )
 from ringflow.cluster.service._membership import (
@@ -80,6 +87,7 @@ NodeAction = (
     | SettleAgreement
     | HintAction
     | GenerationAction
+    | RunJob
 )
 """What ``NodeState`` leaves to the shell (module docstring)."""
 
@@ -96,6 +104,7 @@ class NodeState:
         coordinator: Coordinator,
         schema: SchemaVersions,
         generations: GenerationDecider,
+        jobs: Sequence[BackgroundJob] = (),
     ) -> None:
         self.gossiper = gossiper
         self.membership = membership
@@ -103,6 +112,7 @@ class NodeState:
         self.coordinator = coordinator
         self.schema = schema
         self.generations = generations
+        self.jobs = tuple(jobs)
         self._gossip_steps: dict[type, Callable[[Any, _Batch], None]] = {
             Send: _pass_on,
             NodeUp: self._liveness,
@@ -117,13 +127,16 @@ class NodeState:
         what it means, then the hints' dispatch at ``now_ms``, a pull from every live peer
         still gossiping another schema version when its pull is due, and the CDC
         generations' round over what gossip now shows (learn, propose, hold or release
-        CDC writes)."""
+        CDC writes), then the background CDC jobs due."""
         actions = self._gossip(self.gossiper.tick(gossip_now_ms), now_ms, now_us)
         actions.extend(self.hints.tick(now_ms))
         actions.extend(self.schema.recheck(self._live_versions(), now_ms))
         gossiper = self.gossiper
         views = member_views(gossiper.endpoint_states(), gossiper.is_alive)
         actions.extend(self.generations.on_tick(views, gossiper.seeds, now_ms))
+        if self.jobs:
+            ready = cluster_ready(views, gossiper.seeds)
+            actions.extend(RunJob(job.name) for job in self.jobs if job.due(ready, now_ms))
         return actions
 
     def received(
@@ -169,6 +182,8 @@ class NodeState:
         self.coordinator.validate()
         self.schema.validate()
         self.generations.validate()
+        for job in self.jobs:
+            job.validate()
         gossiped = self._gossiped_version(self.gossiper.local_endpoint)
         invariant(
             gossiped == self.schema.version,
