@@ -192,7 +192,7 @@ def run_simulation(seed: int, sim_seconds: int, writes_per_sim_s: int) -> SimRun
                     ts_us,
                     cluster.cdc[coordinator],
                     rng,
-                    token_metadata=node.token_metadata,
+                    token_metadata=node.membership.token_metadata,
                     strategy=node.placement.strategy_of("ks"),
                 )
 

@@ -43,7 +43,7 @@ def test_a_batch_of_many_partitions_goes_as_one_unit_per_replica_set(seed: int) 
                 now_us,
                 cluster.cdc["n1"],
                 sim.rng,
-                token_metadata=n1.token_metadata,
+                token_metadata=n1.membership.token_metadata,
                 strategy=n1.placement.strategy_of("ks"),
             )
             for index, mutation in enumerate(batch)

@@ -205,7 +205,7 @@ def run_scenario(seed: int) -> tuple[str, dict[int, int], int]:
                         ts_us,
                         cluster.cdc[coordinator],
                         rng,
-                        token_metadata=node.token_metadata,
+                        token_metadata=node.membership.token_metadata,
                         strategy=node.placement.strategy_of("ks"),
                     )
                 except GenerationsNotLearnt:  # just restarted: a client tries elsewhere
@@ -343,7 +343,7 @@ def test_a_joiner_learns_the_ring_through_gossip_under_faults(seed: int) -> None
         assert sim.run_until_true(lambda: bool(learnt), timeout_ms=120_000), sim.describe()
         ((ring, error),) = learnt
         assert error is None and ring is not None
-        expected = cluster.node("n1").token_metadata
+        expected = cluster.node("n1").membership.token_metadata
         assert sorted(ring.hosts, key=str) == sorted(expected.hosts, key=str)
         for host in expected.hosts:
             assert ring.tokens_of(host) == expected.tokens_of(host), host

@@ -19,7 +19,7 @@ def test_hints_replay_after_the_target_crashed_during_delivery() -> None:
         sim.crash("n3")
         target = next(
             info.host.host_id
-            for endpoint, info in n1.members.items()
+            for endpoint, info in n1.membership.members.items()
             if endpoint.startswith("10.0.0.3")
         )
         assert sim.run_until_true(

@@ -147,7 +147,7 @@ def write_under_faults(cluster: PublishingCluster, count: int, duration_ms: int)
             try:
                 capture = prepare_cdc_write(
                     mutation, node.processor.schema.tables[("ks", "kv")], ts_us, ts_us,
-                    cluster.cdc[name], rng, token_metadata=node.token_metadata,
+                    cluster.cdc[name], rng, token_metadata=node.membership.token_metadata,
                     strategy=node.placement.strategy_of("ks"),
                 )  # fmt: skip
             except GenerationsNotLearnt:  # just restarted: a client tries elsewhere

@@ -141,7 +141,7 @@ def _boot(sim: Simulation) -> Cluster:
             ts_us,
             cluster.cdc["n1"],
             rng,
-            token_metadata=n1.token_metadata,
+            token_metadata=n1.membership.token_metadata,
             strategy=n1.placement.strategy_of("ks"),
         )
         n1.write([mutation], {0: capture}, QUORUM, outcome.append)

@@ -228,7 +228,7 @@ class TopologyCluster:
         return [
             name
             for name in self.running()
-            if endpoint(name) in self.nodes[name].members
+            if endpoint(name) in self.nodes[name].membership.members
             and self.topology[name].phase in (Phase.IDLE, Phase.DONE)
             and self.topology[name].change != "leave"
         ]
@@ -310,7 +310,8 @@ def settled(cluster: TopologyCluster) -> bool:
         return False
     expected = sorted(endpoint(n) for n in running)
     return all(
-        sorted(cluster.nodes[n].members) == expected and not cluster.nodes[n].transitions
+        sorted(cluster.nodes[n].membership.members) == expected
+        and not cluster.nodes[n].membership.transitions
         for n in running
     )
 
@@ -552,7 +553,7 @@ def _join_while_n4_joins(cluster: TopologyCluster, delay_ms: int) -> None:
 
     def joining_seen() -> bool:
         node = cluster.nodes.get("n1")
-        return node is not None and endpoint("n4") in node.transitions
+        return node is not None and endpoint("n4") in node.membership.transitions
 
     def add_when_seen() -> None:
         # n4 restarting shows STARTING, not its tokens: a node discovering the ring then picks
@@ -640,8 +641,8 @@ def check_outcome(
     assert sorted(remaining) == sorted({"n1", "n2", "n3", "n4", "n5"} - {leaver})
     for name in remaining:  # every node's ring: the four remaining nodes, nobody moving
         node = cluster.nodes[name]
-        assert sorted(node.members) == sorted(endpoint(n) for n in remaining), name
-        assert not node.transitions, (name, node.transitions)
+        assert sorted(node.membership.members) == sorted(endpoint(n) for n in remaining), name
+        assert not node.membership.transitions, (name, node.membership.transitions)
     assert writes.acked, f"no write acknowledged: {sim.describe()}"
 
     generations = generations_of(cluster)
@@ -771,8 +772,8 @@ def test_a_joiner_with_tokens_already_owned_refuses_to_join() -> None:
         assert service.phase is Phase.WAIT_SCHEMA, phases(cluster)
         assert service.refused is not None and "tokens already owned" in service.refused
         for name in ("n1", "n2", "n3", "n4"):
-            assert endpoint("n5") not in cluster.nodes[name].transitions, name
-            assert endpoint("n5") not in cluster.nodes[name].members, name
+            assert endpoint("n5") not in cluster.nodes[name].membership.transitions, name
+            assert endpoint("n5") not in cluster.nodes[name].membership.members, name
 
 
 def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
@@ -805,7 +806,7 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
         gave_up = lambda: service.made and service.phase is Phase.WAIT_SCHEMA  # noqa: E731
         assert sim.run_until_true(gave_up, timeout_ms=600_000), phases(cluster)
         assert service.stats.pages == 0, service.status()
-        withdrawn = lambda: not any(cluster.nodes[n].transitions for n in FIRST)  # noqa: E731
+        withdrawn = lambda: not any(cluster.nodes[n].membership.transitions for n in FIRST)  # noqa: E731
         assert sim.run_until_true(withdrawn, timeout_ms=60_000), sim.describe()
         refusing[0] = False
         joined = lambda: service.phase is Phase.DONE  # noqa: E731

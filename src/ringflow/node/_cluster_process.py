@@ -197,7 +197,7 @@ def _event_sink(
 def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
     """What this node knows of the cluster (``ringflow cluster status`` prints it)."""
     nodes = []
-    for endpoint, info in sorted(cluster.members.items()):
+    for endpoint, info in sorted(cluster.membership.members.items()):
         state = cluster.gossiper.endpoint_state(endpoint)
         schema = None if state is None else state.get(ApplicationState.SCHEMA)
         generation = None if state is None else state.get(ApplicationState.CDC_GENERATION_ID)

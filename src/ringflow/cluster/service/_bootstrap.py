@@ -428,7 +428,7 @@ class TopologyService:
         if self.change not in ("join", "leave"):
             return False
         cluster = self.cluster
-        return any(e != cluster.settings.endpoint for e in cluster.transitions)
+        return any(e != cluster.settings.endpoint for e in cluster.membership.transitions)
 
     def _withdraw(self) -> None:
         """Take the announcement back (a joiner gossips STARTING again, a leaver NORMAL) and
@@ -437,7 +437,9 @@ class TopologyService:
         _log.warning(
             "topology change %s: another change is in flight (%s); withdrawing and retrying",
             self.change,
-            ", ".join(sorted(e for e in cluster.transitions if e != cluster.settings.endpoint)),
+            ", ".join(
+                sorted(e for e in cluster.membership.transitions if e != cluster.settings.endpoint)
+            ),
         )
         self._take_back()
 
@@ -461,7 +463,10 @@ class TopologyService:
         if waited_ms < ring_delay_ms:
             return False
         gossiper = cluster.gossiper
-        peers = (set(cluster.members) | set(cluster.transitions)) - {cluster.settings.endpoint}
+        membership = cluster.membership
+        peers = (set(membership.members) | set(membership.transitions)) - {
+            cluster.settings.endpoint
+        }
         behind = sorted(
             e
             for e in peers
@@ -483,8 +488,8 @@ class TopologyService:
         range movement at a time, Cassandra's ``consistent.rangemovement``)."""
         cluster = self.cluster
         live = cluster.gossiper.live_endpoints()
-        others = [e for e in cluster.transitions if e != cluster.settings.endpoint]
-        if others or not cluster.members or not live or not cluster.schema_agreement():
+        others = [e for e in cluster.membership.transitions if e != cluster.settings.endpoint]
+        if others or not cluster.membership.members or not live or not cluster.schema_agreement():
             return False
         return self._tokens_free()
 
@@ -497,7 +502,7 @@ class TopologyService:
         own = set(self._own_tokens())
         owners = {
             token: info.host.endpoint
-            for endpoint, info in cluster.members.items()
+            for endpoint, info in cluster.membership.members.items()
             if endpoint != cluster.settings.endpoint
             for token in info.tokens
         }
@@ -536,7 +541,7 @@ class TopologyService:
 
     def decommission(self) -> bool:
         """Start leaving the ring; False when a change is in progress here or elsewhere."""
-        if self.phase not in (Phase.IDLE, Phase.DONE) or self.cluster.transitions:
+        if self.phase not in (Phase.IDLE, Phase.DONE) or self.cluster.membership.transitions:
             return False
         self.change = "leave"
         self._set_status(LEAVING_STATUS)
@@ -548,7 +553,9 @@ class TopologyService:
         if self.phase not in (Phase.IDLE, Phase.DONE) or self.change == "leave":
             return BUSY
         cluster = self.cluster
-        info = next((i for i in cluster.members.values() if i.host.host_id == host_id), None)
+        info = next(
+            (i for i in cluster.membership.members.values() if i.host.host_id == host_id), None
+        )
         if info is None:
             return f"{host_id} is not a ring member"
         if cluster.placement.live(info.host):
@@ -575,7 +582,7 @@ class TopologyService:
         host_id = self.removing
         assert host_id is not None
         cluster = self.cluster
-        endpoints = [e for e in cluster.members if e != cluster.settings.endpoint]
+        endpoints = [e for e in cluster.membership.members if e != cluster.settings.endpoint]
         endpoints = [e for e in endpoints if cluster.gossiper.is_alive(e)]
         waiting = {"count": len(endpoints) + 1, "failed": 0}
 
@@ -607,11 +614,11 @@ class TopologyService:
         """Pull, from surviving replicas, every range this node gains from removing
         ``host_id`` (``restream_plan``)."""
         cluster = self.cluster
-        dead = next((i.host for i in cluster.members.values() if i.host.host_id == host_id), None)
+        dead = cluster.placement.host_of(host_id)
         if dead is None:  # already dropped: nothing left to gain
             done(None)
             return
-        current = cluster.token_metadata
+        current = cluster.membership.token_metadata
         future = current.without_host(dead)
         tasks: list[StreamTask] = []
         try:
@@ -642,15 +649,15 @@ class TopologyService:
     def _future_sharding(self) -> dict[int, tuple[int, int]]:
         cluster = self.cluster
         sharding: dict[Host, tuple[int, int]] = {}
-        hosts = {info.host.endpoint: info.host for info in cluster.members.values()}
-        hosts.update({e: t.host for e, t in cluster.transitions.items()})
+        hosts = {info.host.endpoint: info.host for info in cluster.membership.members.values()}
+        hosts.update({e: t.host for e, t in cluster.membership.transitions.items()})
         for endpoint, host in hosts.items():
             state = cluster.gossiper.endpoint_state(endpoint)
             shards = None if state is None else state.get(ApplicationState.SHARD_COUNT)
             msb = None if state is None else state.get(ApplicationState.IGNORE_MSB)
             if shards is not None and msb is not None:
                 sharding[host] = (max(1, int(shards.value)), int(msb.value))
-        return sharding_of(cluster.future_metadata, sharding)
+        return sharding_of(cluster.membership.future_metadata, sharding)
 
     def _propose(self) -> None:
         """Generate the future ring's description, write it at CL=ALL, pick the timestamp,
@@ -730,7 +737,7 @@ class TopologyService:
     def plan(self) -> list[StreamTask]:
         cluster = self.cluster
         keyspaces = sorted({t.keyspace for t in cluster.store.tables()} - LOCAL_KEYSPACES)
-        current, future = cluster.token_metadata, cluster.future_metadata
+        current, future = cluster.membership.token_metadata, cluster.membership.future_metadata
         tasks: list[StreamTask] = []
         for keyspace in keyspaces:
 

@@ -64,7 +64,6 @@ from ringflow.cluster._hints import HintManager
 from ringflow.cluster._messages import Envelope, Verb
 from ringflow.cluster._topology_change import (
     LEFT_STATUS,
-    Transition,
     status_word,
 )
 from ringflow.cluster.service._cdc_decider import BackgroundJob, GenerationDecider
@@ -75,7 +74,6 @@ from ringflow.cluster.service._hint_delivery import HINT_FETCH_LIMIT, HintDelive
 from ringflow.cluster.service._membership import (
     ClientEvent,
     Membership,
-    PeerInfo,
     PeerRefused,
     WritePeers,
     local_endpoint_state,
@@ -114,7 +112,7 @@ from ringflow.cluster.service._settings import (
 )
 from ringflow.cql import QueryProcessor
 from ringflow.errors import InternalError
-from ringflow.ring import Host, TokenMetadata
+from ringflow.ring import Host
 from ringflow.runtime import Clock, Network
 from ringflow.schema import ClusteringBound, Mutation
 from ringflow.storage import Store
@@ -321,31 +319,6 @@ class ClusterNode:
     @property
     def coordinator(self) -> Coordinator:
         return self.state.coordinator
-
-    @property
-    def members(self) -> dict[str, PeerInfo]:
-        """The ring members, by endpoint (``Membership.members``)."""
-        return self.membership.members
-
-    @property
-    def token_metadata(self) -> TokenMetadata:
-        return self.membership.token_metadata
-
-    @property
-    def future_metadata(self) -> TokenMetadata:
-        return self.membership.future_metadata
-
-    @property
-    def transitions(self) -> dict[str, Transition]:
-        return self.membership.transitions
-
-    @property
-    def removals(self) -> dict[uuid.UUID, str]:
-        return self.membership.removals
-
-    @property
-    def auth_refused(self) -> dict[str, str]:
-        return self.membership.auth_refused
 
     @property
     def protocol_errors(self) -> int:

@@ -513,7 +513,7 @@ class RepairService:
         )
         tables = self.tables_of(options)
         ranges = ranges_to_repair(
-            self.cluster.token_metadata,
+            self.cluster.membership.token_metadata,
             self.cluster.placement.strategy_of(options.keyspace),
             self.cluster.host,
             primary_range=options.primary_range,
