@@ -54,6 +54,7 @@ from ringflow.cluster.service._membership import WritePeers
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._node_state import NodeAction
 from ringflow.cluster.service._schema_versions import PullSchema
+from ringflow.cluster.service._topology_state import MakeGeneration, Refused, StartStreaming
 from ringflow.errors import InternalError, RingflowError
 from ringflow.ring import TokenMetadata
 from ringflow.runtime import Runtime
@@ -278,14 +279,14 @@ def _action_types(union: object) -> set[type]:
 
 def test_every_action_the_cores_of_a_built_node_decide_has_its_handler() -> None:
     """Each node's one ``ActionExecutor`` (``build_node``) carries out every action type its
-    node state (gossip, membership, hints), coordinator, hint manager and CDC generation
-    decider can return."""
+    node state (gossip, membership, hints, the topology change), coordinator, hint manager
+    and CDC generation decider can return."""
     sim, cluster = boot(1)
     with sim:
         unions = (NodeAction, CoordinatorAction, HintAction, GenerationAction)
         kinds = set().union(*(_action_types(union) for union in unions))
         assert {Send, WritePeers, PullSchema, SendMutation, StoreHint, Respond, Publish} <= kinds
-        assert ReplayHints in kinds
+        assert ReplayHints in kinds and {MakeGeneration, StartStreaming, Refused} <= kinds
         for name in NAMES:
             executor = cluster.node(name).executor
             assert [k.__name__ for k in kinds if not executor.handles(k)] == [], name

@@ -143,7 +143,7 @@ class SchemaCluster:
         if not self.all_up():
             return False
         versions = {str(self.nodes[n].processor.schema_version) for n in NAMES}
-        return len(versions) == 1 and all(self.nodes[n].schema_agreement() for n in NAMES)
+        return len(versions) == 1 and all(self.nodes[n].state.schema_agreement() for n in NAMES)
 
     def ddl(self, name: str, text: str) -> bool:
         """Run ``text`` on ``name`` as a client would; False if the node crashed before it
@@ -368,7 +368,7 @@ def test_a_wait_for_agreement_ends_when_gossip_brings_it_or_at_its_deadline(seed
 
     assert cluster.ddl("n1", TABLE)
     started = sim.now_ms()
-    assert n1.schema_disagreement(), "the peers cannot have the new version yet"
+    assert n1.state.schema_disagreement(), "the peers cannot have the new version yet"
     n1.await_schema_agreement(30_000, done)
     assert cluster.run_until(lambda: bool(answers), timeout_ms=40_000), sim.describe()
     answered_at, disagreeing, versions = answers[0]

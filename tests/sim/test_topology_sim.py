@@ -48,7 +48,6 @@ from ringflow.cluster.service import (
 )
 from ringflow.cluster.service._bootstrap import (
     DISCOVERY_GOSSIP_INTERVAL_MS,
-    Phase,
     TopologyService,
     joining_states,
     save_bootstrap_state,
@@ -57,6 +56,7 @@ from ringflow.cluster.service._cdc_generations import (
     read_description,
 )
 from ringflow.cluster.service._node import INTERNODE_PORT, ClusterNode
+from ringflow.cluster.service._topology_state import Phase
 from ringflow.cql._exec_system import ensure_system_tables
 from ringflow.errors import RingflowError
 from ringflow.replication import Origin
@@ -231,8 +231,8 @@ class TopologyCluster:
             name
             for name in self.running()
             if endpoint(name) in self.nodes[name].membership.members
-            and self.topology[name].phase in (Phase.IDLE, Phase.DONE)
-            and self.topology[name].change != "leave"
+            and self.topology[name].state.phase in (Phase.IDLE, Phase.DONE)
+            and self.topology[name].state.change != "leave"
         ]
 
     def all_up(self) -> bool:
@@ -428,7 +428,7 @@ def generations_of(cluster: TopologyCluster) -> dict[int, TopologyDescription]:
     remaining = [cluster.nodes[name] for name in cluster.running()]
     reader = remaining[0]
     for service in cluster.services:
-        for generation in service.made:
+        for generation in service.state.made:
             now_us = reader.clock.now_us()
             if not any(is_published(node.store, generation, now_us) for node in remaining):
                 continue
@@ -536,8 +536,8 @@ def _partition_while_streaming(cluster: TopologyCluster, rng: random.Random) -> 
 
     def poll() -> None:
         service = cluster.topology.get("n4")
-        if service is None or service.phase is not Phase.STREAMING:
-            if service is None or service.phase not in (Phase.DONE, Phase.WAIT_GENERATION):
+        if service is None or service.state.phase is not Phase.STREAMING:
+            if service is None or service.state.phase not in (Phase.DONE, Phase.WAIT_GENERATION):
                 sim.after(200, poll)
             return
         sim.note(f"nemesis: {cut} cut off for {duration_ms} ms while n4 streams")
@@ -624,7 +624,7 @@ def join_both(cluster: TopologyCluster, *, early: bool) -> None:
 
     def done(name: str) -> bool:
         service = cluster.topology.get(name)
-        return service is not None and service.phase is Phase.DONE
+        return service is not None and service.state.phase is Phase.DONE
 
     assert sim.run_until_true(lambda: done("n4"), timeout_ms=600_000), phases(cluster)
     if not early:
@@ -649,7 +649,9 @@ def check_outcome(
 
     generations = generations_of(cluster)
     # one per change (its last one), and maybe one per join started again before it was done
-    finished = [s.generation for s in cluster.services if s.phase in (Phase.DONE, Phase.LEFT)]
+    finished = [
+        s.state.generation for s in cluster.services if s.state.phase in (Phase.DONE, Phase.LEFT)
+    ]
     assert len(finished) == 3, phases(cluster)
     for generation in finished:
         assert generation is not None and generation.timestamp_ms in generations, generation
@@ -740,10 +742,10 @@ def test_a_join_in_a_cluster_with_an_older_node_makes_a_v1_generation() -> None:
     with sim:
         add_joiner(cluster, "n4")
         opened(cluster, "n4")
-        joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
+        joined = lambda: cluster.topology["n4"].state.phase is Phase.DONE  # noqa: E731
         assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
         assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
-        generation = cluster.topology["n4"].generation
+        generation = cluster.topology["n4"].state.generation
         assert isinstance(generation, GenerationIdV1), generation
         start_us = generation.timestamp_ms * 1000
         for name in cluster.running():
@@ -769,15 +771,15 @@ def test_a_joiner_with_tokens_already_owned_refuses_to_join() -> None:
     with sim:
         add_joiner(cluster, "n4")
         opened(cluster, "n4")
-        joined = lambda: cluster.topology["n4"].phase is Phase.DONE  # noqa: E731
+        joined = lambda: cluster.topology["n4"].state.phase is Phase.DONE  # noqa: E731
         assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
         assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
         cluster.tokens["n5"] = cluster.tokens["n4"]
         cluster.sim.add_process("n5", cluster.factory("n5", joining=True))
         sim.run_for(60_000)
         service = cluster.topology["n5"]
-        assert service.phase is Phase.WAIT_SCHEMA, phases(cluster)
-        assert service.refused is not None and "tokens already owned" in service.refused
+        assert service.state.phase is Phase.WAIT_SCHEMA, phases(cluster)
+        assert service.state.refused is not None and "tokens already owned" in service.state.refused
         for name in ("n1", "n2", "n3", "n4"):
             assert endpoint("n5") not in cluster.nodes[name].membership.transitions, name
             assert endpoint("n5") not in cluster.nodes[name].membership.members, name
@@ -810,16 +812,16 @@ def test_a_join_whose_streaming_keeps_failing_starts_again() -> None:
         assert writes.acked, sim.describe()
         add_joiner(cluster, "n4")
         service = opened(cluster, "n4")
-        gave_up = lambda: service.made and service.phase is Phase.WAIT_SCHEMA  # noqa: E731
+        gave_up = lambda: service.state.made and service.state.phase is Phase.WAIT_SCHEMA  # noqa: E731
         assert sim.run_until_true(gave_up, timeout_ms=600_000), phases(cluster)
         assert service.stats.pages == 0, service.status()
         withdrawn = lambda: not any(cluster.nodes[n].membership.transitions for n in FIRST)  # noqa: E731
         assert sim.run_until_true(withdrawn, timeout_ms=60_000), sim.describe()
         refusing[0] = False
-        joined = lambda: service.phase is Phase.DONE  # noqa: E731
+        joined = lambda: service.state.phase is Phase.DONE  # noqa: E731
         assert sim.run_until_true(joined, timeout_ms=600_000), phases(cluster)
         assert sim.run_until_true(lambda: settled(cluster), timeout_ms=120_000), sim.describe()
-        assert len(service.made) == 2 and service.stream_attempts == 0, service.status()
+        assert len(service.state.made) == 2 and service.state.stream_attempts == 0, service.status()
         n4 = cluster.nodes["n4"]
         table = ("ks", "kv" + CDC_LOG_SUFFIX)
         for key, value in writes.acked.items():

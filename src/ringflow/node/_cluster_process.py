@@ -222,7 +222,7 @@ def status_document(cluster: ClusterNode, node: Node) -> dict[str, object]:
         "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
         "load_bytes": _load_bytes(node.config.data_dir),
         "schema_version": str(node.processor.schema_version),
-        "schema_agreement": cluster.schema_agreement(),
+        "schema_agreement": cluster.state.schema_agreement(),
         "written_ms": cluster.clock.now_ms(),
         "nodes": nodes,
         "internode": internode_counters(cluster),

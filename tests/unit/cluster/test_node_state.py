@@ -21,7 +21,7 @@ import random
 import typing
 import uuid
 
-from ringflow.cdc import GenerationIdV2
+from ringflow.cdc import GenerationIdV2, generate_topology_description
 from ringflow.cluster import FailureDetector, Gossiper
 from ringflow.cluster._coordinator import Coordinator
 from ringflow.cluster._gossip import Send
@@ -47,6 +47,31 @@ from ringflow.cluster.service._node_state import (
     SettleAgreement,
 )
 from ringflow.cluster.service._schema_versions import PullSchema, SchemaVersions
+from ringflow.cluster.service._topology_state import (
+    ALIVE,
+    BUSY,
+    STARTING_STATUS,
+    STREAM_ATTEMPTS,
+    STREAM_RETRY_MAX_MS,
+    STREAM_RETRY_MS,
+    Decommission,
+    ExitNode,
+    GenerationMade,
+    JoinPersisted,
+    MakeGeneration,
+    PersistJoin,
+    Phase,
+    Refused,
+    RemoveNode,
+    Restreamed,
+    RestreamEverywhere,
+    SaveBootstrapState,
+    StartStreaming,
+    Streamed,
+    Tick,
+    TopologyChange,
+    TopologyEvent,
+)
 from ringflow.ring import Host
 from tests.unit.cluster._gossip_harness import ring_values
 
@@ -54,22 +79,27 @@ START_MS = 1_700_000_000_000
 SCHEMA = uuid.UUID(int=5)
 NEWER = uuid.UUID(int=6)
 CLUSTER = "c"
+RING_DELAY_MS = 5_000
 
 
 def _host(index: int) -> Host:
     return Host(uuid.UUID(int=index), f"127.0.0.{index}:7000", "dc1", "r1")
 
 
-def _gossiper(index: int, seed: str, schema: uuid.UUID = SCHEMA) -> Gossiper:
+def _gossiper(
+    index: int, seed: str, schema: uuid.UUID = SCHEMA, *, joining: bool = False
+) -> Gossiper:
     host = _host(index)
     values = ring_values(host, (index * 100, index * 100 + 50), schema)
+    if joining:  # no ring role yet (a joiner's first STATUS, ``joining_states``)
+        values[ApplicationState.STATUS] = STARTING_STATUS
     values[ApplicationState.SHARD_COUNT] = "1"  # complete for the CDC generations
     values[ApplicationState.IGNORE_MSB] = "0"
     state = local_endpoint_state(START_MS // 1000, values)
     return Gossiper(host.endpoint, state, [seed], CLUSTER, random.Random(index), FailureDetector())
 
 
-def _node_state(jobs: tuple[BackgroundJob, ...] = ()) -> NodeState:
+def _node_state(jobs: tuple[BackgroundJob, ...] = (), *, joining: bool = False) -> NodeState:
     host = _host(1)
     hints = HintManager()
     hints.set_local_schema_version(SCHEMA)
@@ -77,8 +107,16 @@ def _node_state(jobs: tuple[BackgroundJob, ...] = ()) -> NodeState:
     schema = SchemaVersions(host.endpoint, SCHEMA)
     coordinator = Coordinator(host, hints)
     generations = GenerationDecider(host.host_id, settle_ms=0, wait_for_peers=True)
-    gossiper = _gossiper(1, host.endpoint)
-    state = NodeState(gossiper, membership, hints, coordinator, schema, generations, jobs)
+    gossiper = _gossiper(1, host.endpoint, joining=joining)
+    topology = TopologyChange(
+        host.endpoint,
+        joining=joining,
+        ring_delay_ms=RING_DELAY_MS,
+        gossip_interval_ms=1_000,
+        rng=random.Random(7),
+        now_ms=START_MS,
+    )
+    state = NodeState(gossiper, membership, hints, coordinator, schema, generations, topology, jobs)
     state.ring_changed(START_MS, START_MS * 1000)  # as the node does once built
     state.validate()
     return state
@@ -264,3 +302,144 @@ def test_a_background_job_runs_once_the_cluster_is_ready_never_twice_at_once() -
     idle.activate()
     assert idle.due(True, 0) and not idle.due(True, 1)
     idle.validate()
+
+
+def _tell(pair: _Pair, event: TopologyEvent) -> list[NodeAction]:
+    actions = pair.state.topology_event(event, pair.now_ms, pair.now_ms * 1000)
+    pair._take(actions)
+    return actions
+
+
+def _seconds(pair: _Pair, count: int) -> list[NodeAction]:
+    """``count`` rounds, each followed by the topology change's (as ``ClusterNode.round``)."""
+    before = len(pair.all())
+    for _ in range(count):
+        pair.second()
+        _tell(pair, Tick())
+    return pair.all()[before:]
+
+
+def _status(pair: _Pair, endpoint: str) -> str:
+    state = pair.peer.endpoint_state(endpoint)
+    versioned = None if state is None else state.get(ApplicationState.STATUS)
+    return "" if versioned is None else versioned.value.split(",")[0]
+
+
+def _operated(pair: _Pair, generation: GenerationIdV2) -> None:
+    """What the generation service does with an adopted generation's ``Load``: loaded here."""
+    description = generate_topology_description([100, 150], lambda _e: (1, 0), random.Random(3))
+    pair._take(list(pair.state.generations.on_loaded(generation, description)))
+
+
+def test_a_decommission_announces_waits_for_the_peer_streams_and_leaves() -> None:
+    """LEAVING gossiped (the peer learns it: the membership shows us leaving); the generation
+    made once the ring delay has passed and the peer has shown the announcement; a failed
+    stream run retried after its back-off, a leave's runs never given up; the generation
+    adopted by the decider; once it operates past the leeway, LEFT and then the exit."""
+    pair = _Pair()
+    _seconds(pair, 10)
+    own = _host(1).endpoint
+    assert _tell(pair, Decommission())[-1:] != [Refused(BUSY, retry=True)]
+    assert pair.state.topology.phase is Phase.ANNOUNCED
+    assert own in pair.state.membership.transitions
+    assert _tell(pair, Decommission()) == [Refused(BUSY, retry=True)]  # one change at a time
+    actions = _seconds(pair, 4)
+    assert MakeGeneration() not in actions  # the ring delay (5 s) has not passed
+    actions = _seconds(pair, 2)
+    assert actions.count(MakeGeneration()) == 1 and pair.state.topology.phase is Phase.PROPOSING
+    assert _status(pair, own) == "LEAVING"  # the peer has it
+    generation = GenerationIdV2(pair.now_ms + 10_000, uuid.UUID(int=11))
+    made = _tell(pair, GenerationMade(generation))
+    assert Prepare(generation) in made and made[-1] == StartStreaming()
+    assert pair.state.generations.current == generation
+    retries = [_tell(pair, Streamed(ok=False)) for _ in range(6)]
+    assert retries[:4] == [[StartStreaming(STREAM_RETRY_MS)]] * 4
+    assert retries[4:] == [[StartStreaming(STREAM_RETRY_MAX_MS)]] * 2  # never given up
+    assert pair.state.topology.phase is Phase.STREAMING
+    assert _tell(pair, Streamed(ok=True)) == []
+    assert pair.state.topology.phase is Phase.WAIT_GENERATION
+    _operated(pair, generation)
+    actions = _seconds(pair, 10)
+    assert SaveBootstrapState("left") not in actions  # not before its timestamp + leeway
+    for _ in range(10):
+        actions = _seconds(pair, 1)
+        if pair.state.topology.phase is not Phase.WAIT_GENERATION:
+            break
+    assert SaveBootstrapState("left") in actions and pair.state.topology.phase is Phase.LEFT
+    assert ExitNode() not in _seconds(pair, 4)  # gossip spreads LEFT for a ring delay
+    assert ExitNode() in _seconds(pair, 2) and pair.state.topology.phase is Phase.DONE
+    assert _status(pair, own) == "LEFT"
+
+
+def test_a_removenode_is_refused_for_a_live_or_unknown_node_and_runs_for_a_dead_one() -> None:
+    """Refused while the node is alive (ask again) or not a member (do not); for a dead member:
+    ``removing`` gossiped, every live member restreams (again after a failed run), then
+    ``removed`` (it leaves the ring), the generation without it, done once it operates."""
+    pair = _Pair()
+    _seconds(pair, 10)
+    dead = _host(2)
+    assert _tell(pair, RemoveNode(dead.host_id)) == [Refused(ALIVE, retry=True)]
+    unknown = uuid.UUID(int=77)
+    assert _tell(pair, RemoveNode(unknown)) == [Refused(f"{unknown} is not a ring member", False)]
+    assert pair.state.topology.phase is Phase.IDLE
+    pair.up = False
+    _seconds(pair, 30)
+    assert not pair.state.gossiper.is_alive(dead.endpoint)
+    assert _tell(pair, RemoveNode(dead.host_id))[-1:] != [Refused(ALIVE, retry=True)]
+    assert pair.state.topology.phase is Phase.ANNOUNCED
+    actions = _seconds(pair, 6)  # a dead member is not waited for
+    assert actions.count(RestreamEverywhere(dead.host_id)) == 1
+    assert _tell(pair, Restreamed(ok=False)) == [RestreamEverywhere(dead.host_id, 2_000)]
+    assert dead.endpoint in pair.state.membership.members
+    done = _tell(pair, Restreamed(ok=True))
+    assert done[-1] == MakeGeneration() and dead.endpoint not in pair.state.membership.members
+    generation = GenerationIdV2(pair.now_ms + 10_000, uuid.UUID(int=12))
+    assert StartStreaming() not in _tell(pair, GenerationMade(generation))
+    assert pair.state.topology.phase is Phase.WAIT_GENERATION
+    _operated(pair, generation)
+    _seconds(pair, 20)
+    assert pair.state.topology.phase is Phase.DONE and pair.state.topology.generation == generation
+
+
+def test_a_joiner_announces_once_schema_and_ring_allow_and_joins_again_after_failed_runs() -> None:
+    """A joiner gossips BOOT once it knows a member and agrees on the schema; after
+    ``STREAM_ATTEMPTS`` failed runs it takes the announcement back (STARTING) and announces
+    again only after its random back-off; a finished join persists its generation first
+    (``PersistJoin``), then gossips NORMAL."""
+    pair = _Pair()
+    pair.state = _node_state(joining=True)
+    own = _host(1).endpoint
+    topology = pair.state.topology
+    for _ in range(10):
+        _seconds(pair, 1)
+        if topology.phase is not Phase.WAIT_SCHEMA:
+            break
+    assert topology.phase is Phase.ANNOUNCED
+    assert _seconds(pair, 4).count(MakeGeneration()) == 0  # the ring delay (5 s)
+    assert _seconds(pair, 2).count(MakeGeneration()) == 1
+    assert _status(pair, own) == "BOOT"  # the peer has it
+    first = GenerationIdV2(pair.now_ms + 10_000, uuid.UUID(int=13))
+    _tell(pair, GenerationMade(first))
+    for _ in range(STREAM_ATTEMPTS - 1):
+        assert _tell(pair, Streamed(ok=False)) == [StartStreaming(STREAM_RETRY_MS)]
+    _tell(pair, Streamed(ok=False))
+    assert topology.phase is Phase.WAIT_SCHEMA and topology.stream_attempts == 0
+    _seconds(pair, 2)
+    assert _status(pair, own) == STARTING_STATUS
+    waited = 0
+    while topology.phase is Phase.WAIT_SCHEMA:
+        _seconds(pair, 1)
+        waited += 1
+    assert waited >= RING_DELAY_MS // 1000 - 1  # 1-3 ring delays
+    _seconds(pair, 6)
+    second = GenerationIdV2(pair.now_ms + 10_000, uuid.UUID(int=14))
+    _tell(pair, GenerationMade(second))
+    assert topology.made == [first, second] and topology.generation == second
+    _tell(pair, Streamed(ok=True))
+    _operated(pair, second)
+    actions = _seconds(pair, 20)
+    assert PersistJoin() in actions and topology.phase is Phase.WAIT_GENERATION
+    assert _tell(pair, JoinPersisted())[-1] == SaveBootstrapState("done")
+    assert topology.phase is Phase.DONE
+    _seconds(pair, 2)
+    assert _status(pair, own) == "NORMAL"

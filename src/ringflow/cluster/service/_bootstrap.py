@@ -1,7 +1,12 @@
 """Topology changes of a running node: joining the ring (bootstrap) and leaving it (decommission).
 
-The decisions are in ``ringflow.cluster._topology_change``; this shell drives them on the
-``ClusterNode``'s thread, at each gossip tick (cassandra-core.md §8; scylla-cdc.md §2, §9).
+The pure plans (the future ring, stream plans, tokens) are in
+``ringflow.cluster._topology_change``; the change's state machine (when to announce, withdraw,
+make the generation, stream, finish) is ``TopologyChange`` (``_topology_state``), a core of the
+node state, which runs it after each gossip round and on the outcomes this shell reports.
+``TopologyService`` carries out its actions (write the generation, stream, persist a finished
+join, save ``bootstrap.json``, exit) on the ``ClusterNode``'s thread (cassandra-core.md §8;
+scylla-cdc.md §2, §9).
 
 Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
 
@@ -37,11 +42,12 @@ Bootstrap (``discover_ring`` then ``TopologyService`` with ``joining=True``):
    then STATUS=``NORMAL,<token>``; ``bootstrap.json`` in the data dir records it (a node
    restarted before that bootstraps again with its saved tokens).
 
-Decommission (``TopologyService.decommission``, asked through the node's request channel,
-``decommission_request``, see ``ringflow node decommission``): STATUS=``LEAVING,<token>``, wait
-``ring_delay``, a new generation for the ring without this node (made the same way), push every
-piece it holds to the hosts gaining it (``leave_plan``), wait until the generation operates,
-STATUS=``LEFT,<token>``, wait ``ring_delay`` for gossip to spread it, then the process exits.
+Decommission (``TopologyService.decommission``: ``Decommission`` to the core; asked through the
+node's request channel, ``decommission_request``, see ``ringflow node decommission``):
+STATUS=``LEAVING,<token>``, wait ``ring_delay``, a new generation for the ring without this
+node (made the same way), push every piece it holds to the hosts gaining it (``leave_plan``),
+wait until the generation operates, STATUS=``LEFT,<token>``, wait ``ring_delay`` for gossip to
+spread it, then the process exits.
 One change at a time: a node announces BOOT or starts leaving only when gossip shows no other
 node joining or leaving.
 
@@ -60,7 +66,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
 import logging
 import random
@@ -68,10 +73,9 @@ import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ringflow.cdc import (
-    DEFAULT_LEEWAY_US,
-    GenerationId,
     GenerationIdV1,
     GenerationIdV2,
     generate_topology_description,
@@ -83,22 +87,13 @@ from ringflow.cluster._gossip import Gossiper, GossipEvent, Send
 from ringflow.cluster._gossip_state import ApplicationState
 from ringflow.cluster._messages import Envelope, decode_frame, encode_envelope
 from ringflow.cluster._topology_change import (
-    BOOT_STATUS,
-    LEAVING_STATUS,
-    LEFT_STATUS,
-    NORMAL_STATUS,
-    REMOVED,
-    REMOVING,
     StreamTask,
     choose_tokens,
-    decode_removals,
-    encode_removals,
     future_ring,
     join_plan,
     leave_plan,
     restream_plan,
     sharding_of,
-    status_value,
 )
 from ringflow.cluster.service._cdc_decider import (
     generation_version,
@@ -117,6 +112,26 @@ from ringflow.cluster.service._membership import (
 )
 from ringflow.cluster.service._node import ClusterNode
 from ringflow.cluster.service._streaming import LOCAL_KEYSPACES, Streamer, StreamStats
+from ringflow.cluster.service._topology_state import (
+    ALIVE,
+    BUSY,
+    STARTING_STATUS,
+    Decommission,
+    ExitNode,
+    GenerationFailed,
+    GenerationMade,
+    JoinPersisted,
+    MakeGeneration,
+    PersistJoin,
+    Refused,
+    RemoveNode,
+    Restreamed,
+    RestreamEverywhere,
+    SaveBootstrapState,
+    StartStreaming,
+    Streamed,
+    TopologyEvent,
+)
 from ringflow.errors import RingflowError
 from ringflow.ring import Host, ReplicationStrategy, TokenMetadata
 from ringflow.runtime import Clock, Network, ProtocolViolation, TimerHandle
@@ -124,26 +139,9 @@ from ringflow.runtime import Clock, Network, ProtocolViolation, TimerHandle
 _log = logging.getLogger(__name__)
 
 BOOTSTRAP_FILE = "bootstrap.json"
-ALIVE = "the node is alive (decommission a live node)"
-BUSY = "a topology change is in progress here"
-STARTING_STATUS = "STARTING"
-RING_DELAY_ROUNDS = 5
-"""Ring delay for topology changes, in gossip rounds, when none is configured."""
 DISCOVERY_STABLE_ROUNDS = 4
 DISCOVERY_TIMEOUT_S = 120.0
-STREAM_ATTEMPTS = 5
-"""Failed stream runs before a join starts again (a leave keeps retrying, less often)."""
-STREAM_RETRY_MS = 2_000
-STREAM_RETRY_MAX_MS = 30_000
-ANNOUNCE_WAIT_ROUNDS_MAX = 12
-"""Ring delays a change waits for every live member to show its announcement (see
-``TopologyService._announcement_spread``)."""
 DISCOVERY_GOSSIP_INTERVAL_MS = 200
-
-
-def ring_delay_of(cluster: ClusterNode) -> int:
-    settings = cluster.settings
-    return max(settings.cdc_ring_delay_ms, RING_DELAY_ROUNDS * settings.gossip_interval_ms)
 
 
 # --- before the node opens: learn the ring through gossip -----------------------------------------
@@ -312,19 +310,10 @@ def save_bootstrap_state(data_dir: Path, state: str) -> None:
 # --- a running node -------------------------------------------------------------------------------
 
 
-class Phase(enum.Enum):
-    IDLE = "idle"
-    WAIT_SCHEMA = "wait-schema"
-    ANNOUNCED = "announced"
-    PROPOSING = "proposing"
-    STREAMING = "streaming"
-    WAIT_GENERATION = "wait-generation"
-    LEFT = "left"
-    DONE = "done"
-
-
 class TopologyService:
-    """Bootstrap and decommission of one running node (module docstring)."""
+    """The shell of this node's topology change (module docstring): it carries out the
+    actions of the change's core (``TopologyChange``, held by the node state) and tells the
+    node state their outcomes; it answers the operator's requests and ``status.json``."""
 
     def __init__(
         self,
@@ -332,255 +321,88 @@ class TopologyService:
         generations: CdcGenerationService,
         data_dir: Path,
         *,
-        joining: bool,
         rng: random.Random,
         on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.state = cluster.state.topology
+        """The change's core (``_topology_state``), in the node state."""
         self.generations = generations
-        self.streamer = Streamer(cluster)
+        self.streamer = Streamer(cluster, on_restream=self._restream_for_removal)
         self.data_dir = data_dir
         self.rng = rng
         self.on_exit = on_exit
-        self.change: str | None = "join" if joining else None
-        self.phase = Phase.WAIT_SCHEMA if joining else Phase.IDLE
-        self.phase_since_ms = cluster.clock.now_ms()
-        self.generation: GenerationId | None = None
-        self.made: list[GenerationId] = []
-        """Every generation this service made, oldest first (a join given up and started again
-        makes another)."""
-        self.stream_attempts = 0
+        self._refused: list[Refused] = []
+        """The refusals of the event being told (``_tell``)."""
         self.stats = StreamStats()
         self.stream_started_ms = 0
         self.stream_ms = 0
-        self.removing: uuid.UUID | None = None
-        self._backoff_ms = 0
-        """After a withdrawal, how long ``WAIT_SCHEMA`` waits before announcing again."""
-        self.refused: str | None = None
-        """Why this node will not join (a token collision), for the log and status."""
-        self._announced_version = 0
-        """Our gossip version of the last STATUS or removal this change announced."""
-        self.streamer.on_restream = self._restream_for_removal
+
+    def action_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """What the change's actions do here (``TopologyAction``): a retry's back-off first."""
+
+        def later(delay_ms: int, callback: Callable[[], None]) -> None:
+            if delay_ms <= 0:
+                callback()
+            else:
+                self.cluster.clock.call_later(delay_ms, callback)
+
+        def restream(action: RestreamEverywhere) -> None:
+            later(action.delay_ms, lambda: self._restream_everywhere(action.host_id))
+
+        def exit_node(_action: ExitNode) -> None:
+            if self.on_exit is not None:
+                self.on_exit()
+
+        return {
+            MakeGeneration: lambda action: later(action.delay_ms, self._propose),
+            StartStreaming: lambda action: later(action.delay_ms, self._start_streaming),
+            RestreamEverywhere: restream,
+            PersistJoin: lambda _action: self._persist_join(),
+            SaveBootstrapState: lambda action: save_bootstrap_state(self.data_dir, action.state),
+            ExitNode: exit_node,
+            Refused: self._refused.append,
+        }
 
     def start(self) -> None:
         """Once the node's generation service has started: a joiner's generations wait for
         the join (nothing persisted or published until done, ``joining``); the change then
-        runs in ``tick``, after each of the node's gossip rounds."""
-        if self.change == "join":
+        runs in the node's rounds (``Tick``)."""
+        if self.state.change == "join":
             self.generations.joining()
 
-    def _enter(self, phase: Phase) -> None:
-        _log.info("topology change %s: %s -> %s", self.change, self.phase.value, phase.value)
-        self.phase, self.phase_since_ms = phase, self.cluster.clock.now_ms()
-
-    def _set_status(self, word: str) -> None:
-        value = status_value(word, self._own_tokens())
-        versioned = self.cluster.gossiper.set_application_state(ApplicationState.STATUS, value)
-        self._announced_version = versioned.version
-        self.cluster.refresh_ring()
-
-    def _own_tokens(self) -> tuple[int, ...]:
-        state = self.cluster.gossiper.endpoint_state(self.cluster.settings.endpoint)
-        tokens = None if state is None else state.get(ApplicationState.TOKENS)
-        if tokens is None:
-            return ()
-        return tuple(int(part) for part in tokens.value.split(",") if part)
-
-    # -- the state machine ------------------------------------------------------------------
-
-    def tick(self, now_ms: int) -> None:
-        try:
-            self._tick(now_ms)
-        except Exception:  # never break the node's gossip loop
-            _log.exception("topology change round failed")
-
-    def _tick(self, now_ms: int) -> None:
-        waited = now_ms - self.phase_since_ms
-        if self.phase is Phase.WAIT_SCHEMA:
-            interval_ms = self.cluster.settings.gossip_interval_ms
-            if self._ready_to_announce() and waited >= max(interval_ms, self._backoff_ms):
-                self._set_status(BOOT_STATUS if self.change == "join" else LEAVING_STATUS)
-                self._enter(Phase.ANNOUNCED)
-        elif self.phase is Phase.ANNOUNCED and self._another_change():
-            self._withdraw()
-        elif self.phase is Phase.ANNOUNCED and self._announcement_spread(waited):
-            if self.change == "remove":
-                self._enter(Phase.STREAMING)
-                self._restream_everywhere()
-            else:
-                self._enter(Phase.PROPOSING)
-                self._propose()
-        elif self.phase is Phase.WAIT_GENERATION and self._generation_operates(now_ms):
-            self._finish()
-        elif self.phase is Phase.LEFT and waited >= ring_delay_of(self.cluster):
-            self._enter(Phase.DONE)
-            if self.on_exit is not None:
-                self.on_exit()
-
-    def _another_change(self) -> bool:
-        """Another node joins or leaves too: two nodes announced at once, each before it saw the
-        other (gossip is not instant). One range movement at a time (Cassandra's
-        ``consistent.rangemovement``), so a joiner or leaver that sees another change before
-        it proposes its generation withdraws (``_withdraw``). Both cannot go on: a node goes
-        on only once every live member has shown it holds its announcement
-        (``_announcement_spread``) and it sees no other change; if A went on without B's
-        announcement, B had A's before A went on, so B sees A and withdraws."""
-        if self.change not in ("join", "leave"):
-            return False
-        cluster = self.cluster
-        return any(e != cluster.settings.endpoint for e in cluster.membership.transitions)
-
-    def _withdraw(self) -> None:
-        """Take the announcement back (a joiner gossips STARTING again, a leaver NORMAL) and
-        announce again after a random 1-3 ring delays once no other change is in flight."""
-        cluster = self.cluster
-        _log.warning(
-            "topology change %s: another change is in flight (%s); withdrawing and retrying",
-            self.change,
-            ", ".join(
-                sorted(e for e in cluster.membership.transitions if e != cluster.settings.endpoint)
-            ),
+    def _tell(self, event: TopologyEvent) -> list[Refused]:
+        """``event`` to the node state and its actions carried out; an operator's request
+        turned down (``Refused``) is returned."""
+        clock = self.cluster.clock
+        self.cluster.executor.run(
+            self.cluster.state.topology_event(event, clock.now_ms(), clock.now_us())
         )
-        self._take_back()
-
-    def _take_back(self) -> None:
-        """Gossip STARTING (a joiner) or NORMAL (a leaver) again and wait a random 1-3 ring
-        delays in ``WAIT_SCHEMA`` before announcing again."""
-        self._set_status(STARTING_STATUS if self.change == "join" else NORMAL_STATUS)
-        self._backoff_ms = self.rng.randint(1, 3) * ring_delay_of(self.cluster)
-        self._enter(Phase.WAIT_SCHEMA)
-
-    def _announcement_spread(self, waited_ms: int) -> bool:
-        """Every live ring member has seen the announced STATUS (or removal) and ``ring_delay``
-        has passed: a coordinator that had not would leave the joiner (or the gainers of a
-        leaver's ranges) out of the writes it coordinates while streaming reads the sources,
-        and those writes would be lost there. Gossip is no guarantee within ``ring_delay`` when
-        messages drop; ``Gossiper.seen_by`` says who has it. A live member that never shows it
-        (a partition only one way) is waited for ``ANNOUNCE_WAIT_ROUNDS_MAX`` ring delays, then
-        the change goes on, as Cassandra's does after ``ring_delay``, with a warning."""
-        cluster = self.cluster
-        ring_delay_ms = ring_delay_of(cluster)
-        if waited_ms < ring_delay_ms:
-            return False
-        gossiper = cluster.gossiper
-        membership = cluster.membership
-        peers = (set(membership.members) | set(membership.transitions)) - {
-            cluster.settings.endpoint
-        }
-        behind = sorted(
-            e
-            for e in peers
-            if gossiper.is_alive(e) and gossiper.seen_by(e) < self._announced_version
-        )
-        if not behind:
-            return True
-        if waited_ms < ANNOUNCE_WAIT_ROUNDS_MAX * ring_delay_ms:
-            return False
-        _log.warning(
-            "topology change %s goes on although %s never showed the announcement",
-            self.change,
-            ", ".join(behind),
-        )
-        return True
-
-    def _ready_to_announce(self) -> bool:
-        """Schema agreed with the live members, and no other node joining or leaving (one
-        range movement at a time, Cassandra's ``consistent.rangemovement``)."""
-        cluster = self.cluster
-        live = cluster.gossiper.live_endpoints()
-        others = [e for e in cluster.membership.transitions if e != cluster.settings.endpoint]
-        if others or not cluster.membership.members or not live or not cluster.schema_agreement():
-            return False
-        return self._tokens_free()
-
-    def _tokens_free(self) -> bool:
-        """None of our tokens is another member's: Cassandra refuses to bootstrap "to existing
-        token" (two nodes that discovered the ring at the same time can pick the same balanced
-        tokens). We wait, saying so in the log and status, rather than join a ring where a
-        token has two owners; the operator removes one of the nodes."""
-        cluster = self.cluster
-        own = set(self._own_tokens())
-        owners = {
-            token: info.host.endpoint
-            for endpoint, info in cluster.membership.members.items()
-            if endpoint != cluster.settings.endpoint
-            for token in info.tokens
-        }
-        taken = sorted((token, owners[token]) for token in own if token in owners)
-        if taken and self.refused is None:
-            self.refused = f"tokens already owned: {taken[:5]}; not joining"
-            _log.error("bootstrap: %s (remove this node and start it again)", self.refused)
-        return not taken
-
-    def _generation_operates(self, now_ms: int) -> bool:
-        generation = self.generation
-        return (
-            generation is not None
-            and now_ms >= generation.timestamp_ms + DEFAULT_LEEWAY_US // 1000
-            and self.generations.decider.loaded == generation
-        )
-
-    def _finish(self) -> None:
-        if self.change == "remove":
-            _log.info("removenode %s done", self.removing)
-            self._enter(Phase.DONE)
-        elif self.change == "join":
-            self.generations.joined()  # system.cdc_local first, as Scylla's bootstrap
-            self._set_status(NORMAL_STATUS)
-            save_bootstrap_state(self.data_dir, "done")
-            _log.info(
-                "bootstrap done: %d partitions streamed in %d ms",
-                self.stats.partitions,
-                self.stream_ms,
-            )
-            self._enter(Phase.DONE)
-        else:
-            self._set_status(LEFT_STATUS)
-            save_bootstrap_state(self.data_dir, "left")
-            self._enter(Phase.LEFT)
+        refused = list(self._refused)
+        self._refused.clear()
+        return refused
 
     def decommission(self) -> bool:
         """Start leaving the ring; False when a change is in progress here or elsewhere."""
-        if self.phase not in (Phase.IDLE, Phase.DONE) or self.cluster.membership.transitions:
-            return False
-        self.change = "leave"
-        self._set_status(LEAVING_STATUS)
-        self._enter(Phase.ANNOUNCED)
-        return True
+        return not self._tell(Decommission())
 
     def removenode(self, host_id: uuid.UUID) -> str | None:
         """Start removing the dead node ``host_id`` (``removenode``): None, or why not."""
-        if self.phase not in (Phase.IDLE, Phase.DONE) or self.change == "leave":
-            return BUSY
-        cluster = self.cluster
-        info = next(
-            (i for i in cluster.membership.members.values() if i.host.host_id == host_id), None
-        )
-        if info is None:
-            return f"{host_id} is not a ring member"
-        if cluster.placement.live(info.host):
-            return ALIVE
-        self.change, self.removing, self.generation = "remove", host_id, None
-        self._set_removal(host_id, REMOVING)
-        self._enter(Phase.ANNOUNCED)
-        return None
+        refused = self._tell(RemoveNode(host_id))
+        return refused[0].reason if refused else None
 
-    def _set_removal(self, host_id: uuid.UUID, word: str) -> None:
-        state = self.cluster.gossiper.endpoint_state(self.cluster.settings.endpoint)
-        value = None if state is None else state.get(ApplicationState.REMOVAL_COORDINATOR)
-        removals = decode_removals(None if value is None else value.value)
-        removals[host_id] = word
-        versioned = self.cluster.gossiper.set_application_state(
-            ApplicationState.REMOVAL_COORDINATOR, encode_removals(removals)
+    def _persist_join(self) -> None:
+        self.generations.joined()  # system.cdc_local first, as Scylla's bootstrap
+        _log.info(
+            "bootstrap done: %d partitions streamed in %d ms",
+            self.stats.partitions,
+            self.stream_ms,
         )
-        self._announced_version = versioned.version
-        self.cluster.refresh_ring()
+        self._tell(JoinPersisted())
 
-    def _restream_everywhere(self) -> None:
-        """Every live member (this one too) pulls what it gains from the removal; then the
-        node is dropped from the ring and the new generation made."""
-        host_id = self.removing
-        assert host_id is not None
+    def _restream_everywhere(self, host_id: uuid.UUID) -> None:
+        """Every live member (this one too) pulls what it gains from the removal of
+        ``host_id``; then ``Restreamed``."""
         cluster = self.cluster
         endpoints = [e for e in cluster.membership.members if e != cluster.settings.endpoint]
         endpoints = [e for e in endpoints if cluster.gossiper.is_alive(e)]
@@ -593,15 +415,9 @@ class TopologyService:
             waiting["count"] -= 1
             if waiting["count"] > 0:
                 return
-            if waiting["failed"]:
-                self.stream_attempts += 1
-                if self.stream_attempts < STREAM_ATTEMPTS:
-                    cluster.clock.call_later(2_000, self._restream_everywhere)
-                return
-            self.stream_ms = cluster.clock.now_ms() - self.stream_started_ms
-            self._set_removal(host_id, REMOVED)
-            self._enter(Phase.PROPOSING)
-            self._propose()
+            if not waiting["failed"]:
+                self.stream_ms = cluster.clock.now_ms() - self.stream_started_ms
+            self._tell(Restreamed(ok=not waiting["failed"]))
 
         self.stream_started_ms = cluster.clock.now_ms()
         self._restream_for_removal(host_id, one_done)
@@ -661,8 +477,8 @@ class TopologyService:
 
     def _propose(self) -> None:
         """Generate the future ring's description, write it at CL=ALL, pick the timestamp,
-        hand it to the generation service. A cluster where some node lacks
-        ``CDC_GENERATIONS_V2`` gets a v1 generation (``_propose_v1``)."""
+        tell the node state (``GenerationMade``: the decider adopts it). A cluster where some
+        node lacks ``CDC_GENERATIONS_V2`` gets a v1 generation (``_propose_v1``)."""
         cluster = self.cluster
         gossiper = cluster.gossiper
         if generation_version(member_views(gossiper.endpoint_states(), gossiper.is_alive)) == 1:
@@ -677,17 +493,17 @@ class TopologyService:
             )
         except RingflowError:
             _log.exception("building the CDC generation of the changed ring failed")
-            self._retry_proposal()
+            self._tell(GenerationFailed())
             return
 
         def written(error: BaseException | None) -> None:
             if error is not None:
                 _log.warning("writing CDC generation %s failed: %s", generation_uuid, error)
-                self._retry_proposal()
+                self._tell(GenerationFailed())
                 return
             now_ms = cluster.clock.now_ms()
-            timestamp = new_generation_timestamp(now_ms, ring_delay_of(cluster))
-            self._adopt(GenerationIdV2(timestamp, generation_uuid))
+            timestamp = new_generation_timestamp(now_ms, self.state.ring_delay_ms)
+            self._tell(GenerationMade(GenerationIdV2(timestamp, generation_uuid)))
 
         write_in_order(cluster, mutations, ConsistencyLevel.ALL, written)
 
@@ -697,7 +513,7 @@ class TopologyService:
         service's ``_propose_v1``)."""
         cluster = self.cluster
         now_us = cluster.clock.now_us()
-        timestamp = new_generation_timestamp(now_us // 1000, ring_delay_of(cluster))
+        timestamp = new_generation_timestamp(now_us // 1000, self.state.ring_delay_ms)
         generation = GenerationIdV1(timestamp)
         try:
             sharding = self._future_sharding()
@@ -705,32 +521,17 @@ class TopologyService:
             mutations = v1_generation_mutations(cluster.store, generation, description, now_us)
         except RingflowError:
             _log.exception("building the v1 CDC generation of the changed ring failed")
-            self._retry_proposal()
+            self._tell(GenerationFailed())
             return
 
         def written(error: BaseException | None) -> None:
             if error is not None:
                 _log.warning("writing v1 CDC generation %s failed: %s", generation, error)
-                self._retry_proposal()
+                self._tell(GenerationFailed())
             else:
-                self._adopt(generation)
+                self._tell(GenerationMade(generation))
 
         write_in_order(cluster, mutations, ConsistencyLevel.QUORUM, written)
-
-    def _adopt(self, generation: GenerationId) -> None:
-        """The generation service takes the new generation (gossip, load, persist, publish)."""
-        self.generation = generation
-        self.made.append(generation)
-        _log.info("CDC generation %s for the %s", generation.to_gossip(), self.change)
-        service = self.generations
-        service._run(service.decider.on_proposed(generation, self.cluster.clock.now_ms()))
-        if self.change == "remove":  # the ranges moved before the dead node was dropped
-            self._enter(Phase.WAIT_GENERATION)
-        else:
-            self._start_streaming()
-
-    def _retry_proposal(self) -> None:
-        self.cluster.clock.call_later(2 * self.cluster.settings.gossip_interval_ms, self._propose)
 
     # -- streaming ------------------------------------------------------------------------------
 
@@ -744,7 +545,7 @@ class TopologyService:
             def strategy_of(ring: TokenMetadata, keyspace: str = keyspace) -> ReplicationStrategy:
                 return cluster.placement.strategy_of(keyspace, ring)
 
-            if self.change == "join":
+            if self.state.change == "join":
                 tasks += join_plan(
                     keyspace, cluster.host, current, future, strategy_of, cluster.placement.live
                 )
@@ -753,14 +554,13 @@ class TopologyService:
         return tasks
 
     def _start_streaming(self) -> None:
-        self._enter(Phase.STREAMING)
         self.stream_started_ms = self.cluster.clock.now_ms()
         try:
             tasks = self.plan()
         except RingflowError as error:
             self._streamed(StreamStats(), error)
             return
-        _log.info("streaming %d ranges for the %s", len(tasks), self.change)
+        _log.info("streaming %d ranges for the %s", len(tasks), self.state.change)
         self.streamer.run(tasks, self._streamed)
 
     def _streamed(self, stats: StreamStats, error: BaseException | None) -> None:
@@ -769,32 +569,9 @@ class TopologyService:
         self.stats.bytes += stats.bytes
         if error is None:
             self.stream_ms = self.cluster.clock.now_ms() - self.stream_started_ms
-            self._enter(Phase.WAIT_GENERATION)
-            return
-        self.stream_attempts += 1
-        _log.warning("streaming failed (attempt %d): %s", self.stream_attempts, error)
-        if self.stream_attempts < STREAM_ATTEMPTS:
-            self.cluster.clock.call_later(STREAM_RETRY_MS, self._start_streaming)
-        elif self.change == "join":
-            self._join_again()
-        else:  # a leaver cannot hand its ranges to anyone else: it retries until they answer
-            delay_ms = min(STREAM_RETRY_MAX_MS, STREAM_RETRY_MS << (self.stream_attempts - 1))
-            _log.error("streaming for the leave keeps failing; retrying in %d ms", delay_ms)
-            self.cluster.clock.call_later(delay_ms, self._start_streaming)
-
-    def _join_again(self) -> None:
-        """Give the join up after ``STREAM_ATTEMPTS`` failed stream runs and start it again
-        (module docstring, step 4), rather than stay announced with nothing moving: a joiner
-        stuck in ``STREAMING`` would be a pending replica forever and hold every other
-        topology change back (one at a time). What it streamed stays (applying a partition
-        again converges); its generation stays too (the cluster operates it until the next
-        one, as that of a joiner restarted before it was done)."""
-        _log.error(
-            "bootstrap: streaming failed %d times; withdrawing and joining again",
-            self.stream_attempts,
-        )
-        self.stream_attempts = 0
-        self._take_back()
+        else:
+            _log.warning("streaming failed: %s", error)
+        self._tell(Streamed(ok=error is None))
 
     def decommission_request(self, _request: Mapping[str, object]) -> dict[str, object]:
         """The operator's ``decommission`` (over the node's request channel): accepted, or to
@@ -823,15 +600,16 @@ class TopologyService:
     def status(self) -> dict[str, object]:
         """For ``status.json`` (what streamed so far, the sessions in progress included)."""
         moving = self.streamer.progress()
+        state = self.state
         return {
-            "change": self.change,
-            "removing": None if self.removing is None else str(self.removing),
-            "phase": self.phase.value,
-            "generation": None if self.generation is None else self.generation.to_gossip(),
+            "change": state.change,
+            "removing": None if state.removing is None else str(state.removing),
+            "phase": state.phase.value,
+            "generation": None if state.generation is None else state.generation.to_gossip(),
             "streamed_partitions": self.stats.partitions + moving.partitions,
             "streamed_bytes": self.stats.bytes + moving.bytes,
             "stream_ms": self.stream_ms,
-            "refused": self.refused,
+            "refused": state.refused,
         }
 
 

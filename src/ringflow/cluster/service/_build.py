@@ -10,7 +10,8 @@ capture's settings. ``build_node`` composes, in this order:
 * the ``ClusterNode`` (gossip, coordinator, hints, schema sync, the verbs it serves);
 * its CDC generations (``CdcGenerationService``) and, on a node with ``CDC_GENERATIONS_V2``,
   the v1 -> v2 streams rewrite and the expiry of old generations;
-* its topology changes (``TopologyService``: join, decommission, removenode);
+* its topology changes (``TopologyService``, the shell of the node state's
+  ``TopologyChange``: join, decommission, removenode);
 * the statement path (``connect_statement_path``: ``ClusterBackend`` over a
   ``ClusterDataPlane``);
 * the replica-side capture (``ReplicaCapture``, seed 002) and, when ``transmission`` is on,
@@ -23,10 +24,10 @@ capture's settings. ``build_node`` composes, in this order:
 triggers, a joiner's rewrite marker): a process runs it on its storage thread, the simulator
 in place. Then ``start``, and ``stop`` at the end of the incarnation. The gossip round is
 driven here, every ``gossip_interval_ms`` on the node's clock: the ``ClusterNode``'s round (its
-node state decides, for gossip, hints, schema pulls, CDC generations and the background CDC
-jobs, the expiry and the rewrite, whose schedules ``build_node`` gives it), then the topology
-change in progress (``round``); nothing calls back up into this composition. ``validate``
-checks the node's invariants; the simulator calls it after every event.
+node state decides, for gossip, hints, schema pulls, CDC generations, the background CDC jobs,
+the expiry and the rewrite, whose schedules ``build_node`` gives it, and the topology change in
+progress, which ``build_node`` gives it too); nothing calls back up into this composition.
+``validate`` checks the node's invariants; the simulator calls it after every event.
 
 What only a process has is added by ``ringflow.node`` around the built node: the native
 protocol server, the operator's control channel and ``status.json``.
@@ -76,6 +77,7 @@ from ringflow.cluster.service._settings import (
     EventSink,
     Offload,
 )
+from ringflow.cluster.service._topology_state import TopologyChange, ring_delay
 from ringflow.cql import QueryProcessor
 from ringflow.errors import RingflowError, invariant
 from ringflow.ring import Host
@@ -197,13 +199,12 @@ class BuiltNode:
     def round(self) -> None:
         """One round of the node, then the next one scheduled: the cluster node's round
         (gossip, hints, schema pulls, CDC generations, the background CDC jobs due: the
-        expiry of old generations, the v1 -> v2 streams rewrite: ``NodeState.round``), then
-        the topology change in progress. A round that fails is logged; the next one runs
+        expiry of old generations, the v1 -> v2 streams rewrite: ``NodeState.round``; then
+        the topology change in progress). A round that fails is logged; the next one runs
         whatever failed."""
         now_ms = self.cluster.clock.now_ms()
         try:
             self.cluster.round(now_ms)
-            self.topology.tick(now_ms)
         except RingflowError:
             _log.exception("gossip round failed")
         finally:
@@ -270,6 +271,18 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
     v2 = settings.cdc_generations_v2  # an upgraded node: v1 -> v2 rewrite, expiry
     expiry_job = BackgroundJob(EXPIRY_JOB)
     rewrite_job = BackgroundJob(REWRITE_JOB, active=False)  # active once its checks say so
+    rng = runtime.rng
+    cluster_seed, generations_seed, topology_seed = (rng.getrandbits(64) for _ in range(3))
+    topology_rng = random.Random(topology_seed)
+    """Draws the topology change's back-offs and the changed ring's generations."""
+    topology_change = TopologyChange(
+        settings.endpoint,
+        joining=spec.joining,
+        ring_delay_ms=ring_delay(settings.cdc_ring_delay_ms, settings.gossip_interval_ms),
+        gossip_interval_ms=settings.gossip_interval_ms,
+        rng=topology_rng,
+        now_ms=runtime.clock.now_ms(),
+    )
     cluster = ClusterNode(
         settings,
         host=spec.host,
@@ -278,9 +291,10 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
         processor=spec.processor,
         clock=runtime.clock,
         network=runtime.network,
-        rng_seed=runtime.rng.getrandbits(64),
+        rng_seed=cluster_seed,
         offload=runtime.offload,
         generations=decider,
+        topology=topology_change,
         jobs=(expiry_job, rewrite_job) if v2 else (),
         schema_offload=runtime.schema_offload,
         events=runtime.events,
@@ -291,20 +305,16 @@ def build_node(runtime: NodeRuntime, spec: NodeSpec) -> BuiltNode:
     generations = CdcGenerationService(
         cluster,
         spec.cdc,
-        rng=random.Random(runtime.rng.getrandbits(64)),
+        rng=random.Random(generations_seed),
         initial=spec.initial_generation,
         ring_delay_ms=settings.cdc_ring_delay_ms,
         v2_enabled=settings.cdc_generations_v2,
     )
     cluster.executor.register_all(generations.action_handlers())
     topology = TopologyService(
-        cluster,
-        generations,
-        spec.data_dir,
-        joining=spec.joining,
-        rng=random.Random(runtime.rng.getrandbits(64)),
-        on_exit=spec.on_exit,
+        cluster, generations, spec.data_dir, rng=topology_rng, on_exit=spec.on_exit
     )
+    cluster.executor.register_all(topology.action_handlers())
     backend = connect_statement_path(
         cluster, runtime.loop, runtime.statements, runtime.auth_submit, spec.on_schema_version
     )

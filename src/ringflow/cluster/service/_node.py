@@ -110,6 +110,7 @@ from ringflow.cluster.service._settings import (
     ReadDone,
     WriteDone,
 )
+from ringflow.cluster.service._topology_state import Tick, TopologyChange
 from ringflow.cql import QueryProcessor
 from ringflow.errors import InternalError
 from ringflow.ring import Host
@@ -135,6 +136,8 @@ __all__ = [
 the helper modules and are re-exported)."""
 
 _log = logging.getLogger(__name__)
+
+TICK = Tick()
 
 FailureHandler = Callable[[str, int, str], None]
 """Hears a FAILURE_RSP: ``(source, request_id, reason)``."""
@@ -198,6 +201,7 @@ class ClusterNode:
         rng_seed: int,
         offload: Offload,
         generations: GenerationDecider,
+        topology: TopologyChange,
         jobs: Sequence[BackgroundJob] = (),
         schema_offload: Offload | None = None,
         events: EventSink | None = None,
@@ -238,10 +242,13 @@ class ClusterNode:
             settings.endpoint, host, tokens, saved_peer_endpoints(store, INTERNODE_PORT)
         )
         schema = SchemaVersions(settings.endpoint, processor.schema_version)
-        self.state = NodeState(gossiper, membership, hints, coordinator, schema, generations, jobs)
+        self.state = NodeState(
+            gossiper, membership, hints, coordinator, schema, generations, topology, jobs
+        )
         """The node's pure cores composed (``_node_state``): gossip, membership, hints, the
         coordinator, the schema versions, the CDC generation decider, the background CDC
-        jobs' schedules. What they decide, this shell carries out through ``executor``."""
+        jobs' schedules, the topology change. What they decide, this shell carries out
+        through ``executor``."""
         self.placement = ReplicaPlacement(host, membership, processor, gossiper.is_alive)
         """Replica placement on the state's ring (``_placement``)."""
         self.messenger = Messenger(settings.endpoint, network)
@@ -406,9 +413,16 @@ class ClusterNode:
     def round(self, now_ms: int) -> None:
         """One gossip round at ``now_ms`` (every ``gossip_interval_ms``, driven by the node
         that composes this one, ``BuiltNode``): gossip, hint delivery, the schema pulls
-        due, the CDC generations' round (``NodeState.round``)."""
+        due, the CDC generations' round, the background jobs due (``NodeState.round``); then,
+        once those actions are carried out, the topology change's round (``Tick``: it reads
+        what they did, e.g. the generation loaded). A failed topology round is logged and the
+        next one runs: it must never stop the node's rounds."""
         now_us = self.clock.now_us()
         self.executor.run(self.state.round(self.gossip_now_ms(), now_ms, now_us))
+        try:
+            self.executor.run(self.state.topology_event(TICK, now_ms, self.clock.now_us()))
+        except Exception:
+            _log.exception("topology change round failed")
 
     # -- gossip and membership -------------------------------------------------------------
 
@@ -468,21 +482,11 @@ class ClusterNode:
         }
 
     def refresh_ring(self) -> None:
-        """Rebuild the ring from gossip: once built, and after a local STATUS change (a
-        topology change of this node)."""
+        """Rebuild the ring from gossip, once built."""
         self.executor.run(self.state.ring_changed(self.clock.now_ms(), self.clock.now_us()))
 
     def _apply_system(self, rows: list[Mutation]) -> None:
         self.store.apply(rows, now_s=self.clock.now_ms() // 1000)
-
-    def schema_agreement(self) -> bool:
-        """Every live ring member gossips our schema version."""
-        return not self.schema_disagreement()
-
-    def schema_disagreement(self) -> dict[str, str | None]:
-        """The live nodes gossiping another schema version than ours (or none yet): their
-        address (RPC address when known) and the version they gossip."""
-        return self.schema_sync.disagreement()
 
     def await_schema_agreement(
         self, timeout_ms: int, done: Callable[[dict[str, str | None]], None]

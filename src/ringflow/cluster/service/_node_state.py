@@ -2,8 +2,8 @@
 
 ``NodeState`` holds the gossiper (with its failure detector), the membership it feeds, the
 hint manager, the coordinator, the schema versions (``SchemaVersions``), the CDC
-generation decider (``GenerationDecider``) and the schedules of the background CDC jobs
-(``BackgroundJob``), and settles
+generation decider (``GenerationDecider``), the schedules of the background CDC jobs
+(``BackgroundJob``) and the node's topology change (``TopologyChange``), and settles
 between them what one core's decision means for another, with no I/O: a peer going up or
 down is news for the hints and for the drivers; a changed gossip state rebuilds the
 membership, whose news of a peer (its schema version, that it is up) goes to the hints; a
@@ -22,16 +22,23 @@ by the node's one ``ActionExecutor``:
   feeds their outcomes back to the decider;
 * ``RunJob``: a background job over the CDC tables is due and the cluster ready (the expiry
   of old generations, the v1 -> v2 streams rewrite: ``BackgroundJob``), run by its service,
-  which tells the job when the run ended.
+  which tells the job when the run ended;
+* the topology change's actions (``TopologyAction``: make the changed ring's generation,
+  stream, restream for a removal, persist a finished join, save the bootstrap state, exit),
+  carried out by ``TopologyService``, which feeds their outcomes back (``topology_event``). The
+  gossip states the change sets are its own; the membership is rebuilt from them here, and the
+  generation it makes goes to the generation decider from here.
 
 The coordinator is held here so that the node's invariants are checked in one place
 (``validate``, after every simulated event); its requests are begun and answered by the
 shell's helpers (``PointRequests``), their actions run by the same executor.
 
 Events: ``round`` (the gossip round: the gossiper's tick, then the hints' dispatch and the
-schema pulls due), ``received`` (a gossip message), ``ring_changed`` (a local STATUS change,
-by the topology service), ``schema_changed`` (our schema version changed); each takes the
-times it needs, so the same state runs on a process's clock and on the simulator's.
+schema pulls due), ``received`` (a gossip message), ``ring_changed`` (the ring built at
+start), ``schema_changed`` (our schema version changed), ``topology_event`` (a
+``TopologyEvent``: a round of the topology change, once the round's actions are carried out,
+an operator's request, the outcome of one of its actions); each takes the times it needs, so
+the same state runs on a process's clock and on the simulator's.
 """
 
 from __future__ import annotations
@@ -70,6 +77,15 @@ from ringflow.cluster.service._membership import (
     WritePeers,
 )
 from ringflow.cluster.service._schema_versions import PullSchema, SchemaVersions
+from ringflow.cluster.service._topology_state import (
+    Adopted,
+    Refused,
+    RingChanged,
+    RingState,
+    TopologyAction,
+    TopologyChange,
+    TopologyEvent,
+)
 from ringflow.errors import invariant
 
 
@@ -88,13 +104,15 @@ NodeAction = (
     | HintAction
     | GenerationAction
     | RunJob
+    | TopologyAction
+    | Refused
 )
 """What ``NodeState`` leaves to the shell (module docstring)."""
 
 
 class NodeState:
-    """The node's gossiper, membership, hints, coordinator, schema versions and CDC
-    generation decider (module docstring)."""
+    """The node's gossiper, membership, hints, coordinator, schema versions, CDC generation
+    decider, background CDC jobs and topology change (module docstring)."""
 
     def __init__(
         self,
@@ -104,6 +122,7 @@ class NodeState:
         coordinator: Coordinator,
         schema: SchemaVersions,
         generations: GenerationDecider,
+        topology: TopologyChange,
         jobs: Sequence[BackgroundJob] = (),
     ) -> None:
         self.gossiper = gossiper
@@ -112,6 +131,7 @@ class NodeState:
         self.coordinator = coordinator
         self.schema = schema
         self.generations = generations
+        self.topology = topology
         self.jobs = tuple(jobs)
         self._gossip_steps: dict[type, Callable[[Any, _Batch], None]] = {
             Send: _pass_on,
@@ -151,11 +171,29 @@ class NodeState:
         return self._gossip(self.gossiper.receive(source, message, gossip_now_ms), now_ms, now_us)
 
     def ring_changed(self, now_ms: int, now_us: int) -> list[NodeAction]:
-        """This node's own ring state changed (its STATUS, set by a topology change): the
-        membership rebuilt from gossip."""
+        """The membership rebuilt from gossip (once, at start)."""
         batch = _Batch(now_ms)
         self._refresh(batch, now_us)
         return batch.actions
+
+    def topology_event(self, event: TopologyEvent, now_ms: int, now_us: int) -> list[NodeAction]:
+        """What ``event`` means for the topology change, and for the other cores: a STATUS or
+        removal it set rebuilds the membership, a generation it made goes to the generation
+        decider; the rest, in order, is for the shell (``Refused`` answers an operator)."""
+        ring = RingState(
+            self.gossiper, self.membership, self.schema_agreement, self.generations.loaded
+        )
+        actions: list[NodeAction] = []
+        for step in self.topology.handle(event, now_ms, ring):
+            if isinstance(step, RingChanged):
+                batch = _Batch(now_ms)
+                self._refresh(batch, now_us)
+                actions.extend(batch.actions)
+            elif isinstance(step, Adopted):
+                actions.extend(self.generations.on_proposed(step.generation, now_ms))
+            else:
+                actions.append(step)
+        return actions
 
     def schema_changed(self, version: uuid.UUID) -> list[NodeAction]:
         """Our schema version is now ``version`` (a DDL here, or a merge that changed it):
@@ -176,7 +214,8 @@ class NodeState:
     def validate(self) -> None:
         """The invariants of every core: gossip and failure detection, the membership, the
         coordinator with every request and hint it holds, the schema versions (never a pull
-        from this node, our version the one we gossip), the CDC generations."""
+        from this node, our version the one we gossip), the CDC generations, the background
+        jobs, the topology change."""
         self.gossiper.validate()
         self.membership.validate()
         self.coordinator.validate()
@@ -184,11 +223,16 @@ class NodeState:
         self.generations.validate()
         for job in self.jobs:
             job.validate()
+        self.topology.validate()
         gossiped = self._gossiped_version(self.gossiper.local_endpoint)
         invariant(
             gossiped == self.schema.version,
             lambda: f"schema version {self.schema.version}, gossiped {gossiped}",
         )
+
+    def schema_agreement(self) -> bool:
+        """Every live node gossips our schema version."""
+        return not self.schema_disagreement()
 
     def _gossiped_version(self, endpoint: str) -> str | None:
         state = self.gossiper.endpoint_state(endpoint)

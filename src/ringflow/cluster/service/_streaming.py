@@ -201,6 +201,10 @@ class _Run:
     pushed: tuple[Mutation, ...] = ()
 
 
+Restream = Callable[[uuid.UUID, Callable[[BaseException | None], None]], None]
+"""Pull what this node gains from removing a host (its id), then call back (error or None)."""
+
+
 class StreamError(RuntimeError):
     """A stream run gave up (a source or target kept failing or not answering)."""
 
@@ -208,17 +212,23 @@ class StreamError(RuntimeError):
 class Streamer:
     """Serves STREAM_REQ on ``cluster`` and runs stream plans (module docstring)."""
 
-    def __init__(self, cluster: ClusterNode, *, page_partitions: int = PAGE_PARTITIONS) -> None:
+    def __init__(
+        self,
+        cluster: ClusterNode,
+        *,
+        page_partitions: int = PAGE_PARTITIONS,
+        on_restream: Restream | None = None,
+    ) -> None:
         self.cluster = cluster
         self.page_partitions = page_partitions
         self._runs: dict[int, _Run] = {}
         self._pending_state: dict[int, bytes | None] = {}
+        """A push in flight: the paging state after the page it carries."""
         self._waiters: dict[int, Callable[[BaseException | None], None]] = {}
         self._waiter_endpoints: dict[int, str] = {}
         """``request_restream`` calls waiting for their answer, by request id."""
-        self.on_restream: Callable[[uuid.UUID, Callable[[BaseException | None], None]], None]
-        self.on_restream = _no_restream
-        """A push in flight: the paging state after the page it carries."""
+        self._on_restream = _no_restream if on_restream is None else on_restream
+        """Pulls what this node gains from a removal, asked by the removal's coordinator."""
         self._next_id = _REQUEST_IDS
         self._active: list[_Run] = []
         """The sessions of the runs in progress (``progress``)."""
@@ -267,7 +277,7 @@ class Streamer:
             def finished(error: BaseException | None) -> None:
                 answer(None if error is not None else bytes(ACK), error)
 
-            self.on_restream(message.host_id, finished)
+            self._on_restream(message.host_id, finished)
         elif isinstance(message, PushRequest):
             partitions = list(message.partitions)
 
