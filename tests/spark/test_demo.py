@@ -42,7 +42,7 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
+    assert result.returncode == 0, output[-6000:] + _logs(workdir)
     assert "kill -9" in output and "restarted" in output
     assert "hints replayed:" in output
     assert "unreachable since" in output  # the status while the hub is away
@@ -63,3 +63,14 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     # every process the demo started is gone: nothing listens on its data directories
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     assert str(workdir) not in ps.stdout
+
+
+def _logs(workdir: Path, tail: int = 3000) -> str:
+    """The tail of every node's and the job's log under ``workdir``: a failed run's story on
+    the nodes' side (connections closed and why, at INFO), which the demo's output lacks."""
+    found = sorted(workdir.rglob("*.log"))
+    return "".join(
+        f"\n--- {path.relative_to(workdir)}\n{path.read_text(errors='replace')[-tail:]}"
+        for path in found
+        if path.is_file()
+    )

@@ -588,7 +588,7 @@ def test_a_joiner_persists_and_publishes_its_generation_only_once_joined(tmp_pat
     source = generate_topology_description([-100, 0, 300, 400], lambda _e: (2, 0), random.Random(8))
     for mutation in internal_mutations(store, generation.uuid, source, NOW_US):
         store.apply([mutation], now_s=NOW_US // 1_000_000)
-    # what TopologyService._adopt does once the rows are written at ALL
+    # what the node state does with a topology change's Adopted once the rows are written at ALL
     service._run(service.decider.on_proposed(generation, fake.clock.now_ms()))
     assert set(fake.gossiper.announced) == {generation.to_gossip()}
     assert service.cdc.description_at(generation.timestamp_ms) == source  # operated here
