@@ -31,6 +31,7 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ringflow.cdc import DEFAULT_LEEWAY_US, GenerationId
 from ringflow.cluster._gossip import Gossiper
@@ -223,6 +224,7 @@ TopologyAction = (
 """What the shell carries out (``TopologyService``)."""
 
 TopologyStep = RingChanged | Adopted | Refused | TopologyAction
+Steps = list[TopologyStep]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,29 +271,31 @@ class TopologyChange:
         """After a withdrawal, how long ``WAIT_SCHEMA`` waits before announcing again."""
         self._announced_version = 0
         """Our gossip version of the last STATUS or removal this change announced."""
+        self._handlers: dict[type, Callable[[Any, int, RingState, Steps], None]] = {
+            Tick: lambda _e, now, ring, steps: self._tick(now, ring, steps),
+            Decommission: lambda _e, now, ring, steps: self._decommission(now, ring, steps),
+            RemoveNode: lambda e, now, ring, steps: self._removenode(e.host_id, now, ring, steps),
+            GenerationMade: lambda e, now, _ring, steps: self._made(e.generation, now, steps),
+            GenerationFailed: self._on_failed,
+            Streamed: lambda e, now, ring, steps: self._streamed(e.ok, now, ring, steps),
+            Restreamed: lambda e, now, ring, steps: self._restreamed(e.ok, now, ring, steps),
+            JoinPersisted: self._on_persisted,
+        }
 
     def handle(self, event: TopologyEvent, now_ms: int, ring: RingState) -> list[TopologyStep]:
-        """What ``event`` means at ``now_ms``: the steps to take, in order."""
+        """What ``event`` means at ``now_ms``: the steps to take, in order (its handler looked
+        up by the event's exact type, as the executor looks up an action's)."""
         steps: list[TopologyStep] = []
-        if isinstance(event, Tick):
-            self._tick(now_ms, ring, steps)
-        elif isinstance(event, Decommission):
-            self._decommission(now_ms, ring, steps)
-        elif isinstance(event, RemoveNode):
-            self._removenode(event.host_id, now_ms, ring, steps)
-        elif isinstance(event, GenerationMade):
-            self._made(event.generation, now_ms, steps)
-        elif isinstance(event, GenerationFailed):
-            steps.append(MakeGeneration(2 * self.gossip_interval_ms))
-        elif isinstance(event, Streamed):
-            self._streamed(event.ok, now_ms, ring, steps)
-        elif isinstance(event, Restreamed):
-            self._restreamed(event.ok, now_ms, ring, steps)
-        else:
-            self._set_status(ring.gossiper, NORMAL_STATUS, steps)
-            steps.append(SaveBootstrapState("done"))
-            self._enter(Phase.DONE, now_ms)
+        self._handlers[type(event)](event, now_ms, ring, steps)
         return steps
+
+    def _on_failed(self, _e: GenerationFailed, _now: int, _r: RingState, steps: Steps) -> None:
+        steps.append(MakeGeneration(2 * self.gossip_interval_ms))
+
+    def _on_persisted(self, _e: JoinPersisted, now_ms: int, ring: RingState, steps: Steps) -> None:
+        self._set_status(ring.gossiper, NORMAL_STATUS, steps)
+        steps.append(SaveBootstrapState("done"))
+        self._enter(Phase.DONE, now_ms)
 
     def validate(self) -> None:
         """The change's state hangs together: idle exactly when no change was asked for, a
