@@ -50,6 +50,12 @@ class Host:
             if not isinstance(value, str) or not value:
                 raise RingError(f"host {name} must be a non-empty string, got {value!r}")
 
+    def __hash__(self) -> int:
+        # Hosts key the replica sets, plans and responses of every request: hashing the id's
+        # integer (equal hosts have equal ids) costs one call, not a tuple of four fields and
+        # ``UUID.__hash__``, and is the same in every process (no string hash in it).
+        return hash(self.host_id.int)
+
     def __str__(self) -> str:
         return f"{self.endpoint} ({self.dc}/{self.rack})"
 
