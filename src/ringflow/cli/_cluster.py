@@ -5,7 +5,8 @@ processes on loopback (127.0.0.1 .. 127.0.0.N, the same ports on every node).
 and a rack (``--dcs dc1:3,dc2:2``, racks round-robin within a DC), a host id and tokens from
 the balanced allocator (cassandra-core.md §4.2), saved as each node's record before its first
 start, so ``ringflow.node`` keeps them. Each node runs ``run-node`` in its own session (log in
-``<data>/<node>/node.log``, pid in ``pid``); every node lists the first node of each DC as a
+``<data>/<node>/node.log`` at ``--log-level``, WARNING unless a ``start`` said otherwise, kept in
+``cluster.json``; pid in ``pid``); every node lists the first node of each DC as a
 seed. ``start`` returns when every node reports every other one UP with one schema version
 and the same CDC generation loaded (read from the nodes' ``status.json``), or fails after
 ``--timeout``. ``kill`` sends SIGKILL (a crash), ``restart`` starts a killed node again with its
@@ -99,6 +100,7 @@ LAYOUT_FILE = "cluster.json"
 STATUS_FILE = "status.json"
 PID_FILE = "pid"
 LOG_FILE = "node.log"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_NODES = 32
 _LAUNCH = "import sys; from ringflow.cli import main; sys.exit(main())"
 
@@ -121,6 +123,11 @@ def register(subcommands: Subcommands) -> None:
     add_auth_options(start, shorthand=True)
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for UP")
     start.add_argument("--data", required=True, type=Path)
+    start.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="the nodes' log level in node.log (default WARNING; kept for later starts)",
+    )
     add_feature_options(start)
     start.set_defaults(handler=run_cluster_start)
     for name, handler, text in (
@@ -163,7 +170,7 @@ def register(subcommands: Subcommands) -> None:
     add_node_tls_options(node)
     add_auth_options(node)
     add_feature_options(node)
-    node.add_argument("--log-level", default="WARNING")
+    node.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS)
     node.set_defaults(handler=run_cluster_node_command)
 
 
@@ -474,6 +481,8 @@ def _spawn(
         *node_tls_arguments(layout.get("tls"), str(node["address"])),
         *auth_arguments(layout.get("auth")),
     ]
+    if isinstance(level := layout.get("log_level"), str):
+        command.extend(("--log-level", level))
     command.extend(extra)
     with (directory / LOG_FILE).open("ab") as log:
         process = subprocess.Popen(
@@ -556,6 +565,10 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     auth = given_auth_options(arguments)
     if auth and auth != layout.get("auth"):  # for the nodes started from now on
         layout["auth"] = auth
+        (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
+    level = getattr(arguments, "log_level", None)
+    if level and level != layout.get("log_level"):  # the same: started from now on
+        layout["log_level"] = level
         (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     for node in _nodes(layout):
         _spawn(data, layout, node, feature_arguments(arguments))

@@ -677,7 +677,8 @@ def run(arguments: argparse.Namespace) -> int:
                 EDGE_NODES,
                 first_address=arguments.edge_address,
                 num_tokens=NUM_TOKENS,
-                options=security.cluster_options(),
+                # INFO as the hub's: a node's reasons for closing a client connection
+                options=(*security.cluster_options(), "--log-level", "INFO"),
             )
             console.print(f"starting the edge cluster ({EDGE_NODES} nodes) ...")
             edge = nodes.cluster(edge_cluster)

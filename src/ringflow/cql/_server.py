@@ -603,7 +603,14 @@ class CqlServer(Generic[SessionT]):
                 if what == "idle timeout" and client.connection.in_flight:
                     continue  # a request became in flight meanwhile: not idle
                 self.stats.connections_timed_out += 1
-                _log.info("closing CQL connection from %s: %s", client.peer, what)
+                connection = client.connection
+                _log.info(
+                    "closing CQL connection from %s: %s (%s, %d requests in flight)",
+                    client.peer,
+                    what,
+                    connection.state.value,
+                    len(connection.in_flight),
+                )
                 return b""
 
     async def _refuse_plaintext(

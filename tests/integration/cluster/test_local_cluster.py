@@ -36,3 +36,26 @@ def test_a_start_that_is_not_ready_in_time_stops_the_nodes_it_started(tmp_path: 
         cluster.start()
     assert (data / "cluster.json").exists()  # it was laid out and started
     assert _processes_of(data) == []
+
+
+def test_the_log_level_of_a_start_is_the_nodes_and_is_kept(tmp_path: Path) -> None:
+    """``cluster start --log-level INFO`` (the demo's edge): the nodes log at INFO, and a later
+    start without the option keeps it (it is in ``cluster.json``)."""
+    data = tmp_path / "cluster"
+    cluster = LocalCluster(
+        data, 1, first_address=free_loopback_block(1), options=("--log-level", "INFO")
+    )
+    try:
+        cluster.start()
+        log = cluster.log(cluster.addresses[0], 20_000)
+        assert " INFO ringflow." in log, log[-2000:]
+        assert '"log_level": "INFO"' in (data / "cluster.json").read_text()
+        (pid,) = _processes_of(data)
+        assert b"--log-level\x00INFO" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cluster.stop()
+        cluster.wait_ready()  # ``cluster start`` with none of the first start's options
+        (pid,) = _processes_of(data)
+        assert b"--log-level\x00INFO" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        cluster.stop()
+    assert _processes_of(data) == []
