@@ -42,6 +42,12 @@ from ringflow.errors import ProtocolViolation
 
 Message = Request | Response
 
+# The header flags as plain ints: ``int & FrameFlag.X`` would build a FrameFlag each time.
+_COMPRESSION = int(FrameFlag.COMPRESSION)
+_TRACING = int(FrameFlag.TRACING)
+_CUSTOM_PAYLOAD = int(FrameFlag.CUSTOM_PAYLOAD)
+_WARNING = int(FrameFlag.WARNING)
+
 
 class Compression(StrEnum):
     """Body compressions ringflow speaks (spec §5); snappy is deliberately absent."""
@@ -90,26 +96,24 @@ def encode_message(
         raise LocalProtocolError("tracing ids and warnings are only carried by responses")
     if is_response and tracing:
         raise LocalProtocolError("a response announces tracing by carrying its tracing_id")
-    flags = FrameFlag.NONE
+    flags = 0
     out = Writer()
     if tracing_id is not None or tracing:
-        flags |= FrameFlag.TRACING
+        flags |= _TRACING
     if tracing_id is not None:
         out.write_uuid(tracing_id)
     if warnings:
-        flags |= FrameFlag.WARNING
+        flags |= _WARNING
         out.write_string_list(warnings)
     if custom_payload is not None:
-        flags |= FrameFlag.CUSTOM_PAYLOAD
+        flags |= _CUSTOM_PAYLOAD
         out.write_bytes_map(custom_payload)
     message.write_body(out)
     body = out.getvalue()
     if compression is not None and body:
-        flags |= FrameFlag.COMPRESSION
+        flags |= _COMPRESSION
         body = compress_lz4(body)
-    header = FrameHeader(
-        version, int(flags), stream_id, int(message.opcode), len(body), is_response
-    )
+    header = FrameHeader(version, flags, stream_id, int(message.opcode), len(body), is_response)
     return header.encode() + body
 
 
@@ -122,7 +126,7 @@ def decode_message(
     """Decode ``frame`` (either direction); ``max_body_size`` bounds a decompressed body."""
     header = frame.header
     body = frame.body
-    if header.flags & FrameFlag.COMPRESSION:
+    if header.flags & _COMPRESSION:
         if compression is None:
             raise ProtocolViolation("compressed frame but no compression was negotiated")
         body = decompress_lz4(body, max_body_size)
@@ -130,11 +134,11 @@ def decode_message(
     flags = header.flags
     tracing_id = None
     warnings: tuple[str, ...] = ()
-    if header.is_response and flags & FrameFlag.TRACING:
+    if header.is_response and flags & _TRACING:
         tracing_id = reader.read_uuid()
-    if header.is_response and flags & FrameFlag.WARNING:
+    if header.is_response and flags & _WARNING:
         warnings = reader.read_string_list()
-    payload = reader.read_bytes_map() if flags & FrameFlag.CUSTOM_PAYLOAD else None
+    payload = reader.read_bytes_map() if flags & _CUSTOM_PAYLOAD else None
     try:
         message = _read_body(header, reader)
     except LocalProtocolError as error:
@@ -143,7 +147,7 @@ def decode_message(
         message,
         header.stream_id,
         header.version,
-        bool(flags & FrameFlag.TRACING),
+        bool(flags & _TRACING),
         tracing_id,
         warnings,
         payload,

@@ -88,19 +88,30 @@ class Reader:
     def remaining(self) -> int:
         return len(self._data) - self._offset
 
+    def _truncated(self, size: int, what: str) -> ProtocolViolation:
+        return ProtocolViolation(
+            f"truncated body: {what} needs {size} bytes at offset {self._offset}, "
+            f"{self.remaining} remain"
+        )
+
     def _take(self, size: int, what: str) -> bytes:
-        if size < 0 or size > self.remaining:
-            raise ProtocolViolation(
-                f"truncated body: {what} needs {size} bytes at offset {self._offset}, "
-                f"{self.remaining} remain"
-            )
+        data = self._data
         start = self._offset
-        self._offset = start + size
-        taken = self._data[start : self._offset]
+        end = start + size
+        if size < 0 or end > len(data):
+            raise self._truncated(size, what)
+        self._offset = end
+        taken = data[start:end]
         return taken if isinstance(taken, bytes) else bytes(taken)
 
     def _unpack(self, packer: struct.Struct, what: str) -> int:
-        value: int = packer.unpack(self._take(packer.size, what))[0]
+        # Unpacked in place (no slice copied): every [short], [int] and [long] of a request.
+        start = self._offset
+        end = start + packer.size
+        if end > len(self._data):
+            raise self._truncated(packer.size, what)
+        self._offset = end
+        value: int = packer.unpack_from(self._data, start)[0]
         return value
 
     def read_byte(self) -> int:
