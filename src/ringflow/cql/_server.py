@@ -30,9 +30,11 @@ Rules:
   pauses the transport) until answers release bytes. A header announcing more than
   ``max_frame_size`` is answered with a protocol error and the connection closed, its body
   never buffered.
-* **Timeouts close a connection**: no STARTUP within ``startup_timeout_s``; a frame begun and
-  not complete within ``frame_body_timeout_s``; nothing received for ``idle_timeout_s`` (when
-  set) while no request is in flight.
+* **Timeouts close a connection**: no STARTUP (and login) within ``startup_timeout_s``; a frame
+  begun and not complete within ``frame_body_timeout_s``; nothing received for ``idle_timeout_s``
+  (when set) while no request is in flight. A read's deadline that runs out is checked against
+  the connection as it is then: a login answered meanwhile (from the login worker) leaves no
+  startup timeout to apply.
 * **Answers in completion order**, each on its request's stream id (spec §2.3).
 * **Connections beyond ``max_concurrent_connections``, or beyond
   ``max_concurrent_connections_per_ip`` from one address,** have their first request
@@ -600,8 +602,11 @@ class CqlServer(Generic[SessionT]):
             except ConnectionError:
                 return b""
             except TimeoutError:
-                if what == "idle timeout" and client.connection.in_flight:
-                    continue  # a request became in flight meanwhile: not idle
+                if self._read_timeout(client)[1] != what:
+                    # The connection moved on while this read waited: a login answered from
+                    # the login worker (READY: no startup timeout), a request became in flight
+                    # (not idle). A stale deadline would close a connection that is fine.
+                    continue
                 self.stats.connections_timed_out += 1
                 connection = client.connection
                 _log.info(

@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import pytest
 
 from ringflow.cql import (
+    Authenticate,
+    AuthResponse,
+    AuthSuccess,
     Consistency,
     DecodedMessage,
     ErrorResponse,
@@ -166,12 +170,28 @@ class Client:
         self.writer.close()
 
 
+class SlowLogin:
+    """Accepts any token, ``delay_s`` after it arrives (a password check on a busy node)."""
+
+    authenticator_class = "org.apache.cassandra.auth.PasswordAuthenticator"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def authenticate(
+        self, session: FakeSession, token: bytes | None
+    ) -> concurrent.futures.Future[None] | None:
+        time.sleep(self.delay_s)
+        return None
+
+
 def query(text: str) -> Query:
     return Query(text, QueryParameters(Consistency.ONE))
 
 
 def run_with_server(
     body: Callable[[CqlServer[FakeSession], FakeBackend], Awaitable[None]],
+    authenticator: SlowLogin | None = None,
     **limits: object,
 ) -> tuple[CqlServer[FakeSession], FakeBackend]:
     backend = FakeBackend()
@@ -184,6 +204,7 @@ def run_with_server(
         limits=ServerLimits(**limits),  # type: ignore[arg-type]
         shard_count=2,
         ignore_msb=12,
+        authenticator=authenticator,
     )
 
     async def main() -> None:
@@ -541,6 +562,31 @@ def test_a_full_request_budget_pauses_reading_until_answers_release_it() -> None
     )
     assert [text[:5] for text in backend.executed] == ["WAIT", "big y", "big z"]
     assert server.budget.total == 0
+
+
+def test_a_connection_logged_in_while_its_read_waited_is_not_closed_for_a_startup_timeout() -> None:
+    """The login is answered from the login worker while the read loop already waits for the
+    client's next bytes with the startup timeout; the client then stays idle past it, as a
+    driver's pool does between requests (a demo run's first PREPARE found all three edge
+    connections closed: 'startup timeout' on connections that were READY)."""
+
+    async def body(server: CqlServer[FakeSession], backend: FakeBackend) -> None:
+        client = await Client.connect(server.port)
+        authenticate = await client.request(Startup({"CQL_VERSION": "3.4.5"}), 0)
+        assert isinstance(authenticate, Authenticate)
+        assert await client.request(AuthResponse(b"\x00cassandra\x00cassandra"), 1) == (
+            AuthSuccess(None)
+        )
+        await asyncio.sleep(1.6)  # idle past the startup timeout, counted from AUTH_RESPONSE
+        assert await client.request(query("a"), 2) == VoidResult()
+        never = await Client.connect(server.port)  # no STARTUP: still closed
+        assert await never.closed()
+        client.close()
+        never.close()
+
+    server, backend = run_with_server(body, SlowLogin(0.2), startup_timeout_s=1.0)
+    assert backend.executed == ["a"]
+    assert server.stats.connections_timed_out == 1
 
 
 def test_idle_connections_and_stalled_frames_are_closed() -> None:
