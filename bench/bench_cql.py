@@ -295,8 +295,9 @@ def profile_node(directory: Path, rows: int) -> None:
     finally:
         node.kill()
     print(
-        f"\nNode under cProfile (each thread's CPU time; deterministic, so inflated): {rows:,} CDC-on "
-        f"INSERTs, 8 in flight, {run.rows_per_s:,.0f} rows/s; whole node lifetime, top by own time:"
+        f"\nNode under cProfile (each thread's CPU time; deterministic, so inflated): {rows:,} "
+        f"CDC-on INSERTs, 8 in flight, {run.rows_per_s:,.0f} rows/s; whole node lifetime, top "
+        "by own time:"
     )
     for path in sorted(profile_dir.glob("*.pstats")):
         stats = pstats.Stats(str(path))
