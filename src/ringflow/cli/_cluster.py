@@ -547,11 +547,12 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
     timings = given_timings(arguments)
     capture = given_capture(arguments)
     native = given_native_options(arguments)
+    changed = False  # new settings for the nodes started from now on, saved once
     if (data / LAYOUT_FILE).exists():
         layout = _load_layout(data)
         if getattr(arguments, "tls", False) and "tls" not in layout:
             raise ConfigurationError(f"{data} holds a cluster laid out without --tls")
-        if timings or capture or native:  # new settings for the nodes started from now on
+        if timings or capture or native:
             layout["timings"] = {**_layout_timings(layout), **timings}
             layout["capture"] = {**layout_capture(layout), **capture}
             saved_native = layout.get("native")
@@ -559,16 +560,18 @@ def run_cluster_start(arguments: argparse.Namespace) -> int:
                 **(saved_native if isinstance(saved_native, dict) else {}),
                 **native,
             }
-            (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
+            changed = True
     else:
         layout = _create(data, arguments)
     auth = given_auth_options(arguments)
-    if auth and auth != layout.get("auth"):  # for the nodes started from now on
+    if auth and auth != layout.get("auth"):
         layout["auth"] = auth
-        (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
+        changed = True
     level = getattr(arguments, "log_level", None)
-    if level and level != layout.get("log_level"):  # the same: started from now on
+    if level and level != layout.get("log_level"):
         layout["log_level"] = level
+        changed = True
+    if changed:
         (data / LAYOUT_FILE).write_text(json.dumps(layout, indent=1))
     for node in _nodes(layout):
         _spawn(data, layout, node, feature_arguments(arguments))

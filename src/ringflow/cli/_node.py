@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ringflow.cli import EXIT_OK
 from ringflow.cli._cluster import (
+    LOG_LEVELS,
     add_capture_options,
     add_timing_options,
     given_capture,
@@ -67,9 +68,7 @@ def register(subcommands: Subcommands) -> None:
     start.add_argument(
         "--ignore-msb", type=int, help="sharding ignore_msb (default: saved, else 12)"
     )
-    start.add_argument(
-        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    start.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS)
     start.add_argument("--seeds", help="comma-separated seed addresses: run as a cluster node")
     add_timing_options(start)
     add_capture_options(start)
